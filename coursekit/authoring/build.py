@@ -1,0 +1,106 @@
+"""``coursekit build``: write exercises/ and solutions/ from notebooks/, or check they match.
+
+Each output is the source notebook passed through a fixed pipeline of small transforms.
+The order is data, not a comment: validation first, then the transforms in sequence.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from coursekit.authoring.hidden_tests import drop_hidden_tests
+from coursekit.authoring.markup import MarkupError, validate
+from coursekit.authoring.outputs import clear_outputs
+from coursekit.authoring.readme_table import with_module_table
+from coursekit.authoring.setup_cell import add_setup_cell
+from coursekit.authoring.solutions import stub_solutions, unmark_solutions
+
+Transform = Callable[[dict, str], dict]
+
+PIPELINES: dict[str, tuple[Transform, ...]] = {
+    "exercises": (stub_solutions, drop_hidden_tests, clear_outputs, add_setup_cell),
+    "solutions": (unmark_solutions, drop_hidden_tests, clear_outputs, add_setup_cell),
+}
+
+
+def read_source(path: Path) -> nbformat.NotebookNode:
+    """Read a source notebook, turning unreadable files into a MarkupError that names them."""
+    try:
+        return nbformat.read(path, as_version=4)
+    except Exception as exc:  # nbformat raises several kinds for bad JSON or schema
+        raise MarkupError(str(path), -1, f"not a readable notebook ({exc}).") from None
+
+
+def render(source: nbformat.NotebookNode, name: str, folder: str) -> str:
+    """The exact text of ``folder``'s version of a source notebook."""
+    notebook = copy.deepcopy(source)
+    for transform in PIPELINES[folder]:
+        notebook = transform(notebook, name)
+    return nbformat.writes(notebook, version=4) + "\n"
+
+
+@dataclass
+class BuildPlan:
+    """What the outputs should contain, and which on-disk files differ from that."""
+
+    wanted: dict[Path, str] = field(default_factory=dict)
+    stale: list[Path] = field(default_factory=list)  # generated files with no source
+
+    def changes(self) -> list[Path]:
+        differing = [
+            path
+            for path, text in self.wanted.items()
+            if not path.exists() or path.read_text(encoding="utf-8") != text
+        ]
+        return sorted(differing + self.stale)
+
+
+def plan_build(root: Path) -> BuildPlan:
+    """Validate every source notebook and compute all generated files."""
+    root = Path(root)
+    sources = sorted((root / "notebooks").glob("*.ipynb"))
+    if not sources:
+        raise FileNotFoundError(f"No source notebooks in {root / 'notebooks'}.")
+    plan = BuildPlan()
+    declared: dict[str, str] = {}
+    for path in sources:
+        relative = str(path.relative_to(root))
+        notebook = read_source(path)
+        for question in validate(notebook, relative):
+            if question in declared:
+                raise MarkupError(
+                    relative,
+                    -1,
+                    f"question {question!r} is also declared in {declared[question]}; "
+                    "question names are unique across the course.",
+                )
+            declared[question] = relative
+        for folder in PIPELINES:
+            plan.wanted[root / folder / path.name] = render(notebook, relative, folder)
+    for folder in PIPELINES:
+        for existing in sorted((root / folder).glob("*.ipynb")):
+            if existing not in plan.wanted:
+                plan.stale.append(existing)
+    readme = root / "README.md"
+    if readme.exists():
+        plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"))
+    return plan
+
+
+def build(root: Path, check: bool = False) -> list[Path]:
+    """Write (or, with ``check``, only compare) the generated files; return those that differ."""
+    plan = plan_build(root)
+    changes = plan.changes()
+    if not check:
+        for path in changes:
+            if path in plan.stale:
+                path.unlink()
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(plan.wanted[path], encoding="utf-8")
+    return changes

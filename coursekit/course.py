@@ -1,0 +1,64 @@
+"""What the course is made of: its modules and where it lives, stated once.
+
+The README's module table, the Open-in-Colab links and the set-up cell of every generated
+notebook are all derived from this file by ``coursekit build``, so the repository address is
+written here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: ``owner/name`` of the public GitHub repository that students open in Colab.
+REPOSITORY = "coursekit/coursekit"
+#: The branch that Colab links and the set-up cell install from.
+BRANCH = "main"
+
+
+@dataclass(frozen=True)
+class Module:
+    """One notebook of the course."""
+
+    name: str  # file stem, e.g. "01_accumulation"
+    title: str
+    learn: str  # one line: what a student can do afterwards
+    minutes: int
+
+
+MODULES: tuple[Module, ...] = (
+    Module(
+        "00_welcome",
+        "Welcome",
+        "Set up, check your device, see how checks and grading work, and a first look at "
+        "memory against batch size.",
+        15,
+    ),
+    Module(
+        "01_accumulation",
+        "Accumulating gradients",
+        "Write the accumulation loop, prove it equals the full batch, handle the last window, "
+        "measure activation memory and throughput.",
+        60,
+    ),
+)
+
+
+def repository_url() -> str:
+    return f"https://github.com/{REPOSITORY}"
+
+
+def install_spec() -> str:
+    """The pip requirement that installs coursekit from the repository (used on Colab)."""
+    return f"coursekit @ git+{repository_url()}@{BRANCH}"
+
+
+def colab_url(folder: str, module_name: str) -> str:
+    return f"https://colab.research.google.com/github/{REPOSITORY}/blob/{BRANCH}/{folder}/{module_name}.ipynb"
+
+
+def module(name: str) -> Module:
+    for candidate in MODULES:
+        if candidate.name == name:
+            return candidate
+    known = ", ".join(m.name for m in MODULES)
+    raise KeyError(f"No module named {name!r}. Known modules: {known}.")

@@ -1,0 +1,104 @@
+"""``coursekit doctor``: what this machine offers the course, and what to do about gaps."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+from dataclasses import dataclass, field
+
+import torch
+
+from coursekit.environment import gpu_summary, in_colab, pick_device
+from coursekit.units import format_bytes
+
+MIN_PYTHON = (3, 10)
+
+
+@dataclass
+class Finding:
+    """One line of the report: a fact, and advice when something is missing."""
+
+    label: str
+    value: str
+    ok: bool = True
+    advice: str = ""
+
+
+@dataclass
+class Report:
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    def render(self) -> str:
+        width = max(len(f.label) for f in self.findings)
+        lines = []
+        for f in self.findings:
+            mark = "ok " if f.ok else "!! "
+            lines.append(f"{mark}{f.label.ljust(width)}  {f.value}")
+            if f.advice:
+                lines.append(f"   {' ' * width}  -> {f.advice}")
+        verdict = "Ready for the course." if self.ok else "Fix the lines marked !! first."
+        return "\n".join([*lines, "", verdict])
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def diagnose() -> Report:
+    """Collect the report; never raises, so it can always be shown to a student."""
+    report = Report()
+    add = report.findings.append
+
+    py_ok = sys.version_info[:2] >= MIN_PYTHON
+    add(
+        Finding(
+            "Python",
+            platform.python_version(),
+            py_ok,
+            "" if py_ok else f"Install Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.",
+        )
+    )
+    add(Finding("torch", torch.__version__))
+
+    device = pick_device()
+    advice = ""
+    if device.type == "cpu":
+        advice = (
+            "No GPU found: every exercise runs on the CPU; GPU cells say when they are skipped. "
+            "On Colab, choose Runtime > Change runtime type > GPU to try the CUDA path."
+        )
+    add(Finding("device", device.type, True, advice))
+
+    gpu = gpu_summary()
+    if gpu is not None:
+        add(Finding("GPU", f"{gpu['name']}, {format_bytes(gpu['memory_bytes'])}"))
+
+    widgets = _version("ipywidgets")
+    add(
+        Finding(
+            "ipywidgets",
+            widgets or "missing",
+            widgets is not None,
+            "" if widgets else "pip install ipywidgets  (the interactive views need it)",
+        )
+    )
+    add(Finding("Colab", "yes" if in_colab() else "no"))
+    lab = _version("jupyterlab")
+    if not in_colab():
+        add(
+            Finding(
+                "jupyterlab",
+                lab or "missing",
+                True,
+                "" if lab else "Only needed for `coursekit start`: pip install 'coursekit[lab]'.",
+            )
+        )
+    return report

@@ -1,0 +1,82 @@
+"""The accumulation loop on a CUDA GPU: peak memory and speed per micro-batch size.
+
+On the CPU there is nothing to measure here; callers get a plain sentence saying so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from coursekit.data import make_classification, split_micro_batches
+from coursekit.memory import track_cuda_peak
+from coursekit.training import samples_per_second, train_accumulated
+
+NO_GPU = (
+    "No CUDA GPU here, so this part is skipped. Everything above ran on the CPU and means the "
+    "same on a GPU; on Colab, choose Runtime > Change runtime type > GPU to run it."
+)
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    micro_batch_size: int
+    accum_steps: int
+    peak_bytes: int
+    samples_per_second: float
+
+
+def gpu_model(in_features: int = 256, hidden: int = 2048, n_classes: int = 10) -> nn.Module:
+    """Wide enough that activations, not kernel launches, dominate GPU memory."""
+    return nn.Sequential(
+        nn.Linear(in_features, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, hidden),
+        nn.GELU(),
+        nn.Linear(hidden, n_classes),
+    )
+
+
+def accumulation_on_gpu(
+    effective_batch_size: int = 1024, micro_batch_sizes: tuple[int, ...] = (1024, 256, 64, 16)
+) -> list[GpuRun] | None:
+    """Train one window per micro-batch size at a fixed effective batch; None without CUDA.
+
+    Batches start in pinned CPU memory and move with ``non_blocking=True``, so the copy of
+    the next micro-batch can overlap with the GPU's work on the current one.
+    """
+    if not torch.cuda.is_available():
+        return None
+    device = torch.device("cuda")
+    inputs, labels = make_classification(effective_batch_size, in_features=256, n_classes=10)
+    inputs, labels = inputs.pin_memory(), labels.pin_memory()
+    runs = []
+    for micro in micro_batch_sizes:
+        accum_steps = effective_batch_size // micro
+        model = gpu_model().to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        micro_batches = split_micro_batches(inputs, labels, micro)
+
+        def one_window(
+            model=model, optimizer=optimizer, micro_batches=micro_batches, accum_steps=accum_steps
+        ):
+            train_accumulated(
+                model,
+                optimizer,
+                nn.CrossEntropyLoss(),
+                micro_batches,
+                accum_steps,
+                device=device,
+                non_blocking=True,
+            )
+
+        one_window()  # creates the optimizer state, so the peak below includes it
+        with track_cuda_peak(device) as peak:
+            one_window()
+        speed = samples_per_second(one_window, effective_batch_size, repeats=3)
+        runs.append(GpuRun(micro, accum_steps, int(peak.peak_bytes), speed))
+        del model, optimizer
+        torch.cuda.empty_cache()
+    return runs

@@ -1,0 +1,203 @@
+"""Measuring training memory: activations saved for backward, CUDA peaks, and a breakdown.
+
+Gradient accumulation trades steps for memory: one micro-batch of activations is alive at a
+time, while parameters, gradients and optimizer state do not shrink. These helpers measure
+each part so the notebooks can show that trade with numbers instead of claims.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from coursekit.units import format_bytes
+
+
+def _storage_key(tensor: torch.Tensor) -> tuple[str, int]:
+    storage = tensor.untyped_storage()
+    return (str(tensor.device), storage.data_ptr())
+
+
+def activation_bytes(
+    model: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor | None = None,
+    loss_fn: Callable | None = None,
+) -> int:
+    """Bytes of tensors autograd saves for backward in one forward pass (exact, any device).
+
+    Every tensor that autograd keeps for the backward pass goes through a
+    ``saved_tensors_hooks`` pack hook; we count each underlying storage once and leave out
+    the model's own parameters and buffers (they are memory you hold anyway, whatever the
+    batch). The input batch is counted when the first layer saves it, because it too stays
+    alive until backward. No backward pass runs and nothing is kept afterwards.
+
+    Example:
+        >>> model = nn.Linear(4, 2)
+        >>> activation_bytes(model, torch.zeros(8, 4))  # the saved input: 8 x 4 float32
+        128
+    """
+    owned = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
+    seen: dict[tuple[str, int], int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        key = _storage_key(tensor)
+        if key not in owned and key not in seen:
+            seen[key] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = model(inputs)
+        if loss_fn is not None:
+            loss_fn(output, targets)
+    return int(sum(seen.values()))
+
+
+def activation_bytes_by_size(
+    model: nn.Module,
+    make_inputs: Callable[[int], torch.Tensor],
+    micro_batch_sizes: list[int],
+) -> dict[int, int]:
+    """``{micro_batch_size: activation bytes}`` for a model fed ``make_inputs(size)``."""
+    return {size: activation_bytes(model, make_inputs(size)) for size in micro_batch_sizes}
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """``bytes ~= intercept_bytes + bytes_per_sample * micro_batch_size``."""
+
+    intercept_bytes: float
+    bytes_per_sample: float
+    max_relative_error: float  # worst relative gap between the line and the measurements
+
+    def predict(self, micro_batch_size: int) -> float:
+        return self.intercept_bytes + self.bytes_per_sample * micro_batch_size
+
+
+def fit_bytes_per_sample(measured: dict[int, int]) -> LinearFit:
+    """Least-squares line through measured ``{micro_batch_size: bytes}`` points."""
+    if len(measured) < 2:
+        raise ValueError("Measure at least two micro-batch sizes to fit a line.")
+    sizes = torch.tensor(list(measured), dtype=torch.float64)
+    values = torch.tensor(list(measured.values()), dtype=torch.float64)
+    design = torch.stack([torch.ones_like(sizes), sizes], dim=1)
+    solution = torch.linalg.lstsq(design, values.unsqueeze(1)).solution.squeeze(1)
+    intercept, slope = float(solution[0]), float(solution[1])
+    predicted = intercept + slope * sizes
+    error = float(((predicted - values).abs() / values.clamp(min=1)).max())
+    return LinearFit(intercept, slope, error)
+
+
+@dataclass
+class CudaPeak:
+    """Filled in by :func:`track_cuda_peak`; ``peak_bytes`` is None without CUDA."""
+
+    peak_bytes: int | None = None
+    reason: str = ""
+
+
+@contextlib.contextmanager
+def track_cuda_peak(device: torch.device | str | None = None) -> Iterator[CudaPeak]:
+    """Measure the peak CUDA memory allocated by tensors inside the ``with`` block.
+
+    Example:
+        >>> with track_cuda_peak() as peak:
+        ...     pass
+        >>> peak.peak_bytes is None or peak.peak_bytes >= 0
+        True
+    """
+    result = CudaPeak()
+    if not torch.cuda.is_available():
+        result.reason = "no CUDA device: peak GPU memory cannot be measured here"
+        yield result
+        return
+    device = torch.device(device or "cuda")
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    yield result
+    torch.cuda.synchronize(device)
+    result.peak_bytes = int(torch.cuda.max_memory_allocated(device))
+
+
+# Optimizer state tensors per parameter element, before the first step creates them.
+_STATE_SLOTS = {"SGD": None, "Adam": 2, "AdamW": 2, "RMSprop": 1, "Adagrad": 1}
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes the optimizer holds per parameter (momentum, Adam's two moments, ...).
+
+    Counts the real state tensors once they exist; before the first step, predicts them
+    from the optimizer's kind (SGD: one buffer with momentum, none without; Adam and AdamW:
+    two, plus one with ``amsgrad``), because state is created lazily by ``step()``.
+    """
+    if optimizer.state:
+        return sum(
+            value.numel() * value.element_size()
+            for state in optimizer.state.values()
+            for value in state.values()
+            if torch.is_tensor(value) and value.dim() > 0
+        )
+    total = 0
+    for group in optimizer.param_groups:
+        slots = _STATE_SLOTS.get(type(optimizer).__name__, 0)
+        if slots is None:  # SGD
+            slots = 1 if group.get("momentum", 0) else 0
+        if group.get("amsgrad"):
+            slots += 1
+        total += slots * sum(p.numel() * p.element_size() for p in group["params"])
+    return total
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """The four parts of training memory; only activations scale with the micro-batch."""
+
+    params_bytes: int
+    grads_bytes: int
+    optimizer_state_bytes: int
+    activation_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return (
+            self.params_bytes
+            + self.grads_bytes
+            + self.optimizer_state_bytes
+            + self.activation_bytes
+        )
+
+    def parts(self) -> dict[str, int]:
+        return {
+            "parameters": self.params_bytes,
+            "gradients": self.grads_bytes,
+            "optimizer state": self.optimizer_state_bytes,
+            "activations": self.activation_bytes,
+        }
+
+    def __str__(self) -> str:
+        rows = [f"{name:>16}: {format_bytes(n)}" for name, n in self.parts().items()]
+        return "\n".join([*rows, f"{'total':>16}: {format_bytes(self.total_bytes)}"])
+
+
+def memory_breakdown(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+) -> MemoryBreakdown:
+    """Params + grads + optimizer state + activations for one micro-batch of ``inputs``.
+
+    Gradients are counted as one tensor per trainable parameter (what ``backward()``
+    allocates), whether or not a backward pass has run yet.
+    """
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return MemoryBreakdown(
+        params_bytes=params,
+        grads_bytes=grads,
+        optimizer_state_bytes=optimizer_state_bytes(optimizer),
+        activation_bytes=activation_bytes(model, inputs),
+    )

@@ -1,0 +1,104 @@
+"""The quiz of each module (ungraded self-checks with instant feedback)."""
+
+from __future__ import annotations
+
+from coursekit.quiz import Quiz, QuizQuestion
+
+_WELCOME = [
+    QuizQuestion(
+        "Micro-batches of 8 samples, accum_steps = 4, on 2 data-parallel processes. "
+        "How many samples does each optimizer step learn from?",
+        ("8", "14", "32", "64"),
+        3,
+        "Effective batch = micro_batch_size x accum_steps x world_size = 8 x 4 x 2 = 64.",
+    ),
+    QuizQuestion(
+        "check(...) says all public checks pass. What does that tell you?",
+        (
+            "Your notebook will get full marks.",
+            "Your function passes the public checks; hidden tests run when you hand in.",
+            "Nothing: the checks are only examples.",
+        ),
+        1,
+        "Public checks catch the common mistakes instantly; the grader also runs hidden "
+        "tests on inputs drawn at grading time, so passing here is necessary, not sufficient.",
+    ),
+]
+
+_ACCUMULATION = [
+    QuizQuestion(
+        "What does gradient accumulation let you do?",
+        (
+            "Train faster than with the same batch in one piece.",
+            "Train with an effective batch larger than fits in memory at once, holding the "
+            "activations of only one micro-batch at a time.",
+            "Shrink the memory taken by parameters, gradients and optimizer state.",
+            "Use a larger learning rate at the same effective batch.",
+        ),
+        1,
+        "Only activations scale with the micro-batch; parameters, gradients and optimizer "
+        "state stay the same size. It is usually a little slower per sample, not faster: "
+        "smaller micro-batches keep the hardware less busy.",
+    ),
+    QuizQuestion(
+        "With accum_steps = N, when do optimizer.step() and optimizer.zero_grad() run?",
+        (
+            "Both after every micro-batch.",
+            "step() every N micro-batches; zero_grad() after every micro-batch.",
+            "Both once per window of N micro-batches: step() at the window's end, then "
+            "zero_grad().",
+            "zero_grad() once per window; step() after every micro-batch.",
+        ),
+        2,
+        "backward() runs for every micro-batch so the gradients add up in .grad; the step "
+        "and the reset happen once per window (and once for a last, shorter window).",
+    ),
+    QuizQuestion(
+        "You accumulate N = 4 mean-reduced micro-batch losses but forget to divide by 4. "
+        "What does plain SGD do?",
+        (
+            "Nothing different: SGD normalises the gradient.",
+            "Steps 4 times too far, as if the learning rate were 4 times larger.",
+            "Steps 4 times too short.",
+        ),
+        1,
+        "The summed gradient is 4 times the mean gradient, and SGD's step is lr x gradient.",
+    ),
+    QuizQuestion(
+        "In float32, accumulated and full-batch gradients differ in the last digits, while in "
+        "float64 they agree to about 1e-16. Why?",
+        (
+            "Accumulation is an approximation that float64 hides.",
+            "Floating-point addition is not associative: the same terms summed in another "
+            "order round differently, and float32 keeps only about 7 significant digits.",
+            "float32 tensors skip some micro-batches.",
+        ),
+        1,
+        "The mathematics is exact; only rounding differs. That is why the checks ask for "
+        "equality to 1e-10 in float64 but allow 1e-5 in float32.",
+    ),
+    QuizQuestion(
+        "10 micro-batches, accum_steps = 4. How many optimizer steps, and what is the last "
+        "window's loss divided by?",
+        (
+            "2 steps; the last 2 micro-batches are dropped.",
+            "3 steps; the last window is divided by 4.",
+            "3 steps; the last window has 2 micro-batches and is divided by 2.",
+        ),
+        2,
+        "Windows of 4, 4 and 2. Dividing the last one by 4 would make its step half as "
+        "large as it should be; dropping it wastes its forward and backward passes.",
+    ),
+]
+
+QUIZZES = {
+    "00_welcome": Quiz("Quick quiz: module 0", _WELCOME),
+    "01_accumulation": Quiz("Quiz: accumulating gradients", _ACCUMULATION),
+}
+
+
+def quiz(module: str) -> Quiz:
+    """The quiz of a module, e.g. ``quiz("01_accumulation").show()``."""
+    if module not in QUIZZES:
+        raise KeyError(f"No quiz for {module!r}; quizzes exist for {', '.join(QUIZZES)}.")
+    return QUIZZES[module]

@@ -1,0 +1,102 @@
+"""A reference accumulation loop, and a throughput measurement for comparing loops.
+
+This is the loop the course builds (nanoGPT's shape): forward and backward every
+micro-batch, ``step()`` and ``zero_grad()`` once per window. Later cells and modules reuse
+it for demonstrations, so a student's exercise is never a dependency of the story.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import torch
+from torch import nn
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def windows(micro_batches: Sequence[Batch], accum_steps: int) -> list[Sequence[Batch]]:
+    """Group micro-batches into windows of ``accum_steps``; the last may be shorter."""
+    if accum_steps < 1:
+        raise ValueError(f"accum_steps must be at least 1, got {accum_steps}.")
+    return [
+        micro_batches[start : start + accum_steps]
+        for start in range(0, len(micro_batches), accum_steps)
+    ]
+
+
+def train_accumulated(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    micro_batches: Iterable[Batch],
+    accum_steps: int,
+    device: torch.device | str | None = None,
+    non_blocking: bool = False,
+) -> list[float]:
+    """Train one pass over ``micro_batches``, stepping once per window of ``accum_steps``.
+
+    Each micro-batch's mean loss is weighted by its share of the window's samples, so every
+    step follows the mean gradient over exactly the samples of its window, the last,
+    shorter window included. Returns the true mean loss of each window (what to log).
+
+    Args:
+        device: where to move each micro-batch; ``non_blocking=True`` lets the copy from
+            pinned CPU memory overlap with GPU work.
+
+    Example:
+        >>> from coursekit.data import make_regression, split_micro_batches
+        >>> from coursekit.models import tiny_mlp
+        >>> model = tiny_mlp()
+        >>> x, y = make_regression(40)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        >>> losses = train_accumulated(model, optimizer, nn.MSELoss(),
+        ...                            split_micro_batches(x, y, 4), accum_steps=4)
+        >>> len(losses)  # 10 micro-batches: windows of 4, 4 and 2
+        3
+    """
+    window_losses = []
+    for window in windows(list(micro_batches), accum_steps):
+        window_samples = sum(len(targets) for _, targets in window)
+        window_loss = 0.0  # a tensor after the first micro-batch: no .item() sync per micro-batch
+        for inputs, targets in window:
+            if device is not None:
+                inputs = inputs.to(device, non_blocking=non_blocking)
+                targets = targets.to(device, non_blocking=non_blocking)
+            loss = loss_fn(model(inputs), targets)
+            weight = len(targets) / window_samples
+            (loss * weight).backward()
+            window_loss += loss.detach() * weight
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        window_losses.append(float(window_loss))
+    return window_losses
+
+
+def samples_per_second(
+    run: Callable[[], None],
+    n_samples: int,
+    repeats: int = 3,
+    warmup: int = 1,
+) -> float:
+    """Best-of-``repeats`` throughput of ``run()``, which processes ``n_samples`` samples.
+
+    The best run, not the mean, is reported because slower runs measure interference from
+    the rest of the machine, not the code. CUDA work is synchronised before the clock stops.
+    """
+    for _ in range(warmup):
+        run()
+    best = float("inf")
+    for _ in range(repeats):
+        _synchronize()
+        start = time.perf_counter()
+        run()
+        _synchronize()
+        best = min(best, time.perf_counter() - start)
+    return n_samples / best
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()

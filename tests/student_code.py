@@ -1,0 +1,185 @@
+"""Hand-ins as students write them: the right answer and each known mistake, as source text.
+
+Source text, not functions, because the same code is injected into exercise notebooks to
+test that the notebook run names the mistake too (tests/test_notebooks.py).
+"""
+
+ACCUMULATE_WINDOW = {
+    "correct": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+""",
+    "loss_not_divided": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        loss_fn(model(inputs), targets).backward()
+""",
+    "zero_grad_inside_loop": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        model.zero_grad()
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+""",
+    "first_micro_batch_only": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+        return
+""",
+    "divided_twice": """
+def accumulate_window(model, loss_fn, micro_batches):
+    n = len(micro_batches)
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / n).backward()
+    for p in model.parameters():
+        p.grad /= n
+""",
+    "no_backward": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        loss = loss_fn(model(inputs), targets) / len(micro_batches)
+""",
+    "whole_batch_forward": """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss_fn(model(inputs), targets).backward()
+""",
+}
+
+_LOOP = """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    count = len(micro_batches)
+    losses, window_loss = [], 0.0
+    for i, (inputs, targets) in enumerate(micro_batches):
+        size = min(accum_steps, count - (i - i % accum_steps))
+        {zero_inside}loss = loss_fn(model(inputs), targets)
+        ({scaled}).backward()
+        window_loss += {logged}
+        if {boundary}:
+            {step_and_zero}
+            losses.append(window_loss)
+            window_loss = 0.0
+    return losses
+"""
+_RIGHT = {
+    "zero_inside": "",
+    "scaled": "loss / size",
+    "logged": "loss.item() / size",
+    "boundary": "(i + 1) % accum_steps == 0 or i == count - 1",
+    "step_and_zero": "optimizer.step()\n            optimizer.zero_grad()",
+}
+
+
+def _loop(**changes):
+    return _LOOP.format(**{**_RIGHT, **changes})
+
+
+TRAIN_ACCUMULATED = {
+    "correct": _loop(),
+    "loss_not_divided": _loop(scaled="loss"),
+    "step_every_micro_batch": _loop(boundary="True"),
+    "zero_grad_inside_loop": _loop(zero_inside="optimizer.zero_grad()\n        "),
+    "zero_grad_missing": _loop(step_and_zero="optimizer.step()"),
+    "zero_grad_before_step": _loop(
+        step_and_zero="optimizer.zero_grad()\n            optimizer.step()"
+    ),
+    "last_window_dropped": _loop(boundary="(i + 1) % accum_steps == 0"),
+    "last_window_scaled_by_n": _loop(scaled="loss / accum_steps"),
+    "off_by_one_boundary": _loop(boundary="i % accum_steps == 0"),
+    "logged_scaled_loss": _loop(logged="loss.item() / size / accum_steps"),
+    "logged_last_micro_batch": """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    losses = []
+    for i, (inputs, targets) in enumerate(micro_batches):
+        size = min(accum_steps, len(micro_batches) - (i - i % accum_steps))
+        loss = loss_fn(model(inputs), targets)
+        (loss / size).backward()
+        if (i + 1) % accum_steps == 0 or i == len(micro_batches) - 1:
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss.item())
+    return losses
+""",
+}
+
+PLAN_MICRO_BATCH = {
+    "correct": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in range(effective_batch_size, 0, -1):
+        if effective_batch_size % size == 0:
+            if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
+                return size, effective_batch_size // size
+    raise ValueError("nothing fits")
+""",
+    "not_largest": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in range(effective_batch_size, 0, -1):
+        if effective_batch_size % size == 0:
+            if coursekit.activation_bytes(model, make_inputs(size)) < budget_bytes:
+                return size, effective_batch_size // size
+    raise ValueError("nothing fits")
+""",
+    "does_not_fit": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    divisors = [m for m in range(1, effective_batch_size + 1) if effective_batch_size % m == 0]
+    for index, size in enumerate(divisors):
+        if coursekit.activation_bytes(model, make_inputs(size)) > budget_bytes:
+            return size, effective_batch_size // size
+    return divisors[-1], 1
+""",
+    "effective_batch_wrong": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in range(effective_batch_size, 0, -1):
+        if effective_batch_size % size == 0:
+            if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
+                return size, effective_batch_size
+    raise ValueError("nothing fits")
+""",
+    "nothing_fits_not_raised": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in range(effective_batch_size, 0, -1):
+        if effective_batch_size % size == 0:
+            if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
+                return size, effective_batch_size // size
+    return 1, effective_batch_size
+""",
+}
+
+EFFECTIVE_BATCH_SIZE = {
+    "correct": """
+def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
+    return micro_batch_size * accum_steps * world_size
+""",
+    "world_size_ignored": """
+def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
+    return micro_batch_size * accum_steps
+""",
+    "added_not_multiplied": """
+def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
+    return micro_batch_size + accum_steps + world_size
+""",
+}
+
+BY_QUESTION = {
+    "effective_batch_size": EFFECTIVE_BATCH_SIZE,
+    "accumulate_window": ACCUMULATE_WINDOW,
+    "train_accumulated": TRAIN_ACCUMULATED,
+    "plan_micro_batch": PLAN_MICRO_BATCH,
+}
+
+
+def load(question: str, variant: str):
+    """The function a variant's source defines."""
+    namespace: dict = {}
+    exec(BY_QUESTION[question][variant], namespace)  # test fixtures, written above
+    return namespace[question]

@@ -1,0 +1,226 @@
+"""The notebooks/ -> exercises/ + solutions/ pipeline: markup, transforms, golden outputs, sync."""
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit.authoring import MarkupError, build
+from coursekit.authoring.hidden_tests import drop_hidden_tests
+from coursekit.authoring.markup import validate
+from coursekit.authoring.outputs import clear_outputs
+from coursekit.authoring.setup_cell import SETUP_CELL_ID, add_setup_cell, setup_source
+from coursekit.authoring.solutions import STUB, stub_solutions, unmark_solutions
+from coursekit.cli import main
+from coursekit.course import install_spec
+
+pytestmark = pytest.mark.authoring
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def notebook(*sources, markdown=()):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.cells += [nbformat.v4.new_markdown_cell(m) for m in markdown]
+    return nb
+
+
+QUESTION = (
+    "# Question: double\ndef double(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n"
+    "    ### END SOLUTION"
+)
+
+
+# ------------------------------------------------------------------ markup errors
+
+
+@pytest.mark.parametrize(
+    ("sources", "message"),
+    [
+        (
+            ["x = 1\n### BEGIN SOLUTION\ny = 2"],
+            "cell 1: '### BEGIN SOLUTION' on line 2 is never closed",
+        ),
+        (["a = 1", "### END SOLUTION"], "cell 2: '### END SOLUTION' on line 1 has no"),
+        (
+            ["### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION\n### END SOLUTION"],
+            "opens inside the region opened on line 1",
+        ),
+        ([QUESTION, QUESTION], "cell 2: question 'double' is declared twice (first in cell 1)"),
+        (["# Question: half\nhalf = 0.5"], "question 'half' has no '### BEGIN SOLUTION'"),
+        (
+            [QUESTION, "### BEGIN HIDDEN TESTS\nassert True\n### END HIDDEN TESTS"],
+            "must name its question",
+        ),
+        (
+            ["### BEGIN HIDDEN TESTS triple\n### END HIDDEN TESTS"],
+            "no cell above declares '# Question: triple'",
+        ),
+        (
+            ["### BEGIN HIDDEN TESTS double\n### END HIDDEN TESTS", QUESTION],
+            "come before the question",
+        ),
+        (["# Question: 2x\n### BEGIN SOLUTION\n### END SOLUTION"], "is not a Python name"),
+    ],
+)
+def test_bad_markup_is_an_error_naming_notebook_and_cell(sources, message):
+    with pytest.raises(MarkupError) as error:
+        validate(notebook(*sources), "notebooks/99_demo.ipynb")
+    assert str(error.value).startswith("notebooks/99_demo.ipynb, cell")
+    assert message in str(error.value)
+
+
+def test_markers_in_markdown_are_an_error():
+    with pytest.raises(MarkupError, match="belong in code cells"):
+        validate(notebook(markdown=["### BEGIN SOLUTION\n### END SOLUTION"]), "n.ipynb")
+
+
+def test_validate_returns_the_questions_in_order():
+    second = QUESTION.replace("double", "twice")
+    assert validate(notebook(QUESTION, second), "n.ipynb") == ["double", "twice"]
+
+
+# ------------------------------------------------------------------ transforms, one at a time
+
+
+def test_stub_keeps_the_indentation_of_the_begin_marker():
+    nb = stub_solutions(notebook(QUESTION), "n")
+    assert nb.cells[0].source == f"# Question: double\ndef double(x):\n    {STUB}"
+
+
+def test_unmark_keeps_the_code_and_drops_only_the_marker_lines():
+    nb = unmark_solutions(notebook(QUESTION), "n")
+    assert nb.cells[0].source == "# Question: double\ndef double(x):\n    return 2 * x"
+
+
+def test_hidden_tests_are_dropped_and_an_emptied_cell_disappears():
+    nb = notebook(
+        "check()\n### BEGIN HIDDEN TESTS double\nassert secret\n### END HIDDEN TESTS\n",
+        "### BEGIN HIDDEN TESTS double\nassert other_secret\n### END HIDDEN TESTS",
+        "after = 1",
+    )
+    nb = drop_hidden_tests(nb, "n")
+    assert [c.source for c in nb.cells] == ["check()", "after = 1"]
+
+
+def test_outputs_counts_and_stray_metadata_are_cleared():
+    nb = notebook("print(1)")
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nb.cells[0].execution_count = 3
+    nb.cells[0].metadata = {"tags": ["t"], "scrolled": True}
+    nb.metadata["widgets"] = {"state": {}}
+    nb = clear_outputs(nb, "n")
+    assert nb.cells[0].outputs == [] and nb.cells[0].execution_count is None
+    assert nb.cells[0].metadata == {"tags": ["t"]}
+    assert set(nb.metadata) == {"kernelspec", "language_info"}
+
+
+def test_the_setup_cell_comes_first_once():
+    nb = add_setup_cell(add_setup_cell(notebook("x = 1"), "n"), "n")
+    assert [c.get("id") for c in nb.cells][0] == SETUP_CELL_ID
+    assert sum(c.get("id") == SETUP_CELL_ID for c in nb.cells) == 1
+
+
+# ------------------------------------------------------------------ the set-up cell's logic
+
+
+def run_setup_cell(monkeypatch, installed: bool):
+    import importlib.util
+    import subprocess
+
+    calls = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append((a, k)))
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: (
+            (real(name, *a) if installed else None) if name == "coursekit" else real(name, *a)
+        ),
+    )
+    exec(setup_source(), {})
+    return calls
+
+
+def test_setup_cell_does_nothing_where_coursekit_is_installed(monkeypatch):
+    assert run_setup_cell(monkeypatch, installed=True) == []
+
+
+def test_setup_cell_installs_coursekit_from_the_repository_without_touching_torch(monkeypatch):
+    ((args, kwargs),) = run_setup_cell(monkeypatch, installed=False)
+    command = args[0]
+    assert command[1:4] == ["-m", "pip", "install"] and command[-1] == install_spec()
+    assert kwargs == {"check": True}
+    assert not any("torch" in part for part in command)
+
+
+# ------------------------------------------------------------------ the whole build
+
+
+@pytest.fixture
+def course(tmp_path):
+    shutil.copytree(GOLDEN / "notebooks", tmp_path / "notebooks")
+    return tmp_path
+
+
+def test_golden_source_gives_exactly_the_expected_outputs(course):
+    build(course)
+    for folder in ("exercises", "solutions"):
+        expected = (GOLDEN / "expected" / folder / "demo.ipynb").read_text()
+        assert (course / folder / "demo.ipynb").read_text() == expected, folder
+
+
+def test_check_names_each_file_that_would_change_and_exits_non_zero(course, capsys):
+    assert main(["build", "--root", str(course)]) == 0
+    assert main(["build", "--check", "--root", str(course)]) == 0
+    edited = course / "exercises" / "demo.ipynb"
+    edited.write_text(edited.read_text().replace("Twice x.", "Thrice x."))
+    (course / "solutions" / "orphan.ipynb").write_text("{}")
+    capsys.readouterr()
+    assert main(["build", "--check", "--root", str(course)]) == 1
+    err = capsys.readouterr().err
+    assert "exercises/demo.ipynb" in err and "solutions/orphan.ipynb" in err
+    assert "solutions/demo.ipynb" not in err
+    build(course)
+    assert not (course / "solutions" / "orphan.ipynb").exists()
+    assert main(["build", "--check", "--root", str(course)]) == 0
+
+
+def test_bad_markup_through_the_cli_is_one_clear_line(course, capsys):
+    source = course / "notebooks" / "demo.ipynb"
+    source.write_text(source.read_text().replace("### END SOLUTION", "### END SOLUTON", 1))
+    assert main(["build", "--root", str(course)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("coursekit build: notebooks/demo.ipynb, cell 3:")
+    assert "never closed" in err and "Traceback" not in err
+
+
+def test_a_corrupt_source_notebook_is_named(course, capsys):
+    (course / "notebooks" / "broken.ipynb").write_text("{not json")
+    assert main(["build", "--root", str(course)]) == 2
+    assert "notebooks/broken.ipynb: not a readable notebook" in capsys.readouterr().err
+
+
+def test_the_same_question_in_two_notebooks_is_an_error(course, capsys):
+    shutil.copy(course / "notebooks" / "demo.ipynb", course / "notebooks" / "demo2.ipynb")
+    assert main(["build", "--root", str(course)]) == 2
+    assert "unique across the course" in capsys.readouterr().err
+
+
+def test_the_repository_is_in_sync_with_its_sources():
+    assert build(REPO, check=True) == []
+
+
+def test_generated_notebooks_carry_no_markers_hidden_tests_or_outputs():
+    paths = sorted((REPO / "exercises").glob("*.ipynb")) + sorted(
+        (REPO / "solutions").glob("*.ipynb")
+    )
+    assert len(paths) >= 4
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in nb.cells)
+        assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, path
+        assert nb.cells[0].id == SETUP_CELL_ID
+        assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells)

@@ -1,0 +1,113 @@
+"""check(...): the right answer passes, a stub is "not attempted", each known mistake is named."""
+
+import pytest
+import torch
+
+from coursekit.checks import QUESTIONS, Status, check, evaluate
+from coursekit.checks.loop_variants import MISTAKES
+from tests import student_code
+
+pytestmark = pytest.mark.module1
+
+CASES = [
+    (question, variant)
+    for question, variants in student_code.BY_QUESTION.items()
+    for variant in variants
+    if variant != "correct"
+]
+
+
+@pytest.mark.parametrize("question", sorted(student_code.BY_QUESTION))
+def test_the_right_answer_passes_every_public_check(question):
+    result = evaluate(question, student_code.load(question, "correct"))
+    assert result.status is Status.PASSED, result.render()
+    assert result.passed == result.total == len(QUESTIONS[question].cases)
+
+
+@pytest.mark.parametrize(("question", "mistake"), CASES)
+def test_each_known_mistake_is_named(question, mistake):
+    result = evaluate(question, student_code.load(question, mistake))
+    assert result.status is Status.FAILED, result.render()
+    assert result.mistake == mistake, result.render()
+    assert result.message
+
+
+@pytest.mark.parametrize("mistake", sorted(MISTAKES))
+def test_every_loop_mistake_has_a_hand_in_that_shows_it(mistake):
+    assert mistake in student_code.TRAIN_ACCUMULATED
+
+
+def test_loss_not_divided_message_says_how_many_times_too_large():
+    result = evaluate(
+        "accumulate_window", student_code.load("accumulate_window", "loss_not_divided")
+    )
+    assert "exactly 4 times" in result.message
+    assert "not divided" in result.message
+
+
+def test_zero_grad_inside_the_loop_message_says_only_the_last_micro_batch_counted():
+    fn = student_code.load("accumulate_window", "zero_grad_inside_loop")
+    assert "last micro-batch" in evaluate("accumulate_window", fn).message
+
+
+@pytest.mark.parametrize("question", sorted(QUESTIONS))
+def test_an_untouched_stub_is_not_attempted(question):
+    def stub(*args, **kwargs):
+        raise NotImplementedError("Replace this line with your code.")
+
+    result = evaluate(question, stub)
+    assert result.status is Status.NOT_ATTEMPTED
+    assert result.render().startswith("[not attempted]")
+
+
+def test_an_exception_in_student_code_is_one_line_with_its_type_not_a_traceback():
+    def broken(model, loss_fn, micro_batches):
+        return 1 / 0
+
+    result = evaluate("accumulate_window", broken)
+    assert result.status is Status.ERROR
+    assert "ZeroDivisionError" in result.message
+    assert "Traceback" not in result.render()
+
+
+def test_passing_something_that_is_not_a_function_is_explained():
+    result = evaluate("accumulate_window", None)
+    assert result.status is Status.ERROR
+    assert "Pass the function itself" in result.message
+
+
+def test_an_unknown_question_lists_the_known_ones():
+    with pytest.raises(KeyError, match="accumulate_window"):
+        evaluate("no_such_question", lambda: None)
+
+
+def test_hidden_tests_are_announced_and_never_all_tests_passed(capsys, monkeypatch):
+    monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
+    check("accumulate_window", student_code.load("accumulate_window", "correct"))
+    printed = capsys.readouterr().out
+    assert printed.startswith("[passed] accumulate_window: 4 of 4 public checks pass.")
+    assert "Hidden tests run when your notebook is graded" in printed
+    assert "all tests passed" not in printed.lower()
+
+
+def test_without_hidden_tests_the_verdict_does_not_mention_them():
+    result = evaluate("effective_batch_size", student_code.load("effective_batch_size", "correct"))
+    assert "Hidden" not in result.render()
+
+
+def test_strict_mode_raises_on_anything_but_passed(monkeypatch, capsys):
+    monkeypatch.setenv("COURSEKIT_STRICT_CHECKS", "1")
+    with pytest.raises(AssertionError, match="did not pass"):
+        check(
+            "effective_batch_size", student_code.load("effective_batch_size", "world_size_ignored")
+        )
+    check("effective_batch_size", student_code.load("effective_batch_size", "correct"))
+    assert "[passed]" in capsys.readouterr().out
+
+
+def test_checks_leave_the_global_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    evaluate("train_accumulated", student_code.load("train_accumulated", "correct"))
+    assert torch.equal(torch.rand(3), expected)

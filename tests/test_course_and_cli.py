@@ -1,0 +1,124 @@
+"""The course's one-place facts, the README, and the coursekit commands."""
+
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit import course, launch
+from coursekit.authoring.markup import question_name
+from coursekit.checks import QUESTIONS
+from coursekit.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_readme_gives_the_two_commands_and_ci_runs_the_test_one():
+    readme = (REPO / "README.md").read_text()
+    assert "./scripts/start" in readme and "./scripts/test" in readme
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "./scripts/test" in ci
+    assert "coursekit start" in (REPO / "scripts" / "start").read_text()
+
+
+def test_the_readme_lists_every_module_with_a_colab_link():
+    readme = (REPO / "README.md").read_text()
+    for module in course.MODULES:
+        assert f"| {module.title} | {module.learn} | {module.minutes} |" in readme
+        assert course.colab_url("exercises", module.name) in readme
+        assert (REPO / "exercises" / f"{module.name}.ipynb").exists()
+
+
+def test_the_repository_address_is_written_only_in_course_py():
+    hand_written = [
+        p
+        for p in REPO.rglob("*")
+        if p.is_file()
+        and p.suffix in {".py", ".toml", ".md", ".ipynb", ""}
+        and not {".git", ".venv", "exercises", "solutions", "golden"} & set(p.parts)
+        and p.name != "README.md"
+        and "egg-info" not in str(p)
+    ]
+    holders = [p for p in hand_written if course.REPOSITORY in p.read_text(errors="ignore")]
+    assert holders == [REPO / "coursekit" / "course.py"]
+
+
+def test_dev_and_ci_pin_torch_while_the_package_takes_a_range():
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert re.search(r'"torch>=[\d.]+"', pyproject)
+    assert '"torch==' not in pyproject
+    assert 'TORCH_VERSION="${COURSEKIT_TORCH:-2.13.0}"' in (REPO / "scripts" / "setup").read_text()
+
+
+def test_every_question_in_the_notebooks_has_public_checks_in_its_module():
+    declared = {}
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        hidden = "\n".join(c.source for c in nb.cells)
+        for cell in nb.cells:
+            name = question_name(cell)
+            if name:
+                declared[name] = path.stem
+                spec = QUESTIONS[name]
+                assert spec.module == path.stem
+                assert spec.hidden_tests == (f"### BEGIN HIDDEN TESTS {name}" in hidden), name
+                assert f'check("{name}", {name})' in hidden
+    assert declared == {name: q.module for name, q in QUESTIONS.items()}
+
+
+def test_doctor_runs_as_a_command():
+    done = subprocess.run(
+        [sys.executable, "-m", "coursekit.cli", "doctor"], capture_output=True, text=True
+    )
+    assert "torch" in done.stdout and "device" in done.stdout
+    assert done.returncode in (0, 1)
+
+
+def test_a_busy_port_is_skipped():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert launch.free_port(port) != port
+
+
+def test_start_opens_lab_at_the_welcome_notebook(monkeypatch, capsys, tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    seen = {}
+    monkeypatch.setattr(
+        launch.subprocess, "call", lambda cmd, env: seen.setdefault("cmd", cmd) and 0
+    )
+    assert main(["start", "--no-browser", "--root", str(tmp_path), "--port", "18888"]) == 0
+    out = capsys.readouterr().out
+    assert "/lab/tree/exercises/00_welcome.ipynb?token=" in out
+    assert f"--ServerApp.root_dir={tmp_path}" in seen["cmd"]
+    assert "--ServerApp.open_browser=False" in seen["cmd"]
+
+
+def test_start_without_jupyterlab_says_how_to_get_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
+    assert launch.start_lab(tmp_path) == 2
+    assert "pip install 'coursekit[lab]'" in capsys.readouterr().err
+
+
+def test_commands_outside_a_course_explain_where_they_looked(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="no course found"):
+        main(["build"])
+
+
+def test_plots_return_labelled_figures():
+    from coursekit.memory import fit_bytes_per_sample
+    from coursekit.plots import plot_activation_memory, plot_losses, plot_throughput
+
+    measured = {1: 10, 2: 20, 4: 40}
+    figure = plot_activation_memory(measured, fit_bytes_per_sample(measured), budget_bytes=30)
+    assert figure.axes[0].get_xlabel() == "micro-batch size (samples)"
+    assert len(figure.axes[0].get_legend().get_texts()) == 3
+    figure = plot_losses({"a": ([1, 2], [1.0, 0.5])}, xlabel="samples seen")
+    assert figure.axes[0].get_xlabel() == "samples seen"
+    assert len(plot_throughput({"8 x 4": 100.0, "32 x 1": 300.0}).axes[0].patches) == 2

@@ -1,0 +1,81 @@
+"""Device choice, seeding, Colab detection and the doctor's report."""
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from coursekit.doctor import diagnose
+from coursekit.environment import in_colab, pick_device, seed_everything
+
+pytestmark = pytest.mark.module0
+
+
+def test_cpu_is_chosen_when_asked_and_without_accelerators(monkeypatch):
+    assert pick_device("cpu").type == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
+    assert pick_device().type == "cpu"
+    assert pick_device("cuda").type == "cpu"  # asked for, not there: the next best
+
+
+def test_cuda_is_preferred_when_present(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device().type == "cuda"
+
+
+def test_the_environment_variable_chooses_too(monkeypatch):
+    monkeypatch.setenv("COURSEKIT_DEVICE", "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device().type == "cpu"
+
+
+def test_an_unknown_device_is_a_clear_error():
+    with pytest.raises(ValueError, match="choose one of cuda, mps, cpu"):
+        pick_device("tpu")
+
+
+def test_seeding_makes_python_numpy_and_torch_repeat():
+    seed_everything(7)
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    seed_everything(7)
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
+
+
+def test_colab_is_detected_from_its_environment(monkeypatch):
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    assert not in_colab()
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20261201")
+    assert in_colab()
+
+
+def test_the_doctor_reports_each_item_and_advises_on_a_missing_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
+    report = diagnose()
+    labels = [f.label for f in report.findings]
+    assert labels[:3] == ["Python", "torch", "device"]
+    assert {"ipywidgets", "Colab"} <= set(labels)
+    text = report.render()
+    assert "No GPU found" in text and "Runtime > Change runtime type > GPU" in text
+    assert report.ok
+
+
+def test_the_doctor_names_the_gpu_and_its_memory(monkeypatch):
+    monkeypatch.setattr("coursekit.doctor.pick_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr(
+        "coursekit.doctor.gpu_summary", lambda: {"name": "NVIDIA H200", "memory_bytes": 141 * 2**30}
+    )
+    text = diagnose().render()
+    assert "NVIDIA H200, 141.0 GiB" in text
+
+
+def test_the_doctor_says_what_to_do_when_ipywidgets_is_missing(monkeypatch):
+    real = __import__("coursekit.doctor", fromlist=["_version"])._version
+    monkeypatch.setattr(
+        "coursekit.doctor._version", lambda name: None if name == "ipywidgets" else real(name)
+    )
+    report = diagnose()
+    assert not report.ok
+    assert "pip install ipywidgets" in report.render()

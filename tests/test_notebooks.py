@@ -1,0 +1,92 @@
+"""Whole notebooks, executed: hidden tests pass on the reference, stubs run to the end as
+"not attempted", and a hand-in with known mistakes has each one named in the notebook.
+
+nbval runs solutions/ separately (see pyproject.toml); these runs cover the other two views.
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from coursekit.authoring.markup import question_name
+from coursekit.checks import evaluate
+from coursekit.course import MODULES
+from tests import student_code
+
+pytestmark = pytest.mark.notebook
+REPO = Path(__file__).resolve().parents[1]
+NAMES = [m.name for m in MODULES]
+
+
+def execute(path: Path, replace: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom (stopping at the first error) and return it with outputs."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        name = question_name(cell)
+        if replace and name in replace:
+            cell.source = f"# Question: {name}\n{replace[name]}"
+    NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    return nb
+
+
+def text_of(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+
+
+def check_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("check(")]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_source_passes_its_own_hidden_tests(name, monkeypatch):
+    monkeypatch.setenv("COURSEKIT_STRICT_CHECKS", "1")
+    nb = execute(REPO / "notebooks" / f"{name}.ipynb")
+    assert all(text_of(c).startswith("[passed]") for c in check_cells(nb))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_untouched_exercise_runs_to_the_end_and_every_check_says_not_attempted(
+    name, monkeypatch
+):
+    monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
+    nb = execute(REPO / "exercises" / f"{name}.ipynb")
+    checks = check_cells(nb)
+    assert checks, "each module has graded questions"
+    for cell in checks:
+        assert text_of(cell).startswith("[not attempted]"), text_of(cell)
+    assert not any(o.output_type == "error" for c in nb.cells for o in c.get("outputs", []))
+
+
+HAND_INS = {
+    "00_welcome": [{"effective_batch_size": "world_size_ignored"}],
+    "01_accumulation": [
+        {
+            "accumulate_window": "loss_not_divided",
+            "train_accumulated": "last_window_scaled_by_n",
+            "plan_micro_batch": "not_largest",
+        },
+        {
+            "accumulate_window": "zero_grad_inside_loop",
+            "train_accumulated": "step_every_micro_batch",
+            "plan_micro_batch": "effective_batch_wrong",
+        },
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    ("name", "mistakes"), [(n, m) for n, runs in HAND_INS.items() for m in runs]
+)
+def test_a_hand_in_with_known_mistakes_has_each_one_named(name, mistakes, monkeypatch):
+    monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
+    sources = {q: student_code.BY_QUESTION[q][m] for q, m in mistakes.items()}
+    nb = execute(REPO / "exercises" / f"{name}.ipynb", replace=sources)
+    printed = {c.source.split('"')[1]: text_of(c) for c in check_cells(nb)}
+    for question, mistake in mistakes.items():
+        verdict = evaluate(question, student_code.load(question, mistake))
+        assert verdict.mistake == mistake
+        assert printed[question].strip() == verdict.render(), question

@@ -1,0 +1,72 @@
+"""Quizzes give instant feedback; the memory planner renders and follows its sliders."""
+
+import ipywidgets
+import pytest
+import torch
+
+from coursekit.models import tiny_mlp
+from coursekit.quiz import Quiz, QuizQuestion, feedback
+from coursekit.quizzes import QUIZZES, quiz
+from coursekit.widgets import memory_planner, planner_html
+
+QUESTION = QuizQuestion("2 + 2?", ("3", "4"), 1, "Because arithmetic.")
+
+
+def test_feedback_for_right_wrong_and_no_answer():
+    assert feedback(QUESTION, 1) == (True, "Correct. Because arithmetic.")
+    assert feedback(QUESTION, 0) == (False, "Not quite. Because arithmetic.")
+    assert feedback(QUESTION, None) == (False, "Pick an answer first.")
+    assert feedback(QUESTION, 5)[0] is False
+
+
+def test_an_answer_outside_the_options_is_refused_when_written():
+    with pytest.raises(ValueError, match="not an option"):
+        QuizQuestion("?", ("a",), 1, "")
+
+
+def test_clicking_check_shows_the_feedback():
+    box = Quiz("t", [QUESTION]).widget()
+    _prompt, options, button, result = box.children[1].children
+    button.click()
+    assert "Pick an answer first" in result.value
+    options.value = 0
+    button.click()
+    assert "Not quite" in result.value
+    options.value = 1
+    button.click()
+    assert "Correct" in result.value
+
+
+def test_the_text_fallback_answers_by_number(capsys):
+    q = Quiz("t", [QUESTION])
+    assert "1. 2 + 2?" in q.as_text()
+    q.answer(1, 2)
+    assert capsys.readouterr().out.startswith("[right] Correct.")
+
+
+def test_module_1_quiz_has_the_seed_questions():
+    prompts = " ".join(q.prompt for q in quiz("01_accumulation").questions)
+    assert "What does gradient accumulation let you do?" in prompts
+    assert "when do optimizer.step() and optimizer.zero_grad() run?" in prompts
+    assert set(QUIZZES) == {"00_welcome", "01_accumulation"}
+    with pytest.raises(KeyError, match="No quiz"):
+        quiz("99_nothing")
+
+
+def test_the_planner_measures_activations_for_the_chosen_micro_batch():
+    model = tiny_mlp(in_features=8, hidden=16, depth=2)
+    optimizer = torch.optim.Adam(model.parameters())
+    html = planner_html(model, optimizer, lambda n: torch.zeros(n, 8), 4, 8)
+    assert "4 x 8 = 32 samples" in html
+    assert f"activations: {4 * (8 + 16) * 4} B" in html
+
+
+def test_the_planner_widget_updates_when_a_slider_moves():
+    model = tiny_mlp(in_features=8, hidden=16, depth=2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    box = memory_planner(model, optimizer, lambda n: torch.zeros(n, 8), max_micro_batch=64)
+    micro, accum, view = box.children
+    assert isinstance(view, ipywidgets.HTML)
+    micro.value = 2
+    accum.value = 3
+    assert "2 x 3 = 6 samples" in view.value
