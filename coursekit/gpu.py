@@ -24,7 +24,7 @@ NO_GPU = (
 class GpuRun:
     micro_batch_size: int
     accum_steps: int
-    peak_bytes: int
+    peak_bytes: int | None  # None off CUDA, where no peak can be read
     samples_per_second: float
 
 
@@ -39,44 +39,56 @@ def gpu_model(in_features: int = 256, hidden: int = 2048, n_classes: int = 10) -
     )
 
 
-def accumulation_on_gpu(
-    effective_batch_size: int = 1024, micro_batch_sizes: tuple[int, ...] = (1024, 256, 64, 16)
-) -> list[GpuRun] | None:
-    """Train one window per micro-batch size at a fixed effective batch; None without CUDA.
+def measure_accumulation(
+    device: torch.device,
+    effective_batch_size: int,
+    micro_batch_sizes: tuple[int, ...],
+    hidden: int = 2048,
+) -> list[GpuRun]:
+    """Train one window per micro-batch size at a fixed effective batch on ``device``.
 
-    Batches start in pinned CPU memory and move with ``non_blocking=True``, so the copy of
-    the next micro-batch can overlap with the GPU's work on the current one.
+    On CUDA, batches start in pinned CPU memory and move with ``non_blocking=True``, so
+    Python does not wait for each copy and keeps queueing work for the GPU.
     """
-    if not torch.cuda.is_available():
-        return None
-    device = torch.device("cuda")
+    cuda = device.type == "cuda"
     inputs, labels = make_classification(effective_batch_size, in_features=256, n_classes=10)
-    inputs, labels = inputs.pin_memory(), labels.pin_memory()
+    if cuda:
+        inputs, labels = inputs.pin_memory(), labels.pin_memory()
     runs = []
     for micro in micro_batch_sizes:
+        if effective_batch_size % micro:
+            raise ValueError(f"{micro} does not divide the effective batch {effective_batch_size}.")
         accum_steps = effective_batch_size // micro
-        model = gpu_model().to(device)
+        model = gpu_model(hidden=hidden).to(device)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
         micro_batches = split_micro_batches(inputs, labels, micro)
 
-        def one_window(
-            model=model, optimizer=optimizer, micro_batches=micro_batches, accum_steps=accum_steps
-        ):
+        def one_window(model=model, optimizer=optimizer, batches=micro_batches, steps=accum_steps):
             train_accumulated(
                 model,
                 optimizer,
                 nn.CrossEntropyLoss(),
-                micro_batches,
-                accum_steps,
+                batches,
+                steps,
                 device=device,
-                non_blocking=True,
+                non_blocking=cuda,
             )
 
         one_window()  # creates the optimizer state, so the peak below includes it
         with track_cuda_peak(device) as peak:
             one_window()
         speed = samples_per_second(one_window, effective_batch_size, repeats=3)
-        runs.append(GpuRun(micro, accum_steps, int(peak.peak_bytes), speed))
+        runs.append(GpuRun(micro, accum_steps, peak.peak_bytes, speed))
         del model, optimizer
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     return runs
+
+
+def accumulation_on_gpu(
+    effective_batch_size: int = 1024, micro_batch_sizes: tuple[int, ...] = (1024, 256, 64, 16)
+) -> list[GpuRun] | None:
+    """:func:`measure_accumulation` on the CUDA GPU; None (say :data:`NO_GPU`) without one."""
+    if not torch.cuda.is_available():
+        return None
+    return measure_accumulation(torch.device("cuda"), effective_batch_size, micro_batch_sizes)

@@ -111,11 +111,11 @@ def track_cuda_peak(device: torch.device | str | None = None) -> Iterator[CudaPe
         True
     """
     result = CudaPeak()
-    if not torch.cuda.is_available():
+    device = torch.device(device or "cuda")
+    if device.type != "cuda" or not torch.cuda.is_available():
         result.reason = "no CUDA device: peak GPU memory cannot be measured here"
         yield result
         return
-    device = torch.device(device or "cuda")
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
     yield result

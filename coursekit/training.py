@@ -42,8 +42,8 @@ def train_accumulated(
     shorter window included. Returns the true mean loss of each window (what to log).
 
     Args:
-        device: where to move each micro-batch; ``non_blocking=True`` lets the copy from
-            pinned CPU memory overlap with GPU work.
+        device: where to move each micro-batch; with ``non_blocking=True`` a copy from
+            pinned CPU memory does not make Python wait, so it keeps queueing GPU work.
 
     Example:
         >>> from coursekit.data import make_regression, split_micro_batches

@@ -131,3 +131,16 @@ def test_throughput_is_samples_over_the_best_time():
     calls = []
     speed = samples_per_second(lambda: calls.append(1), n_samples=100, repeats=3, warmup=2)
     assert len(calls) == 5 and speed > 0
+
+
+def test_the_gpu_experiment_says_no_gpu_and_its_loop_runs_on_the_cpu(monkeypatch):
+    from coursekit import gpu
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert gpu.accumulation_on_gpu() is None
+    assert "No CUDA GPU here" in gpu.NO_GPU
+    runs = gpu.measure_accumulation(torch.device("cpu"), 32, (32, 8), hidden=16)
+    assert [(r.micro_batch_size, r.accum_steps) for r in runs] == [(32, 1), (8, 4)]
+    assert all(r.peak_bytes is None and r.samples_per_second > 0 for r in runs)
+    with pytest.raises(ValueError, match="does not divide"):
+        gpu.measure_accumulation(torch.device("cpu"), 32, (5,), hidden=16)
