@@ -55,7 +55,8 @@ def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
     count = len(micro_batches)
     losses, window_loss = [], 0.0
     for i, (inputs, targets) in enumerate(micro_batches):
-        size = min(accum_steps, count - (i - i % accum_steps))
+        window = micro_batches[i - i % accum_steps : i - i % accum_steps + accum_steps]
+        window_samples = sum(len(t) for _, t in window)
         {zero_inside}loss = loss_fn(model(inputs), targets)
         ({scaled}).backward()
         window_loss += {logged}
@@ -67,8 +68,8 @@ def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
 """
 _RIGHT = {
     "zero_inside": "",
-    "scaled": "loss / size",
-    "logged": "loss.item() / size",
+    "scaled": "loss * len(targets) / window_samples",
+    "logged": "loss.item() * len(targets) / window_samples",
     "boundary": "(i + 1) % accum_steps == 0 or i == count - 1",
     "step_and_zero": "optimizer.step()\n            optimizer.zero_grad()",
 }
@@ -80,7 +81,26 @@ def _loop(**changes):
 
 TRAIN_ACCUMULATED = {
     "correct": _loop(),
+    # Correct too, written another way: windows first, model.zero_grad, set_to_none.
+    "correct_by_windows": """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    logged = []
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        total = sum(len(y) for _, y in window)
+        window_loss = 0.0
+        for x, y in window:
+            loss = loss_fn(model(x), y) * len(y) / total
+            loss.backward()
+            window_loss += loss.item()
+        optimizer.step()
+        model.zero_grad(set_to_none=True)
+        logged.append(window_loss)
+    return logged
+""",
     "loss_not_divided": _loop(scaled="loss"),
+    "mean_of_means": _loop(scaled="loss / len(window)", logged="loss.item() / len(window)"),
     "step_every_micro_batch": _loop(boundary="True"),
     "zero_grad_inside_loop": _loop(zero_inside="optimizer.zero_grad()\n        "),
     "zero_grad_missing": _loop(step_and_zero="optimizer.step()"),
@@ -90,21 +110,7 @@ TRAIN_ACCUMULATED = {
     "last_window_dropped": _loop(boundary="(i + 1) % accum_steps == 0"),
     "last_window_scaled_by_n": _loop(scaled="loss / accum_steps"),
     "off_by_one_boundary": _loop(boundary="i % accum_steps == 0"),
-    "logged_scaled_loss": _loop(logged="loss.item() / size / accum_steps"),
-    "logged_last_micro_batch": """
-def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
-    micro_batches = list(micro_batches)
-    losses = []
-    for i, (inputs, targets) in enumerate(micro_batches):
-        size = min(accum_steps, len(micro_batches) - (i - i % accum_steps))
-        loss = loss_fn(model(inputs), targets)
-        (loss / size).backward()
-        if (i + 1) % accum_steps == 0 or i == len(micro_batches) - 1:
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-    return losses
-""",
+    "logged_scaled_loss": _loop(logged="loss.item() * len(targets) / window_samples / accum_steps"),
 }
 
 PLAN_MICRO_BATCH = {

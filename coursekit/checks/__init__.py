@@ -1,7 +1,17 @@
 """In-notebook checks: ``check(name, fn)`` prints a verdict; ``evaluate`` returns it."""
 
 from coursekit.checks import module00, module01  # noqa: F401  (registers the questions)
-from coursekit.checks.registry import QUESTIONS, Failure, Question, check, evaluate
+from coursekit.checks.question import Failure, Question
+from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of
 from coursekit.checks.result import CheckResult, Status
 
-__all__ = ["QUESTIONS", "CheckResult", "Failure", "Question", "Status", "check", "evaluate"]
+__all__ = [
+    "QUESTIONS",
+    "CheckResult",
+    "Failure",
+    "Question",
+    "Status",
+    "check",
+    "evaluate",
+    "questions_of",
+]

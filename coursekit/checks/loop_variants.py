@@ -11,15 +11,23 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from coursekit.training import windows
+
 MISTAKES: dict[str, str] = {
     "loss_not_divided": (
-        "The loss was not divided by the number of micro-batches in the window, so each step "
-        "used the sum of their gradients: N times too large, like an N times larger learning "
-        "rate under SGD. Divide each micro-batch's loss by the window's size before backward()."
+        "The loss was not divided by the window's size, so each step used the sum of the "
+        "micro-batch gradients: N times too large, like an N times larger learning rate under "
+        "SGD. Scale each micro-batch's loss by its share of the window before backward()."
+    ),
+    "mean_of_means": (
+        "Each loss was divided by the number of micro-batches in its window, but the micro-"
+        "batches differ in size (the last one is smaller): a mean of per-micro-batch means "
+        "over-weights the small one's samples. Weight each loss by its share of the window's "
+        "samples: loss * len(targets) / window_samples."
     ),
     "step_every_micro_batch": (
-        "optimizer.step() ran after every micro-batch. Step (and zero_grad) once per window, "
-        "when (i + 1) % accum_steps == 0 or at the last micro-batch."
+        "optimizer.step() ran after every micro-batch. Step (and zero_grad) once per window of "
+        "accum_steps micro-batches, and once more for a last, shorter window."
     ),
     "zero_grad_inside_loop": (
         "Only the last micro-batch of each window counted: zero_grad() runs before every "
@@ -36,11 +44,11 @@ MISTAKES: dict[str, str] = {
     "last_window_dropped": (
         "The last, incomplete window was never stepped: its micro-batches did a forward and "
         "backward for nothing (and their gradients would leak into the next epoch). Also step "
-        "at the last micro-batch."
+        "after the last micro-batch."
     ),
     "last_window_scaled_by_n": (
-        "The last window has r < accum_steps micro-batches but was divided by accum_steps, so "
-        "its step is only r/accum_steps of the right size. Divide by the window's real size r."
+        "The last window is shorter than accum_steps micro-batches but was divided by "
+        "accum_steps, so its step is too small. Scale by the window's real size."
     ),
     "off_by_one_boundary": (
         "The window boundary is off by one: `i % accum_steps == 0` steps after the first "
@@ -51,6 +59,15 @@ MISTAKES: dict[str, str] = {
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
+def _weight(mistake: str | None, samples: int, window: Sequence[Batch], accum_steps: int):
+    window_samples = sum(len(targets) for _, targets in window)
+    return {
+        "loss_not_divided": 1.0,
+        "mean_of_means": 1.0 / len(window),
+        "last_window_scaled_by_n": 1.0 / accum_steps,
+    }.get(mistake or "", samples / window_samples)
+
+
 def run_loop(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -58,44 +75,37 @@ def run_loop(
     micro_batches: Sequence[Batch],
     accum_steps: int,
     mistake: str | None = None,
-    micro_losses: list[float] | None = None,
 ) -> list[float]:
     """One pass of the accumulation loop, right (``mistake=None``) or with one mistake.
 
     Returns the logged loss per optimizer step: the mean loss over the window's samples.
-    Micro-batches are assumed equal in size (module 1); module 2 weighs unequal ones.
-    ``micro_losses``, when given, receives every micro-batch's unscaled loss.
     """
     if mistake is not None and mistake not in MISTAKES:
         raise ValueError(f"Unknown mistake {mistake!r}.")
     count = len(micro_batches)
     logged, window_loss = [], 0.0
-    for i, (inputs, targets) in enumerate(micro_batches):
-        window_size = min(accum_steps, count - (i // accum_steps) * accum_steps)
-        divisor = {
-            "loss_not_divided": 1,
-            "last_window_scaled_by_n": accum_steps,
-        }.get(mistake or "", window_size)
-        if mistake == "zero_grad_inside_loop":
-            optimizer.zero_grad()
-        loss = loss_fn(model(inputs), targets)
-        (loss / divisor).backward()
-        window_loss += loss.detach().item() / window_size
-        if micro_losses is not None:
-            micro_losses.append(loss.detach().item())
-        boundary = (i + 1) % accum_steps == 0 or i == count - 1
-        if mistake == "step_every_micro_batch":
-            boundary = True
-        elif mistake == "last_window_dropped":
-            boundary = (i + 1) % accum_steps == 0
-        elif mistake == "off_by_one_boundary":
-            boundary = i % accum_steps == 0
-        if boundary:
-            if mistake == "zero_grad_before_step":
+    for index, window in enumerate(windows(list(micro_batches), accum_steps)):
+        window_samples = sum(len(targets) for _, targets in window)
+        for offset, (inputs, targets) in enumerate(window):
+            i = index * accum_steps + offset
+            if mistake == "zero_grad_inside_loop":
                 optimizer.zero_grad()
-            optimizer.step()
-            if mistake not in ("zero_grad_missing", "zero_grad_before_step"):
-                optimizer.zero_grad()
-            logged.append(window_loss)
-            window_loss = 0.0
+            loss = loss_fn(model(inputs), targets)
+            (loss * _weight(mistake, len(targets), window, accum_steps)).backward()
+            window_loss += loss.detach().item() * len(targets) / window_samples
+            boundary = (i + 1) % accum_steps == 0 or i == count - 1
+            if mistake == "step_every_micro_batch":
+                boundary = True
+            elif mistake == "last_window_dropped":
+                boundary = (i + 1) % accum_steps == 0
+            elif mistake == "off_by_one_boundary":
+                boundary = i % accum_steps == 0
+            if boundary:
+                if mistake == "zero_grad_before_step":
+                    optimizer.zero_grad()
+                optimizer.step()
+                if mistake not in ("zero_grad_missing", "zero_grad_before_step"):
+                    optimizer.zero_grad()
+                logged.append(window_loss)
+                window_loss = 0.0
     return logged

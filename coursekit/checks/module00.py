@@ -1,37 +1,61 @@
-"""Public checks for module 0 (00_welcome): a warm-up that shows how checks work."""
+"""Checks for module 0 (00_welcome): a warm-up that shows how checks work."""
 
 from __future__ import annotations
 
-from coursekit.checks.registry import Failure, question
+import random
 
-MODULE = "00_welcome"
+from coursekit.checks.question import Failure, Question
+from coursekit.checks.registry import register
 
 
-def _case(micro_batch_size: int, accum_steps: int, world_size: int):
-    def case(effective_batch_size):
-        expected = micro_batch_size * accum_steps * world_size
-        answer = effective_batch_size(micro_batch_size, accum_steps, world_size)
-        if answer == expected:
+@register
+class EffectiveBatchSize(Question):
+    name = "effective_batch_size"
+    module = "00_welcome"
+    points = 1
+    hidden_tests = False
+
+    def public_specs(self):
+        return [
+            {"micro_batch_size": m, "accum_steps": a, "world_size": w}
+            for m, a, w in [(4, 8, 1), (3, 5, 2), (1, 1, 1), (16, 2, 4)]
+        ]
+
+    def hidden_specs(self, rng: random.Random):
+        return [
+            {
+                "micro_batch_size": rng.randint(1, 64),
+                "accum_steps": rng.randint(2, 32),
+                "world_size": rng.randint(2, 16),
+            }
+            for _ in range(2)
+        ]
+
+    def run(self, fn, spec):
+        answer = fn(spec["micro_batch_size"], spec["accum_steps"], spec["world_size"])
+        return {"answer": answer if isinstance(answer, (int, float)) else repr(answer)}
+
+    def reference(self):
+        return lambda micro_batch_size, accum_steps, world_size=1: (
+            micro_batch_size * accum_steps * world_size
+        )
+
+    def judge(self, spec, outputs, expected):
+        answer, wanted = outputs.get("answer"), expected["answer"]
+        if answer == wanted:
             return
-        call = f"effective_batch_size({micro_batch_size}, {accum_steps}, {world_size})"
-        if answer == micro_batch_size * accum_steps and world_size > 1:
+        m, a, w = spec["micro_batch_size"], spec["accum_steps"], spec["world_size"]
+        call = f"effective_batch_size({m}, {a}, {w})"
+        if answer == m * a and w > 1:
             raise Failure(
-                f"{call} returned {answer}: every one of the {world_size} processes runs its "
-                "own micro-batches, so multiply by world_size too.",
+                f"{call} returned {answer}: every one of the {w} processes runs its own "
+                "micro-batches, so multiply by world_size too.",
                 "world_size_ignored",
             )
-        sums = {micro_batch_size + accum_steps, micro_batch_size + accum_steps + world_size}
-        if answer in sums:
+        if answer in {m + a, m + a + w}:
             raise Failure(
                 f"{call} returned {answer}: the sizes multiply (N micro-batches of b samples "
                 "each are N x b samples), they do not add.",
                 "added_not_multiplied",
             )
-        raise Failure(f"{call} returned {answer!r}; expected {expected}.")
-
-    return case
-
-
-@question("effective_batch_size", MODULE, points=1, hidden_tests=False)
-def _effective_batch_size_cases():
-    return [_case(4, 8, 1), _case(3, 5, 2), _case(1, 1, 1), _case(16, 2, 4)]
+        raise Failure(f"{call} returned {answer!r}; expected {wanted}.")

@@ -1,140 +1,163 @@
-"""Public checks for module 1 (01_accumulation): one window, the loop, and memory.
+"""Checks for module 1 (01_accumulation): one window, the loop, and memory.
 
-Each case builds its own small problem, runs the student's function on it, and compares
-with an oracle: the full-batch gradient, the reference loop, or measured activation bytes.
-On a mismatch it tries the known mistakes before giving a generic message.
+Each question builds its inputs from a small spec (seeds and sizes), so the grader can
+rebuild exactly the same problem in another process. Judges compare with the reference's
+outputs and, on a mismatch, try the known mistakes before giving a generic message.
 """
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 
-from coursekit.checks.gradients import scale_factor
 from coursekit.checks.loop_variants import MISTAKES, run_loop
-from coursekit.checks.registry import Failure, question
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.registry import register
 from coursekit.data import make_regression, split_micro_batches
-from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
+from coursekit.gradients import flat_gradient, full_batch_gradient
 from coursekit.memory import activation_bytes
 from coursekit.models import tiny_mlp
+from coursekit.training import train_accumulated
 
 MODULE = "01_accumulation"
 
 # Summing N float64 micro-batch gradients in another order than the full batch does changes
-# only the last bits: ~1e-16 relative. float32 keeps 24 bits (~6e-8): after a few hundred
+# only the last bits: ~1e-15 relative. float32 keeps 24 bits (~6e-8): after a few hundred
 # multiply-adds per element, 1e-5 leaves a wide margin over the rounding seen in practice.
-FLOAT64_TOLERANCE = 1e-10
-FLOAT32_TOLERANCE = 1e-5
+TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
+DTYPES = {"float64": torch.float64, "float32": torch.float32}
+
+
+def _tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
+    return None if tensor is None else tensor.double().flatten().tolist()
 
 
 # ---------------------------------------------------------------- accumulate_window
 
 
-def _window_problem(accum_steps: int, dtype: torch.dtype, seed: int):
-    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=seed, dtype=dtype)
-    inputs, targets = make_regression(6 * accum_steps, in_features=5, seed=seed, dtype=dtype)
-    return model, inputs, targets, split_micro_batches(inputs, targets, 6)
+def _window_problem(spec):
+    dtype = DTYPES[spec["dtype"]]
+    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=dtype)
+    size = spec["micro_batch_size"] * spec["accum_steps"]
+    inputs, targets = make_regression(size, in_features=5, seed=spec["seed"], dtype=dtype)
+    return model, inputs, targets, split_micro_batches(inputs, targets, spec["micro_batch_size"])
 
 
-def _largest_forward_batch(model: nn.Module) -> list[int]:
-    sizes: list[int] = []
-    model.register_forward_pre_hook(lambda _module, args: sizes.append(len(args[0])))
-    return sizes
+def _reference_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
 
 
-def _window_case(accum_steps: int, dtype: torch.dtype, tolerance: float, seed: int):
-    def case(accumulate_window):
-        model, inputs, targets, micro_batches = _window_problem(accum_steps, dtype, seed)
-        expected = full_batch_gradient(model, nn.MSELoss(), inputs, targets)
-        student_model = copy.deepcopy(model)
-        forward_sizes = _largest_forward_batch(student_model)
-        accumulate_window(student_model, nn.MSELoss(), micro_batches)
-        if forward_sizes and max(forward_sizes) > len(micro_batches[0][0]):
+@register
+class AccumulateWindow(Question):
+    name = "accumulate_window"
+    module = MODULE
+    points = 3
+
+    def public_specs(self):
+        return [
+            {"seed": 1, "accum_steps": 4, "micro_batch_size": 6, "dtype": "float64"},
+            {"seed": 2, "accum_steps": 3, "micro_batch_size": 6, "dtype": "float64"},
+            {"seed": 3, "accum_steps": 1, "micro_batch_size": 6, "dtype": "float64"},
+            {"seed": 4, "accum_steps": 4, "micro_batch_size": 6, "dtype": "float32"},
+        ]
+
+    def hidden_specs(self, rng):
+        return [
+            {
+                "seed": rng.randrange(10**6),
+                "accum_steps": rng.randint(2, 9),
+                "micro_batch_size": rng.randint(2, 9),
+                "dtype": dtype,
+            }
+            for dtype in ("float64", "float64", "float32")
+        ]
+
+    def run(self, fn, spec):
+        model, _, _, micro_batches = _window_problem(spec)
+        forward_sizes: list[int] = []
+        model.register_forward_pre_hook(lambda _m, args: forward_sizes.append(len(args[0])))
+        fn(model, nn.MSELoss(), micro_batches)
+        return {
+            "grad": _tensor_list(flat_gradient(model.parameters())),
+            "largest_forward": max(forward_sizes, default=0),
+        }
+
+    def reference(self):
+        return _reference_window
+
+    def judge(self, spec, outputs, expected):
+        micro, n = spec["micro_batch_size"], spec["accum_steps"]
+        largest = outputs.get("largest_forward")
+        if isinstance(largest, int) and largest > micro:
             raise Failure(
-                f"A forward pass ran on {max(forward_sizes)} samples at once, but a micro-batch "
-                f"has {len(micro_batches[0][0])}. Accumulation runs one micro-batch at a time: "
-                "that is what keeps the memory small.",
+                f"A forward pass ran on {largest} samples at once, but a micro-batch has "
+                f"{micro}. Accumulation runs one micro-batch at a time: that is what keeps the "
+                "memory small.",
                 "whole_batch_forward",
             )
-        actual = flat_gradient(student_model.parameters())
-        if actual is None:
+        if outputs.get("grad") is None:
             raise Failure(
                 "No parameter has a gradient after your function: call backward() on each "
                 "micro-batch's loss, and do not zero the gradients at the end.",
                 "no_backward",
             )
-        error = relative_error(actual, expected)
-        if error <= tolerance:
+        actual = number_list(outputs, "grad", "a gradient for every parameter")
+        wanted = expected["grad"]
+        gap = relative_gap(actual, wanted)
+        if gap <= TOLERANCE[spec["dtype"]]:
             return
-        _diagnose_window(actual, expected, model, micro_batches, accum_steps, error, dtype)
-
-    return case
-
-
-def _diagnose_window(actual, expected, model, micro_batches, accum_steps, error, dtype):
-    first = full_batch_gradient(model, nn.MSELoss(), *micro_batches[0])
-    last = full_batch_gradient(model, nn.MSELoss(), *micro_batches[-1])
-    n = accum_steps
-    candidates = [
-        ("loss_not_divided", expected * n),
-        ("zero_grad_inside_loop", last / n),
-        ("zero_grad_inside_loop", last),
-        ("first_micro_batch_only", first / n),
-        ("first_micro_batch_only", first),
-        ("divided_twice", expected / n),
-    ]
-    messages = {
-        "loss_not_divided": (
-            f"Your gradient is exactly {n} times the full-batch gradient "
-            f"(accum_steps = {n}): " + MISTAKES["loss_not_divided"]
-        ),
-        "zero_grad_inside_loop": (
-            "Your gradient is the last micro-batch's alone: something zeroes the gradients "
-            "inside the loop, so earlier micro-batches are wiped. Let them add up."
-        ),
-        "first_micro_batch_only": (
-            "Your gradient is the first micro-batch's alone: the loop stops (or returns) "
-            "after one micro-batch. Run forward and backward on every micro-batch."
-        ),
-        "divided_twice": (
-            f"Your gradient is {n} times too small: the loss was divided by accum_steps twice "
-            "(or the gradients were divided again after backward)."
-        ),
-    }
-    for name, pattern in candidates:
-        if relative_error(actual, pattern) <= 1e-6:
-            raise Failure(messages[name], name)
-    k = scale_factor(actual, expected)
-    if k is not None:
+        model, _, _, micro_batches = _window_problem(spec)
+        first = full_batch_gradient(model, nn.MSELoss(), *micro_batches[0]).tolist()
+        last = full_batch_gradient(model, nn.MSELoss(), *micro_batches[-1]).tolist()
+        candidates = [
+            ("loss_not_divided", [g * n for g in wanted]),
+            ("zero_grad_inside_loop", [g / n for g in last]),
+            ("zero_grad_inside_loop", last),
+            ("first_micro_batch_only", [g / n for g in first]),
+            ("first_micro_batch_only", first),
+            ("divided_twice", [g / n for g in wanted]),
+        ]
+        messages = {
+            "loss_not_divided": (
+                f"Your gradient is exactly {n} times the full-batch gradient (accum_steps = "
+                f"{n}): the loss was not divided by accum_steps. Divide each micro-batch's loss "
+                "by the number of micro-batches before backward()."
+            ),
+            "zero_grad_inside_loop": (
+                "Your gradient is the last micro-batch's alone: something zeroes the gradients "
+                "inside the loop, so earlier micro-batches are wiped. Let them add up."
+            ),
+            "first_micro_batch_only": (
+                "Your gradient is the first micro-batch's alone: the loop stops (or returns) "
+                "after one micro-batch. Run forward and backward on every micro-batch."
+            ),
+            "divided_twice": (
+                f"Your gradient is {n} times too small: the loss was divided by accum_steps "
+                "twice (or the gradients were divided again after backward)."
+            ),
+        }
+        for mistake, pattern in candidates:
+            if n > 1 and relative_gap(actual, pattern) <= 1e-6:
+                raise Failure(messages[mistake], mistake)
+        k = scale_of(actual, wanted)
+        if k is not None:
+            raise Failure(
+                f"Your gradient points the right way but is {k:.3g} times the full-batch "
+                f"gradient: check what you divide the loss by (it should be {n}).",
+                "wrong_scale",
+            )
         raise Failure(
-            f"Your gradient points the right way but is {k:.3g} times the full-batch "
-            f"gradient: check what you divide the loss by (it should be {n}).",
-            "wrong_scale",
+            f"Your gradient differs from the full-batch gradient by {gap:.2e} (relative), more "
+            f"than the {spec['dtype']} tolerance of {TOLERANCE[spec['dtype']]:.0e}."
         )
-    tolerance = FLOAT64_TOLERANCE if dtype == torch.float64 else FLOAT32_TOLERANCE
-    raise Failure(
-        f"Your gradient differs from the full-batch gradient by {error:.2e} (relative), "
-        f"more than the {dtype} tolerance of {tolerance:.0e}."
-    )
-
-
-@question("accumulate_window", MODULE, points=3)
-def _accumulate_window_cases():
-    return [
-        _window_case(4, torch.float64, FLOAT64_TOLERANCE, seed=1),
-        _window_case(3, torch.float64, FLOAT64_TOLERANCE, seed=2),
-        _window_case(1, torch.float64, FLOAT64_TOLERANCE, seed=3),
-        _window_case(4, torch.float32, FLOAT32_TOLERANCE, seed=4),
-    ]
 
 
 # ---------------------------------------------------------------- train_accumulated
 
 
 class _Counter:
-    """Counts optimizer.step() and zero_grad() calls (optimizer's or model's)."""
+    """Counts optimizer.step() and zero_grad() calls (the optimizer's or the model's)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
         self.steps = 0
@@ -153,178 +176,287 @@ class _Counter:
         self.steps += 1
 
 
-def _fresh_run(seed: int, n_micro: int):
-    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=seed, dtype=torch.float64)
-    inputs, targets = make_regression(4 * n_micro, in_features=5, seed=seed, dtype=torch.float64)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    return model, optimizer, split_micro_batches(inputs, targets, 4)
-
-
-def _parameters(model: nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in model.parameters()])
-
-
-def _variant_result(seed: int, n_micro: int, accum_steps: int, mistake: str | None):
-    """Final weights, logged window losses and every micro-batch's loss of one variant."""
-    model, optimizer, micro_batches = _fresh_run(seed, n_micro)
-    micro_losses: list[float] = []
-    logged = run_loop(
-        model, optimizer, nn.MSELoss(), micro_batches, accum_steps, mistake, micro_losses
+def _loop_problem(spec):
+    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=torch.float64)
+    inputs, targets = make_regression(
+        spec["n_samples"], in_features=5, seed=spec["seed"] + 1, dtype=torch.float64
     )
-    return _parameters(model), logged, micro_losses
+    if spec["optimizer"] == "adam":
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=spec.get("momentum", 0))
+    return model, optimizer, split_micro_batches(inputs, targets, spec["micro_batch_size"])
 
 
-def _loop_case(n_micro: int, accum_steps: int, seed: int):
-    expected_steps = -(-n_micro // accum_steps)
-
-    def case(train_accumulated):
-        model, optimizer, micro_batches = _fresh_run(seed, n_micro)
-        counter = _Counter(model, optimizer)
-        logged = train_accumulated(model, optimizer, nn.MSELoss(), micro_batches, accum_steps)
-        actual = _parameters(model)
-        expected, expected_logged, micro_losses = _variant_result(seed, n_micro, accum_steps, None)
-        setting = (
-            f"({n_micro} micro-batches, accum_steps = {accum_steps}: "
-            f"{expected_steps} optimizer steps expected)"
-        )
-        if relative_error(actual, expected) > FLOAT64_TOLERANCE:
-            for mistake in MISTAKES:
-                candidate, _, _ = _variant_result(seed, n_micro, accum_steps, mistake)
-                if relative_error(actual, candidate) <= 1e-9:
-                    raise Failure(f"{MISTAKES[mistake]} {setting}", mistake)
-            raise Failure(
-                f"The final weights differ from the reference loop's {setting}. You called "
-                f"optimizer.step() {counter.steps} times and zero_grad() "
-                f"{counter.zero_grads} times."
-            )
-        last_losses = [
-            micro_losses[min(end, n_micro) - 1]
-            for end in range(accum_steps, n_micro + accum_steps, accum_steps)
-        ]
-        _check_logged(logged, expected_logged, last_losses, accum_steps, setting)
-
-    return case
+def _weights(model: nn.Module) -> list[float]:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
 
 
-def _check_logged(logged, expected, last_losses, accum_steps, setting):
+def _as_floats(values) -> list[float] | str:
     try:
-        values = [float(v) for v in logged]
-    except TypeError:
-        raise Failure(
-            "The weights are right, but return a list with one float per optimizer step: the "
-            f"mean loss over that window's samples. Got {type(logged).__name__}.",
-            "logged_loss_wrong",
-        ) from None
-    if len(values) != len(expected):
-        raise Failure(
-            f"The weights are right, but you returned {len(values)} losses: return one per "
-            f"optimizer step {setting}.",
-            "logged_loss_wrong",
-        )
-    actual = torch.tensor(values, dtype=torch.float64)
-    wanted = torch.tensor(expected, dtype=torch.float64)
-    if relative_error(actual, wanted) <= 1e-9:
-        return
-    k = scale_factor(actual, wanted)
-    if k is not None and abs(k * accum_steps - 1) < 1e-6:
-        raise Failure(
-            f"The weights are right, but the logged loss is {accum_steps} times too small: "
-            "you logged the loss after dividing it by accum_steps. Log the window's mean loss.",
-            "logged_scaled_loss",
-        )
-    last = torch.tensor(last_losses, dtype=torch.float64)
-    if relative_error(actual, last) <= 1e-9 or relative_error(actual * accum_steps, last) <= 1e-9:
-        raise Failure(
-            "The weights are right, but you logged only the last micro-batch's loss of each "
-            "window. Log the mean over the whole window: add up loss / window size for each "
-            "micro-batch.",
-            "logged_last_micro_batch",
-        )
-    raise Failure(
-        "The weights are right, but the returned losses are not each window's mean loss "
-        f"(expected {[round(v, 4) for v in expected]}, got {[round(v, 4) for v in values]}).",
-        "logged_loss_wrong",
-    )
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        return type(values).__name__
 
 
-@question("train_accumulated", MODULE, points=4)
-def _train_accumulated_cases():
-    return [
-        _loop_case(n_micro=8, accum_steps=4, seed=11),
-        _loop_case(n_micro=10, accum_steps=4, seed=12),
-        _loop_case(n_micro=5, accum_steps=1, seed=13),
-        _loop_case(n_micro=3, accum_steps=5, seed=14),
-    ]
+@register
+class TrainAccumulated(Question):
+    name = "train_accumulated"
+    module = MODULE
+    points = 4
+
+    def public_specs(self):
+        def spec(seed, n_samples, micro, accum):
+            return {
+                "seed": seed,
+                "n_samples": n_samples,
+                "micro_batch_size": micro,
+                "accum_steps": accum,
+                "optimizer": "sgd",
+            }
+
+        return [
+            spec(11, 32, 4, 4),  # 8 micro-batches: two full windows
+            spec(12, 40, 4, 4),  # 10 micro-batches: windows of 4, 4 and 2
+            spec(13, 38, 4, 4),  # the last micro-batch has 2 samples
+            spec(14, 20, 4, 1),  # no accumulation at all
+            spec(15, 12, 4, 5),  # one window, shorter than accum_steps
+        ]
+
+    def hidden_specs(self, rng):
+        specs = []
+        for optimizer in ("sgd", "sgd", "adam"):
+            micro = rng.randint(2, 6)
+            specs.append(
+                {
+                    "seed": rng.randrange(10**6),
+                    "n_samples": rng.randint(3 * micro, 15 * micro),
+                    "micro_batch_size": micro,
+                    "accum_steps": rng.randint(2, 5),
+                    "optimizer": optimizer,
+                    "momentum": rng.choice([0.0, 0.9]),
+                }
+            )
+        return specs
+
+    def run(self, fn, spec):
+        model, optimizer, micro_batches = _loop_problem(spec)
+        counter = _Counter(model, optimizer)
+        logged = fn(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
+        return {
+            "weights": _weights(model),
+            "losses": _as_floats(logged),
+            "steps": counter.steps,
+            "zero_grads": counter.zero_grads,
+        }
+
+    def reference(self):
+        return train_accumulated
+
+    def _variant(self, spec, mistake):
+        model, optimizer, micro_batches = _loop_problem(spec)
+        run_loop(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"], mistake)
+        return _weights(model)
+
+    def judge(self, spec, outputs, expected):
+        n_micro = -(-spec["n_samples"] // spec["micro_batch_size"])
+        accum = spec["accum_steps"]
+        wanted_steps = -(-n_micro // accum)
+        setting = (
+            f"({spec['n_samples']} samples in micro-batches of {spec['micro_batch_size']}, "
+            f"accum_steps = {accum}: {wanted_steps} optimizer steps expected)"
+        )
+        weights = number_list(outputs, "weights", "the model's weights")
+        if relative_gap(weights, expected["weights"]) > TOLERANCE["float64"]:
+            self._diagnose(spec, outputs, weights, n_micro, wanted_steps, setting)
+        self._judge_losses(outputs, expected, spec, setting)
+
+    def _diagnose(self, spec, outputs, weights, n_micro, wanted_steps, setting):
+        steps, zero_grads = outputs.get("steps"), outputs.get("zero_grads")
+        full_windows = n_micro // spec["accum_steps"]
+        if steps == n_micro != wanted_steps:
+            raise Failure(
+                f"{MISTAKES['step_every_micro_batch']} {setting}", "step_every_micro_batch"
+            )
+        if steps == full_windows != wanted_steps:
+            raise Failure(f"{MISTAKES['last_window_dropped']} {setting}", "last_window_dropped")
+        model, _, _ = _loop_problem(spec)
+        if steps and relative_gap(weights, _weights(model)) == 0.0:
+            raise Failure(f"{MISTAKES['zero_grad_before_step']} {setting}", "zero_grad_before_step")
+        if zero_grads == 0 and steps:
+            raise Failure(f"{MISTAKES['zero_grad_missing']} {setting}", "zero_grad_missing")
+        for mistake in MISTAKES:
+            if relative_gap(weights, self._variant(spec, mistake)) <= 1e-9:
+                raise Failure(f"{MISTAKES[mistake]} {setting}", mistake)
+        raise Failure(
+            f"The final weights differ from the reference loop's {setting}. You called "
+            f"optimizer.step() {steps} times and zero_grad() {zero_grads} times."
+        )
+
+    def _judge_losses(self, outputs, expected, spec, setting):
+        losses = outputs.get("losses")
+        wanted = expected["losses"]
+        if not isinstance(losses, list):
+            raise Failure(
+                "The weights are right, but return a list with one float per optimizer step: "
+                f"the mean loss over that window's samples. Got {losses}.",
+                "logged_loss_wrong",
+            )
+        actual = number_list(outputs, "losses", "a list of numbers")
+        if len(actual) != len(wanted):
+            raise Failure(
+                f"The weights are right, but you returned {len(actual)} losses: return one "
+                f"per optimizer step {setting}.",
+                "logged_loss_wrong",
+            )
+        if relative_gap(actual, wanted) <= 1e-9:
+            return
+        k = scale_of(actual, wanted)
+        if k is not None and abs(k * spec["accum_steps"] - 1) < 1e-6:
+            raise Failure(
+                f"The weights are right, but the logged loss is {spec['accum_steps']} times too "
+                "small: you logged the loss after scaling it for backward. Log the window's "
+                "mean loss.",
+                "logged_scaled_loss",
+            )
+        raise Failure(
+            "The weights are right, but the returned losses are not each window's mean loss "
+            f"(expected {[round(v, 4) for v in wanted]}, got {[round(v, 4) for v in actual]}).",
+            "logged_loss_wrong",
+        )
 
 
 # ---------------------------------------------------------------- plan_micro_batch
 
 
-def _memory_problem():
-    model = tiny_mlp(in_features=32, hidden=64, depth=3, seed=21)
-    return model, lambda size: torch.zeros(size, 32)
+def _memory_model(spec):
+    model = tiny_mlp(in_features=spec["in_features"], hidden=spec["hidden"], depth=3, seed=21)
+    return model, (lambda size: torch.zeros(size, spec["in_features"]))
 
 
-def _plan_case(effective_batch_size: int, budget_of, label: str):
-    """``budget_of(bytes_by_size)`` sets the budget from the measured bytes."""
+def _divisors(n: int) -> list[int]:
+    return [m for m in range(1, n + 1) if n % m == 0]
 
-    def case(plan_micro_batch):
-        model, make_inputs = _memory_problem()
-        sizes = [m for m in range(1, effective_batch_size + 1) if effective_batch_size % m == 0]
-        measured = {m: activation_bytes(model, make_inputs(m)) for m in sizes}
-        budget = budget_of(measured)
-        fitting = [m for m in sizes if measured[m] <= budget]
-        if not fitting:
+
+def _reference_plan(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in sorted(_divisors(effective_batch_size), reverse=True):
+        if activation_bytes(model, make_inputs(size)) <= budget_bytes:
+            return size, effective_batch_size // size
+    raise ValueError(f"Not even one sample's activations fit in {budget_bytes} bytes.")
+
+
+def _plan_spec(effective_batch_size, in_features, hidden, budget_of, label):
+    spec = {
+        "effective_batch_size": effective_batch_size,
+        "in_features": in_features,
+        "hidden": hidden,
+        "label": label,
+    }
+    model, make_inputs = _memory_model(spec)
+    measured = {m: activation_bytes(model, make_inputs(m)) for m in _divisors(effective_batch_size)}
+    return {**spec, "budget_bytes": int(budget_of(measured))}
+
+
+@register
+class PlanMicroBatch(Question):
+    name = "plan_micro_batch"
+    module = MODULE
+    points = 3
+
+    def public_specs(self):
+        return [
+            _plan_spec(
+                32, 32, 64, lambda m: (m[8] + m[16]) // 2, "a budget between 8 and 16 samples"
+            ),
+            _plan_spec(32, 32, 64, lambda m: m[16], "a budget exactly equal to 16 samples' bytes"),
+            _plan_spec(24, 32, 64, lambda m: 10 * m[24], "a budget where everything fits"),
+            _plan_spec(32, 32, 64, lambda m: m[1] - 1, "a budget where nothing fits"),
+        ]
+
+    def hidden_specs(self, rng):
+        effective = rng.choice([24, 36, 48, 60])
+        sizes = _divisors(effective)
+        pick = rng.choice(sizes[1:-1])
+        return [
+            _plan_spec(
+                effective,
+                rng.randint(8, 40),
+                rng.randint(16, 80),
+                lambda m, p=pick: m[p],
+                "a budget drawn at grading time",
+            ),
+            _plan_spec(
+                effective,
+                rng.randint(8, 40),
+                rng.randint(16, 80),
+                lambda m, p=pick: m[p] + 1,
+                "a budget drawn at grading time",
+            ),
+        ]
+
+    def run(self, fn, spec):
+        model, make_inputs = _memory_model(spec)
+        try:
+            answer = fn(model, make_inputs, spec["budget_bytes"], spec["effective_batch_size"])
+        except ValueError as exc:
+            return {"raised": "ValueError", "message": str(exc)[:200]}
+        if isinstance(answer, tuple) and len(answer) == 2:
             try:
-                answer = plan_micro_batch(model, make_inputs, budget, effective_batch_size)
-            except ValueError:
+                return {"answer": [int(answer[0]), int(answer[1])]}
+            except (TypeError, ValueError):
+                pass
+        return {"answer": repr(answer)[:200]}
+
+    def reference(self):
+        return _reference_plan
+
+    def judge(self, spec, outputs, expected):
+        budget, effective = spec["budget_bytes"], spec["effective_batch_size"]
+        where = f"({spec['label']}: budget {budget} bytes, effective batch {effective})"
+        model, make_inputs = _memory_model(spec)
+        if "raised" in expected:
+            if outputs.get("raised") == "ValueError":
                 return
+            needs = activation_bytes(model, make_inputs(1))
             raise Failure(
-                f"With a budget of {budget} bytes even a micro-batch of 1 needs "
-                f"{measured[1]} bytes, so nothing fits; you returned {answer!r}. Raise "
-                "ValueError with a message that says so.",
+                f"With a budget of {budget} bytes even a micro-batch of 1 needs {needs} bytes, "
+                f"so nothing fits; you returned {outputs.get('answer')!r}. Raise ValueError "
+                "with a message that says so.",
                 "nothing_fits_not_raised",
             )
-        best = max(fitting)
-        answer = plan_micro_batch(model, make_inputs, budget, effective_batch_size)
-        if not (isinstance(answer, tuple) and len(answer) == 2):
-            raise Failure(f"Return a tuple (micro_batch_size, accum_steps); got {answer!r}.")
-        micro, accum = (int(v) for v in answer)
-        where = f"({label}: budget {budget} bytes, effective batch {effective_batch_size})"
-        if micro * accum != effective_batch_size:
+        best = expected["answer"][0]
+        if outputs.get("raised"):
+            raise Failure(
+                f"You raised ValueError, but a micro-batch of {best} fits {where}.", "not_largest"
+            )
+        answer = outputs.get("answer")
+        if not (isinstance(answer, list) and len(answer) == 2):
+            raise Failure(f"Return a tuple (micro_batch_size, accum_steps); got {answer}.")
+        micro, accum = answer
+        if micro * accum != effective:
             raise Failure(
                 f"micro_batch_size x accum_steps = {micro} x {accum} = {micro * accum}, but the "
-                f"effective batch must be {effective_batch_size} {where}.",
+                f"effective batch must be {effective} {where}.",
                 "effective_batch_wrong",
             )
-        if micro not in measured:
-            raise Failure(f"{micro} does not divide {effective_batch_size} {where}.")
-        if measured[micro] > budget:
+        if micro < 1 or effective % micro:
+            raise Failure(f"{micro} does not divide {effective} {where}.")
+        needs = activation_bytes(model, make_inputs(micro))
+        if needs > budget:
             raise Failure(
-                f"A micro-batch of {micro} needs {measured[micro]} bytes of activations, over "
-                f"the budget {where}. Only sizes whose measured bytes are <= the budget fit.",
+                f"A micro-batch of {micro} needs {needs} bytes of activations, over the budget "
+                f"{where}. Only sizes whose measured bytes are <= the budget fit.",
                 "does_not_fit",
             )
         if micro < best:
+            best_needs = activation_bytes(model, make_inputs(best))
             hint = (
                 " A size whose bytes equal the budget exactly still fits: use <=, not <."
-                if measured[best] == budget
+                if best_needs == budget
                 else ""
             )
             raise Failure(
-                f"A larger micro-batch also fits: {best} needs {measured[best]} bytes "
-                f"{where}. The largest that fits means the fewest accumulation steps.{hint}",
+                f"A larger micro-batch also fits: {best} needs {best_needs} bytes {where}. The "
+                f"largest that fits means the fewest accumulation steps.{hint}",
                 "not_largest",
             )
-
-    return case
-
-
-@question("plan_micro_batch", MODULE, points=3)
-def _plan_micro_batch_cases():
-    return [
-        _plan_case(32, lambda m: (m[8] + m[16]) // 2, "a budget between 8 and 16 samples"),
-        _plan_case(32, lambda m: m[16], "a budget exactly equal to 16 samples' bytes"),
-        _plan_case(24, lambda m: 10 * m[24], "a budget where everything fits"),
-        _plan_case(32, lambda m: m[1] - 1, "a budget where nothing fits"),
-    ]

@@ -10,49 +10,40 @@ from __future__ import annotations
 import os
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from coursekit.checks.question import Failure, Question
 from coursekit.checks.result import CheckResult, Status
 
 STRICT_ENV = "COURSEKIT_STRICT_CHECKS"
 
-
-class Failure(Exception):
-    """Raised inside a check to stop with a verdict for the student.
-
-    ``mistake`` names a recognised mistake, when the failure matches one.
-    """
-
-    def __init__(self, message: str, mistake: str | None = None):
-        super().__init__(message)
-        self.message = message
-        self.mistake = mistake
-
-
-@dataclass(frozen=True)
-class Question:
-    """A graded question: its public checks, its points and whether hidden tests exist."""
-
-    name: str
-    module: str
-    points: int
-    cases: tuple[Callable[[Callable], None], ...]
-    hidden_tests: bool
-
-
 QUESTIONS: dict[str, Question] = {}
 
 
-def question(name: str, module: str, points: int, hidden_tests: bool = True):
-    """Register the decorated check cases (a list of callables) as a question's checks."""
+def register(cls: type[Question]) -> type[Question]:
+    """Class decorator: make a question known to ``check`` and to the grader."""
+    if cls.name in QUESTIONS:
+        raise ValueError(f"Question {cls.name!r} is registered twice.")
+    QUESTIONS[cls.name] = cls()
+    return cls
 
-    def register(make_cases: Callable[[], list[Callable[[Callable], None]]]):
-        if name in QUESTIONS:
-            raise ValueError(f"Question {name!r} is registered twice.")
-        QUESTIONS[name] = Question(name, module, points, tuple(make_cases()), hidden_tests)
-        return make_cases
 
-    return register
+def questions_of(module: str) -> list[Question]:
+    """The questions of one module (its notebook's name), in registration order."""
+    return [q for q in QUESTIONS.values() if q.module == module]
+
+
+def error_message(exc: BaseException) -> str:
+    """One line for a student: the exception and, when known, the line of their code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    for frame in reversed(frames):
+        if "coursekit" not in frame.filename and "torch" not in frame.filename and frame.line:
+            where = f" (line {frame.lineno}: {frame.line})"
+            break
+    text = str(exc)
+    if len(text) > 300:
+        text = text[:300] + "..."
+    return f"Your function raised {type(exc).__name__}: {text}{where}"
 
 
 def evaluate(name: str, student_fn: Callable) -> CheckResult:
@@ -60,46 +51,31 @@ def evaluate(name: str, student_fn: Callable) -> CheckResult:
     if name not in QUESTIONS:
         known = ", ".join(sorted(QUESTIONS))
         raise KeyError(f"No question named {name!r}. Questions: {known}.")
-    spec = QUESTIONS[name]
+    question = QUESTIONS[name]
+    specs = question.public_specs()
+    total = len(specs)
     if not callable(student_fn):
         return CheckResult(
             name,
             Status.ERROR,
             0,
-            len(spec.cases),
+            total,
             f"Expected your function, got {type(student_fn).__name__}. "
             f"Pass the function itself: check({name!r}, {name}).",
         )
-    passed = 0
-    for case in spec.cases:
+    for passed, spec in enumerate(specs):
         try:
-            case(student_fn)
+            outputs = question.run(student_fn, spec)
         except NotImplementedError:
-            return CheckResult(name, Status.NOT_ATTEMPTED, 0, len(spec.cases))
-        except Failure as failure:
-            return CheckResult(
-                name, Status.FAILED, passed, len(spec.cases), failure.message, failure.mistake
-            )
+            return CheckResult(name, Status.NOT_ATTEMPTED, 0, total)
         except Exception as exc:  # the student's code raised: report it in one line
-            where = _student_frame(exc)
-            return CheckResult(
-                name,
-                Status.ERROR,
-                passed,
-                len(spec.cases),
-                f"Your function raised {type(exc).__name__}: {exc}{where}",
-            )
-        passed += 1
-    return CheckResult(name, Status.PASSED, passed, len(spec.cases), hidden_tests=spec.hidden_tests)
-
-
-def _student_frame(exc: BaseException) -> str:
-    """' (line N of your cell)' for the innermost frame outside coursekit, if any."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    for frame in reversed(frames):
-        if "coursekit" not in frame.filename and "torch" not in frame.filename:
-            return f" (line {frame.lineno}: {frame.line})" if frame.line else ""
-    return ""
+            return CheckResult(name, Status.ERROR, passed, total, error_message(exc))
+        expected = question.run(question.reference(), spec)
+        try:
+            question.judge(spec, outputs, expected)
+        except Failure as failure:
+            return CheckResult(name, Status.FAILED, passed, total, failure.message, failure.mistake)
+    return CheckResult(name, Status.PASSED, total, total, hidden_tests=question.hidden_tests)
 
 
 def check(name: str, student_fn: Callable) -> None:

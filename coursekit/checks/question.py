@@ -1,0 +1,93 @@
+"""What a graded question is: specs, a run, an oracle and a judge, kept apart on purpose.
+
+The same question is checked in two places. In a student's notebook, ``check(...)`` runs
+everything in the student's kernel. In the batch grader, only :meth:`Question.run` happens in
+the hand-in's (sandboxed) process; its plain-data outputs travel to the grader, where
+:meth:`Question.judge` compares them with the reference's outputs for the same spec. So the
+run must return plain JSON data, and the judge must trust nothing about it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from typing import Any
+
+Spec = dict[str, Any]
+Outputs = dict[str, Any]
+
+
+class Failure(Exception):
+    """Raised by a judge to give a verdict; ``mistake`` names a recognised mistake."""
+
+    def __init__(self, message: str, mistake: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.mistake = mistake
+
+
+class Question:
+    """A graded question. Subclasses set the class attributes and the four methods."""
+
+    name: str
+    module: str
+    points: int
+    hidden_tests: bool = True  # does the grader draw specs of its own (hidden_specs)?
+
+    def public_specs(self) -> list[Spec]:
+        """Fixed inputs that ``check(...)`` uses in the notebook."""
+        raise NotImplementedError
+
+    def hidden_specs(self, rng: random.Random) -> list[Spec]:
+        """Inputs the grader draws at grading time; students never see them in advance."""
+        return []
+
+    def run(self, fn: Callable, spec: Spec) -> Outputs:
+        """Call ``fn`` on inputs built from ``spec``; return plain data (lists, numbers, str).
+
+        Exceptions from ``fn`` propagate: the caller reports them.
+        """
+        raise NotImplementedError
+
+    def reference(self) -> Callable:
+        """coursekit's own correct implementation: the oracle for ``check(...)``."""
+        raise NotImplementedError
+
+    def judge(self, spec: Spec, outputs: Outputs, expected: Outputs) -> None:
+        """Return if ``outputs`` are right for ``spec``; else raise :class:`Failure`."""
+        raise NotImplementedError
+
+
+# ----------------------------------------------------------------- reading untrusted outputs
+
+
+def number_list(outputs: Outputs, key: str, what: str) -> list[float]:
+    """``outputs[key]`` as a list of finite-or-not floats, or a Failure that says what is wrong."""
+    value = outputs.get(key)
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise Failure(f"Your function did not produce {what}.")
+    return [float(v) for v in value]
+
+
+def relative_gap(actual: list[float], expected: list[float]) -> float:
+    """``max|a - e| / max|e|`` on plain lists; inf when lengths differ or values are not finite."""
+    if len(actual) != len(expected):
+        return math.inf
+    if not all(math.isfinite(v) for v in actual):
+        return math.inf
+    scale = max((abs(v) for v in expected), default=0.0) or 1e-300
+    return max((abs(a - e) for a, e in zip(actual, expected, strict=True)), default=0.0) / scale
+
+
+def scale_of(actual: list[float], expected: list[float]) -> float | None:
+    """k when ``actual`` is k times ``expected`` (to 1e-6 relative), else None."""
+    denominator = sum(e * e for e in expected)
+    if len(actual) != len(expected) or denominator == 0.0:
+        return None
+    k = sum(a * e for a, e in zip(actual, expected, strict=True)) / denominator
+    if k == 0.0 or relative_gap(actual, [k * e for e in expected]) > 1e-6:
+        return None
+    return k
