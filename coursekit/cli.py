@@ -56,6 +56,52 @@ def _start(args: argparse.Namespace) -> int:
     return start_lab(root, port=args.port, open_browser=not args.no_browser)
 
 
+def _grade(args: argparse.Namespace) -> int:
+    from coursekit.grading.command import run_grade
+    from coursekit.grading.sandbox import Limits
+
+    root = Path(args.root).resolve() if args.root else find_course_root()
+    if args.workers < 1:
+        print("coursekit grade: --workers must be at least 1.", file=sys.stderr)
+        return 2
+    limits = Limits(
+        cell_timeout_s=args.cell_timeout,
+        task_timeout_s=args.test_timeout,
+        hand_in_timeout_s=args.timeout,
+        memory_bytes=args.memory_mb * 2**20,
+    )
+    return run_grade(
+        root,
+        args.hand_ins,
+        args.assignment,
+        Path(args.gradebook),
+        args.workers,
+        args.json,
+        limits,
+        regrade=args.regrade,
+    )
+
+
+def _export(args: argparse.Namespace) -> int:
+    from coursekit.grading.instructor import run_export
+
+    return run_export(Path(args.gradebook), args.format, Path(args.out), args.assignment)
+
+
+def _certificate(args: argparse.Namespace) -> int:
+    from coursekit.grading.instructor import run_certificate
+
+    out = Path(args.out) if args.out else None
+    key = Path(args.key) if args.key else None
+    return run_certificate(Path(args.gradebook), args.student, args.pass_mark, out, key)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from coursekit.grading.instructor import run_verify
+
+    return run_verify(Path(args.certificate), Path(args.key) if args.key else None)
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(
         prog="coursekit", description="Gradient accumulation, hands-on: course tools."
@@ -69,6 +115,40 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--check", action="store_true", help="only report files that would change")
     build.add_argument("--root", help="course folder (default: found from the current folder)")
     build.set_defaults(run=_build)
+
+    grade = commands.add_parser("grade", help="grade a folder of hand-ins into the gradebook")
+    grade.add_argument("hand_ins", nargs="+", metavar="HAND_IN", help="notebooks or folders")
+    grade.add_argument("--assignment", required=True, help="module notebook, e.g. 01_accumulation")
+    grade.add_argument("--workers", type=int, default=1, help="hand-ins graded at once")
+    grade.add_argument("--gradebook", default="gradebook.sqlite", help="SQLite gradebook file")
+    grade.add_argument("--json", action="store_true", help="one JSON object per hand-in")
+    grade.add_argument("--regrade", action="store_true", help="grade unchanged hand-ins again")
+    grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
+    grade.add_argument("--test-timeout", type=float, default=30.0, help="seconds per test")
+    grade.add_argument("--timeout", type=float, default=300.0, help="seconds per hand-in")
+    grade.add_argument("--memory-mb", type=int, default=3072, help="memory per hand-in")
+    grade.add_argument("--root", help="course folder (default: found from the current folder)")
+    grade.set_defaults(run=_grade)
+
+    export = commands.add_parser("export", help="grades as CSV, Gradescope JSON or HTML pages")
+    export.add_argument("--format", choices=["csv", "gradescope", "html"], default="csv")
+    export.add_argument("--out", default="grades", help="file (.csv) or folder to write")
+    export.add_argument("--assignment", help="only this assignment")
+    export.add_argument("--gradebook", default="gradebook.sqlite")
+    export.set_defaults(run=_export)
+
+    certificate = commands.add_parser("certificate", help="certificate for a student who passed")
+    certificate.add_argument("student")
+    certificate.add_argument("--pass-mark", type=float, default=70.0, help="percent (default 70)")
+    certificate.add_argument("--out", help="HTML file to write")
+    certificate.add_argument("--gradebook", default="gradebook.sqlite")
+    certificate.add_argument("--key", help="signing key file (made on first use)")
+    certificate.set_defaults(run=_certificate)
+
+    verify = commands.add_parser("verify", help="check that a certificate is genuine")
+    verify.add_argument("certificate", help="the certificate's HTML file")
+    verify.add_argument("--key", help="signing key file")
+    verify.set_defaults(run=_verify)
 
     start = commands.add_parser("start", help="open the course in JupyterLab")
     start.add_argument("--port", type=int, default=8888, help="first port to try (default 8888)")

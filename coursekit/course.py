@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The course's name, as certificates print it.
+TITLE = "Gradient accumulation, hands-on"
 #: ``owner/name`` of the public GitHub repository that students open in Colab.
 REPOSITORY = "coursekit/coursekit"
 #: The branch that Colab links and the set-up cell install from.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 
+from coursekit.authoring.assignment_tag import tag_assignment
 from coursekit.authoring.hidden_tests import drop_hidden_tests
 from coursekit.authoring.markup import MarkupError, validate
 from coursekit.authoring.outputs import clear_outputs
@@ -23,8 +24,14 @@ from coursekit.authoring.solutions import stub_solutions, unmark_solutions
 Transform = Callable[[dict, str], dict]
 
 PIPELINES: dict[str, tuple[Transform, ...]] = {
-    "exercises": (stub_solutions, drop_hidden_tests, clear_outputs, add_setup_cell),
-    "solutions": (unmark_solutions, drop_hidden_tests, clear_outputs, add_setup_cell),
+    "exercises": (stub_solutions, drop_hidden_tests, clear_outputs, tag_assignment, add_setup_cell),
+    "solutions": (
+        unmark_solutions,
+        drop_hidden_tests,
+        clear_outputs,
+        tag_assignment,
+        add_setup_cell,
+    ),
 }
 
 

@@ -1,0 +1,107 @@
+"""The ``coursekit grade`` command: gradebook, skipping what is graded, progress, output."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+from coursekit.grading.gradebook import Gradebook
+from coursekit.grading.grader import GraderError, GradeResult, grade_all, prepare
+from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.sandbox import Limits
+from coursekit.progress import Progress
+
+
+def expand(hand_ins: list[str]) -> list[str]:
+    """Files as given; folders searched for notebooks (checkpoints left out)."""
+    paths = []
+    for item in hand_ins:
+        path = Path(item)
+        if path.is_dir():
+            paths += sorted(
+                str(p) for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+            )
+        else:
+            paths.append(str(path))
+    return paths
+
+
+def _identity(path: str, assignment: str) -> tuple[str, str]:
+    """(student, sha256) of a hand-in, also for files that are not notebooks."""
+    try:
+        hand_in = read_hand_in(path, assignment)
+        return hand_in.student, hand_in.sha256
+    except HandInError:
+        try:
+            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        except OSError:
+            digest = ""
+        return Path(path).stem, digest
+
+
+def run_grade(
+    root: Path,
+    hand_ins: list[str],
+    assignment: str,
+    gradebook_path: Path,
+    workers: int,
+    as_json: bool,
+    limits: Limits,
+    regrade: bool = False,
+) -> int:
+    paths = expand(hand_ins)
+    if not paths:
+        print("coursekit grade: no hand-ins found in the paths given.", file=sys.stderr)
+        return 2
+    with Gradebook(gradebook_path) as book:
+        todo, done = [], []
+        for path in paths:
+            student, sha = _identity(path, assignment)
+            if not regrade and sha and book.is_graded(assignment, student, sha):
+                done.append((student, sha))
+            else:
+                todo.append(path)
+        if done:
+            print(
+                f"{len(done)} hand-in(s) already graded (unchanged files): kept as they are; "
+                "use --regrade to grade them again.",
+                file=sys.stderr,
+            )
+        if todo:
+            print(f"Running the reference solution of {assignment}...", file=sys.stderr)
+            try:
+                plan = prepare(root, assignment, limits)
+            except GraderError as error:
+                print(f"coursekit grade: {error}", file=sys.stderr)
+                return 2
+            run_id = book.start_run(assignment, plan.specs)
+            progress = Progress(len(todo), f"grading {assignment}")
+
+            def on_result(result: GradeResult) -> None:
+                book.record(result, run_id)
+                note = f"{result.student}: {result.score:g}/{result.max_score:g}"
+                progress.step(note + (" (error)" if result.error else ""))
+                if as_json:
+                    print(json.dumps(result.public()), flush=True)
+
+            grade_all(todo, plan, workers, on_result)
+            book.finish_run(run_id)
+        if as_json:
+            wanted = {(s, h) for s, h in done}
+            for grade in book.current_grades(assignment):
+                if (grade.student, grade.sha256) in wanted:
+                    print(json.dumps({k: v for k, v in grade.result.items() if k != "notes"}))
+        elif not as_json:
+            _print_table(book, assignment)
+    return 0
+
+
+def _print_table(book: Gradebook, assignment: str) -> None:
+    grades = book.current_grades(assignment)
+    width = max([len(g.student) for g in grades] + [7])
+    print(f"{'student'.ljust(width)}  score")
+    for grade in grades:
+        suffix = f"  ({grade.error})" if grade.error else ""
+        print(f"{grade.student.ljust(width)}  {grade.score:g}/{grade.max_score:g}{suffix}")

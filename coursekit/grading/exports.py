@@ -1,0 +1,122 @@
+"""Grades out of the gradebook: a CSV, Gradescope results files, and feedback pages."""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+import re
+from pathlib import Path
+
+from coursekit.grading.gradebook import Grade
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
+
+
+def write_csv(grades: list[Grade], path: Path) -> Path:
+    """One row per student and assignment: the current grade."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(
+            ["student", "assignment", "score", "max_score", "percent", "graded_at", "error"]
+        )
+        for g in grades:
+            percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
+            writer.writerow(
+                [g.student, g.assignment, g.score, g.max_score, percent, g.graded_at, g.error or ""]
+            )
+    return path
+
+
+def gradescope_results(grade: Grade) -> dict:
+    """Gradescope's autograder ``results.json`` for one hand-in."""
+    tests = [
+        {
+            "name": q["name"],
+            "score": q["score"],
+            "max_score": q["max_score"],
+            "output": q["feedback"],
+            "visibility": "visible",
+        }
+        for q in grade.result.get("questions", [])
+    ]
+    results = {"score": grade.score, "tests": tests, "visibility": "visible"}
+    if grade.error:
+        results["output"] = grade.error
+    return results
+
+
+def write_gradescope(grades: list[Grade], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for grade in grades:
+        path = folder / f"{_safe(grade.student)}_{grade.assignment}.json"
+        path.write_text(json.dumps(gradescope_results(grade), indent=2))
+        written.append(path)
+    return written
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<title>Feedback: {assignment}, {student}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto; padding: 0 1rem;
+       color: #222; line-height: 1.5; }}
+.score {{ font-size: 1.6rem; font-weight: 600; }}
+.question {{ border: 1px solid #ddd; border-radius: 6px; padding: .6rem 1rem; margin: .8rem 0; }}
+.full {{ border-left: 6px solid #2e7d32; }} .partial {{ border-left: 6px solid #ef6c00; }}
+.error {{ background: #fdecea; padding: .6rem 1rem; border-radius: 6px; }}
+.notes {{ color: #555; font-size: .92rem; }}
+</style></head><body>
+<h1>{assignment}</h1>
+<p>Feedback for <b>{student}</b>, graded {graded_at}.</p>
+<p class="score">{score:g} / {max_score:g} points</p>
+{error}
+{questions}
+{notes}
+</body></html>
+"""
+
+
+def feedback_page(grade: Grade) -> str:
+    """A page a student can read: the score, each question's feedback, notes on cells."""
+    esc = html.escape
+    questions = "\n".join(
+        f'<div class="question {"full" if q["score"] == q["max_score"] else "partial"}">'
+        f"<h2>{esc(q['name'])}: {q['score']:g} / {q['max_score']:g}</h2>"
+        f"<p>{esc(q['feedback'])}</p></div>"
+        for q in grade.result.get("questions", [])
+    )
+    notes = grade.result.get("notes") or []
+    notes_html = (
+        '<div class="notes"><h2>About your notebook\'s cells</h2><p>These cost no points; they '
+        "may explain a failing test.</p><ul>"
+        + "".join(f"<li>{esc(n)}</li>" for n in notes)
+        + "</ul></div>"
+        if notes
+        else ""
+    )
+    error = f'<p class="error">{esc(grade.error)}</p>' if grade.error else ""
+    return PAGE.format(
+        assignment=esc(grade.assignment),
+        student=esc(grade.student),
+        graded_at=esc(grade.graded_at),
+        score=grade.score,
+        max_score=grade.max_score,
+        error=error,
+        questions=questions,
+        notes=notes_html,
+    )
+
+
+def write_feedback(grades: list[Grade], folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for grade in grades:
+        path = folder / f"{_safe(grade.student)}_{grade.assignment}.html"
+        path.write_text(feedback_page(grade), encoding="utf-8")
+        written.append(path)
+    return written

@@ -1,0 +1,171 @@
+"""The gradebook: one SQLite file, every hand-in and every grading of it kept.
+
+A *submission* is one hand-in file's content (its SHA-256) by one student for one
+assignment; each time it is graded, a *grading* row is added. Grading the same file again
+is skipped unless asked for, so re-running a grading run (or resuming a killed one) never
+duplicates or loses a result: each result is written in one transaction as it arrives.
+WAL mode and a busy timeout let two grading runs share the file safely.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from coursekit import __version__
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY,
+    assignment TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    specs TEXT NOT NULL,
+    coursekit_version TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS submissions (
+    id INTEGER PRIMARY KEY,
+    assignment TEXT NOT NULL,
+    student TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    path TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    UNIQUE (assignment, student, sha256)
+);
+CREATE TABLE IF NOT EXISTS gradings (
+    id INTEGER PRIMARY KEY,
+    submission_id INTEGER NOT NULL REFERENCES submissions(id),
+    run_id INTEGER REFERENCES runs(id),
+    graded_at TEXT NOT NULL,
+    score REAL NOT NULL,
+    max_score REAL NOT NULL,
+    error TEXT,
+    result TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS gradings_by_submission ON gradings(submission_id);
+"""
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class Grade:
+    """The current grade of a student for an assignment (latest hand-in, latest grading)."""
+
+    student: str
+    assignment: str
+    score: float
+    max_score: float
+    error: str | None
+    graded_at: str
+    sha256: str
+    path: str
+    result: dict
+
+
+class Gradebook:
+    """A SQLite gradebook file; safe to share between concurrent grading runs."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def start_run(self, assignment: str, specs: dict) -> int:
+        cursor = self._db.execute(
+            "INSERT INTO runs (assignment, started_at, specs, coursekit_version) VALUES (?,?,?,?)",
+            (assignment, _now(), json.dumps(specs), __version__),
+        )
+        return int(cursor.lastrowid)
+
+    def finish_run(self, run_id: int) -> None:
+        self._db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (_now(), run_id))
+
+    def is_graded(self, assignment: str, student: str, sha256: str) -> bool:
+        row = self._db.execute(
+            "SELECT 1 FROM gradings g JOIN submissions s ON s.id = g.submission_id "
+            "WHERE s.assignment = ? AND s.student = ? AND s.sha256 = ? LIMIT 1",
+            (assignment, student, sha256),
+        ).fetchone()
+        return row is not None
+
+    def record(self, result, run_id: int | None) -> None:
+        """Store one grading (and its submission, when new) in a single transaction."""
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR IGNORE INTO submissions (assignment, student, sha256, path, first_seen) "
+                "VALUES (?,?,?,?,?)",
+                (result.assignment, result.student, result.sha256, result.path, _now()),
+            )
+            (submission_id,) = self._db.execute(
+                "SELECT id FROM submissions WHERE assignment = ? AND student = ? AND sha256 = ?",
+                (result.assignment, result.student, result.sha256),
+            ).fetchone()
+            self._db.execute(
+                "INSERT INTO gradings (submission_id, run_id, graded_at, score, max_score, error,"
+                " result) VALUES (?,?,?,?,?,?,?)",
+                (
+                    submission_id,
+                    run_id,
+                    _now(),
+                    result.score,
+                    result.max_score,
+                    result.error,
+                    json.dumps(result.public() | {"notes": result.notes}),
+                ),
+            )
+
+    def _transaction(self):
+        db = self._db
+
+        class _Transaction:
+            def __enter__(self):
+                db.execute("BEGIN IMMEDIATE")
+
+            def __exit__(self, kind, value, tb):
+                db.execute("ROLLBACK" if kind else "COMMIT")
+
+        return _Transaction()
+
+    def current_grades(self, assignment: str | None = None) -> list[Grade]:
+        """One row per (student, assignment): the newest grading of the newest hand-in."""
+        rows = self._db.execute(
+            "SELECT s.student, s.assignment, g.score, g.max_score, g.error, g.graded_at, "
+            "s.sha256, s.path, g.result FROM gradings g JOIN submissions s "
+            "ON s.id = g.submission_id "
+            "WHERE (? IS NULL OR s.assignment = ?) ORDER BY s.first_seen, s.id, g.id",
+            (assignment, assignment),
+        ).fetchall()
+        latest: dict[tuple[str, str], Grade] = {}
+        for row in rows:
+            grade = Grade(*row[:8], result=json.loads(row[8]))
+            latest[(grade.student, grade.assignment)] = grade
+        return sorted(latest.values(), key=lambda g: (g.student, g.assignment))
+
+    def attempts(self, student: str, assignment: str) -> int:
+        (count,) = self._db.execute(
+            "SELECT COUNT(*) FROM submissions WHERE student = ? AND assignment = ?",
+            (student, assignment),
+        ).fetchone()
+        return int(count)
+
+    def integrity(self) -> str:
+        return self._db.execute("PRAGMA integrity_check").fetchone()[0]

@@ -1,0 +1,223 @@
+"""``coursekit grade``: prepare the reference once, grade each hand-in in its own sandbox.
+
+The reference is the source notebook's solution, run in a sandbox of its own on the very
+specs (public and drawn-at-grading-time hidden ones) that each hand-in then gets. Judging
+happens here, in the grader, never in a process that ran a hand-in's code.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+import nbformat
+
+from coursekit.authoring.build import read_source, render
+from coursekit.checks import QUESTIONS, questions_of
+from coursekit.checks.question import Failure
+from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.judging import as_dict, judge_question
+from coursekit.grading.sandbox import Limits, become_subreaper, run_hand_in
+
+
+class GraderError(RuntimeError):
+    """The grader itself cannot run (not a problem of any one hand-in)."""
+
+
+@dataclass
+class GradeResult:
+    path: str
+    student: str
+    assignment: str
+    sha256: str = ""
+    score: float = 0.0
+    max_score: float = 0.0
+    questions: list[dict] = field(default_factory=list)
+    error: str | None = None
+    notes: list[str] = field(default_factory=list)  # cells that failed: context, no points
+    seconds: float = 0.0
+
+    def public(self) -> dict:
+        """The ``--json`` object: what a hand-in got, and why."""
+        return {
+            "path": self.path,
+            "student": self.student,
+            "assignment": self.assignment,
+            "score": self.score,
+            "max_score": self.max_score,
+            "questions": [
+                {k: q[k] for k in ("name", "score", "max_score", "feedback")}
+                for q in self.questions
+            ],
+            "error": self.error,
+        }
+
+
+@dataclass
+class Plan:
+    """Everything a worker needs to grade hand-ins of one assignment (all plain data)."""
+
+    assignment: str
+    specs: dict[str, list[dict]]
+    expected: dict[str, list[dict]]
+    limits: Limits
+    landlock: bool = True
+
+    @property
+    def max_score(self) -> float:
+        return float(sum(QUESTIONS[name].points for name in self.specs))
+
+    def tasks(self) -> list[dict]:
+        return [{"question": q, "spec": s} for q, specs in self.specs.items() for s in specs]
+
+
+def draw_specs(assignment: str, rng: random.Random) -> dict[str, list[dict]]:
+    """Public specs plus hidden ones drawn now, for each question of the assignment."""
+    questions = questions_of(assignment)
+    if not questions:
+        raise GraderError(f"The assignment {assignment!r} has no graded questions.")
+    return {q.name: q.public_specs() + q.hidden_specs(rng) for q in questions}
+
+
+def solution_cells(root: Path, assignment: str) -> list[str]:
+    """The code cells of the source notebook's solution (no hidden tests, no markers)."""
+    source = root / "notebooks" / f"{assignment}.ipynb"
+    if not source.exists():
+        raise GraderError(f"No source notebook {source} for the assignment {assignment!r}.")
+    text = render(read_source(source), str(source.relative_to(root)), "solutions")
+    notebook = nbformat.reads(text, as_version=4)
+    return [c.source for c in notebook.cells if c.cell_type == "code"]
+
+
+def prepare(
+    root: Path,
+    assignment: str,
+    limits: Limits,
+    seed: int | None = None,
+    landlock: bool = True,
+) -> Plan:
+    """Draw the specs and compute the reference's outputs on them, checked against coursekit."""
+    rng = random.Random(secrets.randbits(64) if seed is None else seed)
+    specs = draw_specs(assignment, rng)
+    plan = Plan(assignment, specs, {}, limits, landlock)
+    reference_limits = Limits(
+        **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
+    )
+    run = run_hand_in(solution_cells(root, assignment), plan.tasks(), reference_limits, landlock)
+    if run.failure or len(run.tasks) != len(plan.tasks()):
+        raise GraderError(f"The reference solution of {assignment} could not run: {run.failure}")
+    records = iter(run.tasks)
+    for name, question_specs in specs.items():
+        question = QUESTIONS[name]
+        plan.expected[name] = []
+        for spec in question_specs:
+            record = next(records)
+            if record.get("status") != "ok":
+                raise GraderError(f"The reference solution fails {name} on {spec}: {record}")
+            oracle = question.run(question.reference(), spec)
+            try:
+                question.judge(spec, record["outputs"], oracle)
+            except Failure as failure:
+                raise GraderError(
+                    f"The reference solution of {name} in notebooks/{assignment}.ipynb disagrees "
+                    f"with coursekit's own on {spec}: {failure.message}"
+                ) from None
+            plan.expected[name].append(record["outputs"])
+    return plan
+
+
+def _cell_notes(run) -> list[str]:
+    notes = [
+        f"Cell {index + 1} was skipped: {why}. Grading ran the rest of the notebook without it."
+        for index, why in sorted(run.killed_cells.items())
+    ]
+    for cell in run.cells:
+        number = cell.get("index", 0) + 1
+        if cell.get("status") == "timeout":
+            notes.append(f"Cell {number} was stopped after the time limit for one cell.")
+        elif cell.get("status") == "error":
+            notes.append(f"Cell {number} raised {cell.get('error', 'an error')}.")
+    return notes
+
+
+def grade_path(path: str, plan: Plan) -> GradeResult:
+    """Grade one hand-in file. Never raises for a hand-in's sake: errors become results."""
+    started = time.monotonic()
+    result = GradeResult(path=str(path), student=Path(path).stem, assignment=plan.assignment)
+    result.max_score = plan.max_score
+    try:
+        hand_in = read_hand_in(path, plan.assignment)
+    except HandInError as error:
+        result.error = str(error)
+        result.questions = _zero(plan, "Not graded: see the error.")
+        result.seconds = time.monotonic() - started
+        return result
+    result.student, result.sha256 = hand_in.student, hand_in.sha256
+    run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.landlock)
+    result.notes = _cell_notes(run)
+    if run.failure:
+        result.error = run.failure
+        result.questions = _zero(plan, "Not graded: see the error.")
+    else:
+        records = iter(run.tasks)
+        for name, specs in plan.specs.items():
+            question_records = [next(records) for _ in specs]
+            graded = judge_question(
+                QUESTIONS[name],
+                specs,
+                question_records,
+                plan.expected[name],
+                plan.limits.task_timeout_s,
+            )
+            result.questions.append(as_dict(graded))
+        result.score = round(sum(q["score"] for q in result.questions), 4)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _zero(plan: Plan, feedback: str) -> list[dict]:
+    return [
+        {
+            "name": name,
+            "score": 0.0,
+            "max_score": float(QUESTIONS[name].points),
+            "feedback": feedback,
+            "passed": 0,
+            "total": len(specs),
+            "mistakes": [],
+        }
+        for name, specs in plan.specs.items()
+    ]
+
+
+def _safe_grade(path: str, plan: Plan) -> GradeResult:
+    try:
+        return grade_path(path, plan)
+    except Exception:  # a grader bug must not end the batch: report it on this hand-in
+        result = GradeResult(path=str(path), student=Path(path).stem, assignment=plan.assignment)
+        result.max_score = plan.max_score
+        result.error = "The grader failed on this hand-in; tell your instructor."
+        result.notes = [traceback.format_exc(limit=3)]
+        result.questions = _zero(plan, "Not graded: the grader failed on this hand-in.")
+        return result
+
+
+def grade_all(
+    paths: Iterable[str], plan: Plan, workers: int, on_result: Callable[[GradeResult], None]
+) -> None:
+    """Grade hand-ins in parallel worker processes; ``on_result`` runs here, one at a time."""
+    paths = list(paths)
+    if not paths:
+        return
+    context = get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=become_subreaper) as pool:
+        futures = [pool.submit(_safe_grade, path, plan) for path in paths]
+        for future in as_completed(futures):
+            on_result(future.result())

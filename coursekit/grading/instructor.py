@@ -1,0 +1,80 @@
+"""The instructor's commands after grading: export, certificate, verify."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from coursekit.checks import questions_of
+from coursekit.course import MODULES, TITLE
+from coursekit.grading import certificates, exports
+from coursekit.grading.gradebook import Gradebook
+from coursekit.grading.keys import load_or_create_key
+
+
+def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> int:
+    if not gradebook.exists():
+        print(f"coursekit export: no gradebook at {gradebook}; grade first.", file=sys.stderr)
+        return 2
+    with Gradebook(gradebook) as book:
+        grades = book.current_grades(assignment)
+    if not grades:
+        print("coursekit export: the gradebook holds no grades for that.", file=sys.stderr)
+        return 2
+    if fmt == "csv":
+        target = out if out.suffix == ".csv" else out / "grades.csv"
+        print(f"wrote {exports.write_csv(grades, target)}")
+    elif fmt == "gradescope":
+        print(f"wrote {len(exports.write_gradescope(grades, out))} results files to {out}/")
+    else:
+        print(f"wrote {len(exports.write_feedback(grades, out))} feedback pages to {out}/")
+    return 0
+
+
+def course_score(book: Gradebook, student: str) -> tuple[float, float, list[str]]:
+    """(score, max score, missing assignments) over every graded module of the course."""
+    graded = [m.name for m in MODULES if questions_of(m.name)]
+    current = {g.assignment: g for g in book.current_grades() if g.student == student}
+    score = sum(current[a].score for a in graded if a in current)
+    maximum = sum(sum(q.points for q in questions_of(a)) for a in graded)
+    return score, float(maximum), [a for a in graded if a not in current]
+
+
+def run_certificate(
+    gradebook: Path, student: str, pass_percent: float, out: Path | None, key_path: Path | None
+) -> int:
+    if not gradebook.exists():
+        print(f"coursekit certificate: no gradebook at {gradebook}.", file=sys.stderr)
+        return 2
+    with Gradebook(gradebook) as book:
+        score, maximum, missing = course_score(book, student)
+    percent = 100 * score / maximum if maximum else 0.0
+    if percent < pass_percent:
+        extra = f" Not yet graded: {', '.join(missing)}." if missing else ""
+        print(
+            f"coursekit certificate: {student} has {score:g} of {maximum:g} points "
+            f"({percent:.1f}%), below the pass mark of {pass_percent:g}%.{extra}",
+            file=sys.stderr,
+        )
+        return 1
+    page, fields = certificates.issue(student, TITLE, percent, load_or_create_key(key_path))
+    target = out or Path(f"certificate-{exports._safe(student)}.html")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8")
+    print(f"wrote {target}: {student}, {fields['score']}, ID {fields['id']}")
+    return 0
+
+
+def run_verify(page_path: Path, key_path: Path | None) -> int:
+    try:
+        page = page_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        print(f"coursekit verify: cannot read {page_path} as a text file.", file=sys.stderr)
+        return 2
+    verdict = certificates.verify(page, load_or_create_key(key_path))
+    if verdict.genuine:
+        f = verdict.fields
+        print(f"Genuine: {f['name']}, {f['course']}, {f['score']}, {f['date']}, ID {f['id']}.")
+        return 0
+    print(f"NOT genuine: {verdict.reason}.")
+    return 1

@@ -1,0 +1,76 @@
+"""Turning what a hand-in's process returned into scores and feedback, in the grader.
+
+Every comparison happens here, against the reference's outputs for the same spec; the
+hand-in's process only ever produced plain data. Each spec is one test, worth an equal
+share of its question's points.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from coursekit.checks.question import Failure, Question
+
+
+@dataclass
+class QuestionResult:
+    name: str
+    score: float
+    max_score: float
+    feedback: str
+    passed: int = 0
+    total: int = 0
+    mistakes: list[str] = field(default_factory=list)
+
+
+def judge_test(question: Question, spec: dict, record: dict, expected: dict, task_timeout_s):
+    """(passed, message, mistake) for one test; messages never quote test code."""
+    status = record.get("status") if isinstance(record, dict) else None
+    name = question.name
+    if status == "ok" and isinstance(record.get("outputs"), dict):
+        try:
+            question.judge(spec, record["outputs"], expected)
+        except Failure as failure:
+            return False, failure.message, failure.mistake
+        except Exception:  # outputs of an unexpected shape: the judge trusts nothing
+            return False, f"{name} returned something of an unexpected kind.", None
+        return True, "", None
+    if status == "not_attempted":
+        return False, f"{name} is not attempted: it still raises NotImplementedError.", None
+    if status == "missing":
+        return (
+            False,
+            f"{name} is not defined in your notebook: was its cell deleted or renamed, or "
+            "did an earlier cell stop with an error before it?",
+            None,
+        )
+    if status == "timeout":
+        return False, f"{name} did not finish one test within {task_timeout_s:.0f} s.", None
+    if status == "error":
+        return False, str(record.get("message", "it raised an error"))[:500], None
+    return False, f"{name} could not be run.", None
+
+
+def judge_question(question, specs, records, expected, task_timeout_s) -> QuestionResult:
+    """Score one question: an equal share of its points for each test passed."""
+    verdicts = [
+        judge_test(question, spec, record, reference, task_timeout_s)
+        for spec, record, reference in zip(specs, records, expected, strict=True)
+    ]
+    passed = sum(ok for ok, _, _ in verdicts)
+    total = len(verdicts)
+    score = round(question.points * passed / total, 4) if total else 0.0
+    failures = [(message, mistake) for ok, message, mistake in verdicts if not ok]
+    mistakes = sorted({mistake for _, mistake in failures if mistake})
+    if not failures:
+        feedback = f"All {total} tests pass."
+    else:
+        first = failures[0][0]
+        feedback = f"{passed} of {total} tests pass. {first}"
+    return QuestionResult(
+        question.name, score, float(question.points), feedback, passed, total, mistakes
+    )
+
+
+def as_dict(result: QuestionResult) -> dict:
+    return asdict(result)

@@ -1,0 +1,213 @@
+"""The grader's side of running one hand-in: a confined child process, watched from outside.
+
+Each run gets a fresh scratch folder, a time limit for the whole process (the runner adds
+one per cell), and is killed with everything it started when it is done or out of time. A
+cell that kills the process (``os._exit``, a crash, a signal) is skipped on a second try, so
+one such cell costs only itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from coursekit.grading import privileges
+
+RESULT_CAP_BYTES = 20 * 2**20
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one hand-in may use. Times are wall-clock seconds."""
+
+    cell_timeout_s: float = 60.0
+    task_timeout_s: float = 30.0
+    hand_in_timeout_s: float = 300.0
+    memory_bytes: int = 3 * 2**30
+    max_processes: int = 64
+    output_bytes: int = 2 * 2**20
+    file_bytes: int = 64 * 2**20
+
+
+@dataclass
+class SandboxRun:
+    """What came back from the hand-in's process (plain data, to be judged elsewhere)."""
+
+    cells: list[dict] = field(default_factory=list)
+    tasks: list[dict] = field(default_factory=list)
+    killed_cells: dict[int, str] = field(default_factory=dict)  # index -> why it was skipped
+    failure: str | None = None  # set when no result came back at all
+    confinement: dict = field(default_factory=dict)
+    output_tail: str = ""
+    seconds: float = 0.0
+
+
+def become_subreaper() -> None:
+    """Orphans of our children re-parent to us, so daemons a hand-in starts can be found."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def kill_children() -> None:
+    """SIGKILL every live child of this process (with the subreaper set: every descendant)."""
+    me = str(os.getpid())
+    for _ in range(20):
+        found = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me:
+                found.append(int(stat.parent.name))
+        if not found:
+            return
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in found:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+
+
+def _clean_env(home: Path) -> dict[str, str]:
+    keep = {"PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(
+        HOME=str(home),
+        TMPDIR=str(home / "tmp"),
+        MPLBACKEND="Agg",
+        MPLCONFIGDIR=str(home / ".matplotlib"),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+    )
+    return env
+
+
+def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
+    scratch = Path(tempfile.mkdtemp(prefix="coursekit-hand-in-"))
+    work, out = scratch / "work", scratch / "out"
+    for folder in (work, work / "tmp", out):
+        folder.mkdir()
+    job = {
+        "cells": cells,
+        "skip": sorted(skip),
+        "crashed": sorted(crashed),
+        "tasks": tasks,
+        "limits": asdict(limits),
+        "scratch": str(scratch / "work"),
+        "out": str(out),
+        "landlock": landlock,
+    }
+    job_path = scratch / "job.json"
+    job_path.write_text(json.dumps(job))
+    os.chmod(job_path, 0o644)
+    started = time.monotonic()
+    with open(scratch / "stdio.txt", "wb") as stdio:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "coursekit.grading.runner", str(job_path)],
+            cwd=work,
+            env=_clean_env(work),
+            stdin=subprocess.DEVNULL,
+            stdout=stdio,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=limits.hand_in_timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        kill_children()
+        group = privileges.pids_cgroup_path(process.pid)
+        if group is not None:
+            privileges.remove_cgroup(group)
+    seconds = time.monotonic() - started
+    result = _read_json(out / "result.json")
+    progress = _read_text(out / "progress.txt").splitlines()
+    output = _read_text(out / "output.txt")[-4000:]
+    shutil.rmtree(scratch, ignore_errors=True)
+    return result, progress, output, process.returncode, timed_out, seconds
+
+
+def _read_text(path: Path) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(RESULT_CAP_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _read_json(path: Path):
+    try:
+        if path.stat().st_size > RESULT_CAP_BYTES:
+            return None
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(data, dict) and isinstance(data.get("cells"), list)
+    return data if ok and isinstance(data.get("tasks"), list) else None
+
+
+def _why(returncode: int, timed_out: bool, limits: Limits) -> str:
+    if timed_out:
+        return f"it ran past the {limits.hand_in_timeout_s:.0f} s limit for a whole notebook"
+    if returncode < 0:
+        name = signal.Signals(-returncode).name
+        return f"the process was killed by {name} (a crash, or the code killed itself)"
+    return f"it ended the process (exit status {returncode}, e.g. os._exit)"
+
+
+def run_hand_in(
+    cells: list[str], tasks: list[dict], limits: Limits, landlock: bool = True, retries: int = 6
+) -> SandboxRun:
+    """Run a hand-in's cells and tasks in a confined process; skip cells that kill it."""
+    run = SandboxRun()
+    skip: set[int] = set()
+    crashed: set[int] = set()
+    for _attempt in range(retries + 1):
+        result, progress, output, code, timed_out, seconds = _one_attempt(
+            cells, skip, crashed, tasks, limits, landlock
+        )
+        run.seconds += seconds
+        run.output_tail = output
+        if result is not None:
+            run.cells, run.tasks = result["cells"], result["tasks"]
+            run.confinement = result.get("applied", {})
+            if len(run.tasks) == len(tasks):
+                return run
+        last = progress[-1] if progress else None
+        if last is not None and last.startswith("task "):
+            task = int(last.split()[1])
+            if task in crashed:
+                break
+            # The function under test ended the process: report that, for the rest of its
+            # question's tests too (they would end it again), and try once more.
+            question = tasks[task]["question"]
+            crashed |= {i for i in range(task, len(tasks)) if tasks[i]["question"] == question}
+            continue
+        if last is None or not last.isdigit() or int(last) in skip:
+            break  # nothing to blame and skip: give up
+        culprit = int(last)
+        run.killed_cells[culprit] = _why(code, timed_out, limits)
+        skip.add(culprit)
+    run.failure = "The notebook's process ended before grading finished: " + _why(
+        code, timed_out, limits
+    )
+    return run

@@ -1,0 +1,29 @@
+"""A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    def __init__(self, total: int, label: str, stream=None):
+        self.total, self.label, self.done = total, label, 0
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self.live = self.stream.isatty()
+
+    def step(self, note: str = "") -> None:
+        self.done += 1
+        width = 24
+        filled = int(width * self.done / max(self.total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        elapsed = time.monotonic() - self.started
+        line = f"{self.label} [{bar}] {self.done}/{self.total}  {elapsed:.0f} s  {note}"
+        if self.live:
+            self.stream.write("\r" + line[:120].ljust(120))
+            if self.done == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
