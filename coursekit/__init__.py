@@ -1,55 +1,55 @@
 """coursekit: the library behind the gradient accumulation course.
 
 Notebooks import what they need from here; each name comes from a small module with one
-idea (see the module docstrings).
+idea (see the module docstrings). Names load on first use, so ``coursekit doctor`` can run
+(and say what is missing) even where torch is not installed yet.
 """
 
-from coursekit.checks import CheckResult, check, evaluate
-from coursekit.data import make_classification, make_regression, split_micro_batches
-from coursekit.environment import in_colab, pick_device, seed_everything
-from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
-from coursekit.memory import (
-    MemoryBreakdown,
-    activation_bytes,
-    activation_bytes_by_size,
-    fit_bytes_per_sample,
-    memory_breakdown,
-    optimizer_state_bytes,
-    track_cuda_peak,
-)
-from coursekit.models import tiny_mlp
-from coursekit.notebook import uses_your
-from coursekit.quizzes import quiz
-from coursekit.training import samples_per_second, train_accumulated, windows
-from coursekit.units import format_bytes
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "CheckResult",
-    "MemoryBreakdown",
-    "activation_bytes",
-    "activation_bytes_by_size",
-    "check",
-    "evaluate",
-    "fit_bytes_per_sample",
-    "flat_gradient",
-    "format_bytes",
-    "full_batch_gradient",
-    "in_colab",
-    "make_classification",
-    "make_regression",
-    "memory_breakdown",
-    "optimizer_state_bytes",
-    "pick_device",
-    "quiz",
-    "relative_error",
-    "samples_per_second",
-    "seed_everything",
-    "split_micro_batches",
-    "tiny_mlp",
-    "track_cuda_peak",
-    "train_accumulated",
-    "uses_your",
-    "windows",
-]
+_EXPORTS = {
+    "CheckResult": "coursekit.checks",
+    "check": "coursekit.checks",
+    "evaluate": "coursekit.checks",
+    "make_classification": "coursekit.data",
+    "make_regression": "coursekit.data",
+    "split_micro_batches": "coursekit.data",
+    "in_colab": "coursekit.environment",
+    "pick_device": "coursekit.environment",
+    "seed_everything": "coursekit.environment",
+    "flat_gradient": "coursekit.gradients",
+    "full_batch_gradient": "coursekit.gradients",
+    "relative_error": "coursekit.gradients",
+    "MemoryBreakdown": "coursekit.memory",
+    "activation_bytes": "coursekit.memory",
+    "activation_bytes_by_size": "coursekit.memory",
+    "fit_bytes_per_sample": "coursekit.memory",
+    "memory_breakdown": "coursekit.memory",
+    "optimizer_state_bytes": "coursekit.memory",
+    "track_cuda_peak": "coursekit.memory",
+    "tiny_mlp": "coursekit.models",
+    "uses_your": "coursekit.notebook",
+    "quiz": "coursekit.quizzes",
+    "samples_per_second": "coursekit.training",
+    "train_accumulated": "coursekit.training",
+    "windows": "coursekit.training",
+    "format_bytes": "coursekit.units",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'coursekit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_EXPORTS])

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import platform
+import shutil
 import sys
 from dataclasses import dataclass, field
 
-import torch
-
-from coursekit.environment import gpu_summary, in_colab, pick_device
+from coursekit.colab import in_colab
 from coursekit.units import format_bytes
 
 MIN_PYTHON = (3, 10)
@@ -66,20 +66,10 @@ def diagnose() -> Report:
             "" if py_ok else f"Install Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]} or newer.",
         )
     )
-    add(Finding("torch", torch.__version__))
-
-    device = pick_device()
-    advice = ""
-    if device.type == "cpu":
-        advice = (
-            "No GPU found: every exercise runs on the CPU; GPU cells say when they are skipped. "
-            "On Colab, choose Runtime > Change runtime type > GPU to try the CUDA path."
-        )
-    add(Finding("device", device.type, True, advice))
-
-    gpu = gpu_summary()
-    if gpu is not None:
-        add(Finding("GPU", f"{gpu['name']}, {format_bytes(gpu['memory_bytes'])}"))
+    if importlib.util.find_spec("torch") is None:
+        add(Finding("torch", "missing", False, "pip install torch  (then run this again)"))
+    else:
+        _torch_findings(add)
 
     widgets = _version("ipywidgets")
     add(
@@ -90,7 +80,7 @@ def diagnose() -> Report:
             "" if widgets else "pip install ipywidgets  (the interactive views need it)",
         )
     )
-    add(Finding("Colab", "yes" if in_colab() else "no"))
+    add(Finding("Colab", "running on Colab" if in_colab() else "not on Colab"))
     lab = _version("jupyterlab")
     if not in_colab():
         add(
@@ -102,3 +92,27 @@ def diagnose() -> Report:
             )
         )
     return report
+
+
+def _torch_findings(add) -> None:
+    import torch
+
+    from coursekit.environment import gpu_summary, pick_device
+
+    add(Finding("torch", torch.__version__))
+    device = pick_device()
+    advice = ""
+    if device.type == "cpu" and torch.version.cuda is None and shutil.which("nvidia-smi"):
+        advice = (
+            "This machine has an NVIDIA GPU, but this torch build has no CUDA: install a CUDA "
+            "build of torch to use it. Every exercise also runs on the CPU."
+        )
+    elif device.type == "cpu":
+        advice = (
+            "No GPU found: every exercise runs on the CPU; GPU cells say when they are skipped. "
+            "On Colab, choose Runtime > Change runtime type > GPU to try the CUDA path."
+        )
+    add(Finding("device", device.type, True, advice))
+    gpu = gpu_summary()
+    if gpu is not None:
+        add(Finding("GPU", f"{gpu['name']}, {format_bytes(gpu['memory_bytes'])}"))

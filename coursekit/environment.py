@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 
 import numpy as np
 import torch
+
+from coursekit.colab import in_colab
+
+__all__ = ["DEVICES", "gpu_summary", "in_colab", "pick_device", "seed_everything"]
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -54,11 +57,6 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
-
-
-def in_colab() -> bool:
-    """True inside a Google Colab runtime."""
-    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
 
 
 def gpu_summary() -> dict | None:

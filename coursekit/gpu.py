@@ -15,8 +15,9 @@ from coursekit.memory import track_cuda_peak
 from coursekit.training import samples_per_second, train_accumulated
 
 NO_GPU = (
-    "No CUDA GPU here, so this part is skipped. Everything above ran on the CPU and means the "
-    "same on a GPU; on Colab, choose Runtime > Change runtime type > GPU to run it."
+    "No CUDA GPU here, so this part is skipped. The equivalence and memory results above hold "
+    "on a GPU too (its speeds differ); on Colab, choose Runtime > Change runtime type > GPU to "
+    "run it."
 )
 
 
@@ -29,7 +30,7 @@ class GpuRun:
 
 
 def gpu_model(in_features: int = 256, hidden: int = 2048, n_classes: int = 10) -> nn.Module:
-    """Wide enough that activations, not kernel launches, dominate GPU memory."""
+    """Wide enough that the activations of a large micro-batch are tens of MiB on the GPU."""
     return nn.Sequential(
         nn.Linear(in_features, hidden),
         nn.GELU(),

@@ -33,8 +33,11 @@ def activation_bytes(
     Every tensor that autograd keeps for the backward pass goes through a
     ``saved_tensors_hooks`` pack hook; we count each underlying storage once and leave out
     the model's own parameters and buffers (they are memory you hold anyway, whatever the
-    batch). The input batch is counted when the first layer saves it, because it too stays
-    alive until backward. No backward pass runs and nothing is kept afterwards.
+    batch). The input batch counts when a layer saves it, by its own size: a micro-batch
+    sliced from a larger tensor counts as the slice, not the whole data set behind it.
+
+    The measurement leaves no trace: no backward pass runs, BatchNorm's running statistics
+    and the random number generators are restored, and it works under ``torch.no_grad()``.
 
     Example:
         >>> model = nn.Linear(4, 2)
@@ -42,19 +45,37 @@ def activation_bytes(
         128
     """
     owned = {_storage_key(t) for t in [*model.parameters(), *model.buffers()]}
-    seen: dict[tuple[str, int], int] = {}
+    given = {_storage_key(t) for t in (inputs, targets) if torch.is_tensor(t)}
+    storages: dict[tuple[str, int], int] = {}
+    views: dict[tuple, int] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         key = _storage_key(tensor)
-        if key not in owned and key not in seen:
-            seen[key] = tensor.untyped_storage().nbytes()
+        if key in owned:
+            pass
+        elif key in given:  # a slice of data that exists anyway: count what was sliced
+            view = (key, tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()))
+            views[view] = tensor.numel() * tensor.element_size()
+        else:
+            storages.setdefault(key, tensor.untyped_storage().nbytes())
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        output = model(inputs)
-        if loss_fn is not None:
-            loss_fn(output, targets)
-    return int(sum(seen.values()))
+    saved_buffers = [buffer.detach().clone() for buffer in model.buffers()]
+    devices = [inputs.device] if inputs.device.type == "cuda" else []
+    try:
+        with (
+            torch.random.fork_rng(devices=devices),
+            torch.enable_grad(),
+            torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+        ):
+            output = model(inputs)
+            if loss_fn is not None:
+                loss_fn(output, targets)
+    finally:
+        with torch.no_grad():
+            for buffer, saved in zip(model.buffers(), saved_buffers, strict=True):
+                buffer.copy_(saved)
+    return int(sum(storages.values()) + sum(views.values()))
 
 
 def activation_bytes_by_size(
@@ -124,7 +145,17 @@ def track_cuda_peak(device: torch.device | str | None = None) -> Iterator[CudaPe
 
 
 # Optimizer state tensors per parameter element, before the first step creates them.
-_STATE_SLOTS = {"SGD": None, "Adam": 2, "AdamW": 2, "RMSprop": 1, "Adagrad": 1}
+_STATE_SLOTS = {
+    "SGD": 0,
+    "Adam": 2,
+    "AdamW": 2,
+    "NAdam": 2,
+    "RAdam": 2,
+    "Adamax": 2,
+    "Adagrad": 1,
+    "RMSprop": 1,
+    "Adadelta": 2,
+}
 
 
 def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
@@ -132,7 +163,8 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
     Counts the real state tensors once they exist; before the first step, predicts them
     from the optimizer's kind (SGD: one buffer with momentum, none without; Adam and AdamW:
-    two, plus one with ``amsgrad``), because state is created lazily by ``step()``.
+    two, plus one with ``amsgrad``; RMSprop: one, plus momentum and ``centered``), because
+    ``step()`` creates the state lazily. Scalars such as Adam's step count are left out.
     """
     if optimizer.state:
         return sum(
@@ -141,13 +173,17 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
             for value in state.values()
             if torch.is_tensor(value) and value.dim() > 0
         )
+    kind = type(optimizer).__name__
+    if kind not in _STATE_SLOTS:
+        raise ValueError(
+            f"coursekit cannot predict {kind}'s state before its first step; "
+            "call optimizer.step() once, then measure."
+        )
     total = 0
     for group in optimizer.param_groups:
-        slots = _STATE_SLOTS.get(type(optimizer).__name__, 0)
-        if slots is None:  # SGD
-            slots = 1 if group.get("momentum", 0) else 0
-        if group.get("amsgrad"):
-            slots += 1
+        slots = _STATE_SLOTS[kind]
+        slots += bool(group.get("momentum")) + bool(group.get("centered"))  # SGD, RMSprop
+        slots += bool(group.get("amsgrad"))
         total += slots * sum(p.numel() * p.element_size() for p in group["params"])
     return total
 

@@ -37,8 +37,8 @@ _ACCUMULATION = [
         ),
         1,
         "Only activations scale with the micro-batch; parameters, gradients and optimizer "
-        "state stay the same size. It is usually a little slower per sample, not faster: "
-        "smaller micro-batches keep the hardware less busy.",
+        "state stay the same size. It is usually slower per sample, not faster: smaller "
+        "micro-batches keep the hardware less busy (several times slower for tiny ones).",
     ),
     QuizQuestion(
         "With accum_steps = N, when do optimizer.step() and optimizer.zero_grad() run?",
@@ -66,7 +66,7 @@ _ACCUMULATION = [
     ),
     QuizQuestion(
         "In float32, accumulated and full-batch gradients differ in the last digits, while in "
-        "float64 they agree to about 1e-16. Why?",
+        "float64 they agree to about 1e-15. Why?",
         (
             "Accumulation is an approximation that float64 hides.",
             "Floating-point addition is not associative: the same terms summed in another "
@@ -86,8 +86,8 @@ _ACCUMULATION = [
             "3 steps; the last window has 2 micro-batches and is divided by 2.",
         ),
         2,
-        "Windows of 4, 4 and 2. Dividing the last one by 4 would make its step half as "
-        "large as it should be; dropping it wastes its forward and backward passes.",
+        "Windows of 4, 4 and 2. Dividing the last one by 4 would halve its gradient (and, "
+        "under SGD, its step); dropping it wastes its forward and backward passes.",
     ),
 ]
 

@@ -40,6 +40,18 @@ def accumulate_window(model, loss_fn, micro_batches):
     for inputs, targets in micro_batches:
         loss = loss_fn(model(inputs), targets) / len(micro_batches)
 """,
+    "single_backward": """
+def accumulate_window(model, loss_fn, micro_batches):
+    total = sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)
+    total.backward()
+""",
+    "stepped_in_window": """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+    torch.optim.SGD(model.parameters(), lr=0.1).step()
+""",
     "whole_batch_forward": """
 import torch
 def accumulate_window(model, loss_fn, micro_batches):
@@ -109,8 +121,22 @@ def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
     ),
     "last_window_dropped": _loop(boundary="(i + 1) % accum_steps == 0"),
     "last_window_scaled_by_n": _loop(scaled="loss / accum_steps"),
-    "off_by_one_boundary": _loop(boundary="i % accum_steps == 0"),
+    "off_by_one_boundary": _loop(boundary="i % accum_steps == 0 or i == count - 1"),
     "logged_scaled_loss": _loop(logged="loss.item() * len(targets) / window_samples / accum_steps"),
+    "single_backward": """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    logged = []
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start:start + accum_steps]
+        total = sum(len(y) for _, y in window)
+        window_loss = sum(loss_fn(model(x), y) * len(y) / total for x, y in window)
+        window_loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        logged.append(window_loss.item())
+    return logged
+""",
 }
 
 PLAN_MICRO_BATCH = {
@@ -148,6 +174,15 @@ def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
         if effective_batch_size % size == 0:
             if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
                 return size, effective_batch_size
+    raise ValueError("nothing fits")
+""",
+    "swapped": """
+import coursekit
+def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
+    for size in range(effective_batch_size, 0, -1):
+        if effective_batch_size % size == 0:
+            if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
+                return effective_batch_size // size, size
     raise ValueError("nothing fits")
 """,
     "nothing_fits_not_raised": """

@@ -72,14 +72,17 @@ def test_bad_markup_is_an_error_naming_notebook_and_cell(sources, message):
     assert message in str(error.value)
 
 
-def test_markers_in_markdown_are_an_error():
+@pytest.mark.parametrize(
+    "marker", ["### BEGIN SOLUTION", "### END SOLUTION", "### END HIDDEN TESTS"]
+)
+def test_markers_in_markdown_are_an_error(marker):
     with pytest.raises(MarkupError, match="belong in code cells"):
-        validate(notebook(markdown=["### BEGIN SOLUTION\n### END SOLUTION"]), "n.ipynb")
+        validate(notebook(markdown=[marker]), "n.ipynb")
 
 
 def test_validate_returns_the_questions_in_order():
     second = QUESTION.replace("double", "twice")
-    assert validate(notebook(QUESTION, second), "n.ipynb") == ["double", "twice"]
+    assert validate(notebook(QUESTION, second), "n.ipynb") == {"double": 0, "twice": 1}
 
 
 # ------------------------------------------------------------------ transforms, one at a time
@@ -206,7 +209,9 @@ def test_a_corrupt_source_notebook_is_named(course, capsys):
 def test_the_same_question_in_two_notebooks_is_an_error(course, capsys):
     shutil.copy(course / "notebooks" / "demo.ipynb", course / "notebooks" / "demo2.ipynb")
     assert main(["build", "--root", str(course)]) == 2
-    assert "unique across the course" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "notebooks/demo2.ipynb, cell 3: question 'double' is also declared in" in err
+    assert "unique across the course" in err
 
 
 def test_the_repository_is_in_sync_with_its_sources():

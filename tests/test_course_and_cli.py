@@ -86,17 +86,62 @@ def test_a_busy_port_is_skipped():
         assert launch.free_port(port) != port
 
 
-def test_start_opens_lab_at_the_welcome_notebook(monkeypatch, capsys, tmp_path):
+def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys, tmp_path):
     (tmp_path / "notebooks").mkdir()
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "00_welcome.ipynb").write_text("{}")
+    (tmp_path / "my-work").mkdir()
+    (tmp_path / "my-work" / "00_welcome.ipynb").write_text("my answers")
+    (tmp_path / "exercises" / "01_accumulation.ipynb").write_text("{}")
     seen = {}
-    monkeypatch.setattr(
-        launch.subprocess, "call", lambda cmd, env: seen.setdefault("cmd", cmd) and 0
-    )
+
+    class FakeLab:
+        def __init__(self, command):
+            seen["command"] = command
+
+        def poll(self):
+            return None
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(launch.subprocess, "Popen", FakeLab)
+    monkeypatch.setattr(launch, "_ready", lambda port, token: True)
     assert main(["start", "--no-browser", "--root", str(tmp_path), "--port", "18888"]) == 0
     out = capsys.readouterr().out
-    assert "/lab/tree/exercises/00_welcome.ipynb?token=" in out
-    assert f"--ServerApp.root_dir={tmp_path}" in seen["cmd"]
-    assert "--ServerApp.open_browser=False" in seen["cmd"]
+    assert "/lab/tree/my-work/00_welcome.ipynb?token=" in out
+    assert (tmp_path / "my-work" / "00_welcome.ipynb").read_text() == "my answers"
+    assert (tmp_path / "my-work" / "01_accumulation.ipynb").read_text() == "{}"
+    assert f"--ServerApp.root_dir={tmp_path}" in seen["command"]
+    assert "--ServerApp.open_browser=False" in seen["command"]
+
+
+def test_start_moves_on_when_lab_loses_the_port_race(monkeypatch, capsys, tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "exercises").mkdir()
+    ports = []
+
+    class Lab:
+        def __init__(self, command):
+            self.port = int(next(c for c in command if "ServerApp.port=" in c).split("=")[1])
+            ports.append(self.port)
+
+        def poll(self):
+            return 1 if len(ports) == 1 else None  # the first one dies: port taken
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Lab)
+    monkeypatch.setattr(launch, "_ready", lambda port, token: len(ports) > 1)
+    assert launch.start_lab(tmp_path, port=18900, open_browser=False) == 0
+    assert ports[1] > ports[0]
+    assert f"127.0.0.1:{ports[1]}/lab" in capsys.readouterr().out
+
+
+def test_root_may_run_lab(monkeypatch, tmp_path):
+    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    assert "--ServerApp.allow_root=True" in launch.lab_command(tmp_path, 1, "t", False)
 
 
 def test_start_without_jupyterlab_says_how_to_get_it(monkeypatch, capsys, tmp_path):

@@ -63,9 +63,10 @@ def test_the_doctor_reports_each_item_and_advises_on_a_missing_gpu(monkeypatch):
 
 
 def test_the_doctor_names_the_gpu_and_its_memory(monkeypatch):
-    monkeypatch.setattr("coursekit.doctor.pick_device", lambda: torch.device("cuda"))
+    monkeypatch.setattr("coursekit.environment.pick_device", lambda: torch.device("cuda"))
     monkeypatch.setattr(
-        "coursekit.doctor.gpu_summary", lambda: {"name": "NVIDIA H200", "memory_bytes": 141 * 2**30}
+        "coursekit.environment.gpu_summary",
+        lambda: {"name": "NVIDIA H200", "memory_bytes": 141 * 2**30},
     )
     text = diagnose().render()
     assert "NVIDIA H200, 141.0 GiB" in text
@@ -79,3 +80,23 @@ def test_the_doctor_says_what_to_do_when_ipywidgets_is_missing(monkeypatch):
     report = diagnose()
     assert not report.ok
     assert "pip install ipywidgets" in report.render()
+
+
+def test_the_doctor_says_how_to_get_torch_when_it_is_missing(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a)
+    )
+    report = diagnose()
+    assert not report.ok
+    assert "pip install torch" in report.render()
+
+
+def test_the_doctor_spots_a_cpu_only_torch_on_a_gpu_machine(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr("coursekit.doctor.shutil.which", lambda name: "/usr/bin/nvidia-smi")
+    assert "this torch build has no CUDA" in diagnose().render()

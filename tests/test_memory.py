@@ -78,6 +78,8 @@ def test_a_fit_needs_two_points():
         (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), 1),
         (lambda p: torch.optim.Adam(p), 2),
         (lambda p: torch.optim.AdamW(p, amsgrad=True), 3),
+        (lambda p: torch.optim.RMSprop(p, momentum=0.9, centered=True), 3),
+        (lambda p: torch.optim.NAdam(p), 2),
     ],
 )
 def test_optimizer_state_is_predicted_before_the_first_step_and_measured_after(make, slots):
@@ -122,3 +124,32 @@ def test_the_cuda_peak_sees_an_allocation():
 )
 def test_bytes_are_formatted_in_binary_units(n, text):
     assert format_bytes(n) == text
+
+
+def test_a_sliced_micro_batch_counts_as_the_slice_not_the_data_set():
+    model = tiny_mlp(in_features=64, hidden=256, depth=4)
+    data = torch.randn(1024, 64)
+    assert activation_bytes(model, data[:8]) == activation_bytes(model, torch.randn(8, 64))
+
+
+def test_measuring_leaves_batchnorm_statistics_and_random_numbers_alone():
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), nn.Dropout(0.5))
+    before = [b.clone() for b in model.buffers()]
+    batch = torch.randn(8, 4)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    activation_bytes(model, batch)
+    assert torch.equal(torch.rand(3), expected)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.buffers(), strict=True))
+
+
+def test_measuring_works_under_no_grad():
+    with torch.no_grad():
+        assert activation_bytes(nn.Linear(4, 2), torch.zeros(8, 4)) == 128
+
+
+def test_an_optimizer_it_cannot_predict_says_so():
+    optimizer = torch.optim.LBFGS(tiny_mlp().parameters())
+    with pytest.raises(ValueError, match="step"):
+        optimizer_state_bytes(optimizer)

@@ -69,17 +69,19 @@ def test_unequal_micro_batches_are_weighted_by_their_samples():
     assert torch.allclose(weights(model), weights(oracle), rtol=0, atol=1e-12)
 
 
-def test_before_the_boundary_the_weights_do_not_move():
+def test_gradients_match_the_full_batch_only_once_the_window_is_complete():
+    from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
+
     inputs, targets = make_regression(8, dtype=torch.float64)
     model = tiny_mlp(dtype=torch.float64)
-    before = weights(model).clone()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    expected = full_batch_gradient(model, nn.MSELoss(), inputs, targets)
     micro_batches = split_micro_batches(inputs, targets, 2)
     for x, y in micro_batches[:3]:  # three of a window of four
         (nn.MSELoss()(model(x), y) / 4).backward()
-    assert torch.equal(weights(model), before)
-    assert all(p.grad is not None for p in model.parameters())
-    del optimizer
+    assert relative_error(flat_gradient(model.parameters()), expected) > 1e-3
+    x, y = micro_batches[3]
+    (nn.MSELoss()(model(x), y) / 4).backward()
+    assert relative_error(flat_gradient(model.parameters()), expected) < 1e-12
 
 
 def test_the_checks_reference_variant_is_the_same_loop():
@@ -127,10 +129,13 @@ def test_a_model_needs_one_layer():
         tiny_mlp(depth=0)
 
 
-def test_throughput_is_samples_over_the_best_time():
+def test_throughput_is_samples_over_the_best_repeat(monkeypatch):
+    clock = iter([0.0, 0.5, 10.0, 10.25, 20.0, 21.0])  # repeats of 0.5 s, 0.25 s and 1 s
+    monkeypatch.setattr("coursekit.training.time.perf_counter", lambda: next(clock))
     calls = []
     speed = samples_per_second(lambda: calls.append(1), n_samples=100, repeats=3, warmup=2)
-    assert len(calls) == 5 and speed > 0
+    assert len(calls) == 5
+    assert speed == pytest.approx(100 / 0.25)
 
 
 def test_the_gpu_experiment_says_no_gpu_and_its_loop_runs_on_the_cpu(monkeypatch):

@@ -78,15 +78,15 @@ def plan_build(root: Path) -> BuildPlan:
     for path in sources:
         relative = str(path.relative_to(root))
         notebook = read_source(path)
-        for question in validate(notebook, relative):
+        for question, cell in validate(notebook, relative).items():
             if question in declared:
                 raise MarkupError(
                     relative,
-                    -1,
+                    cell,
                     f"question {question!r} is also declared in {declared[question]}; "
                     "question names are unique across the course.",
                 )
-            declared[question] = relative
+            declared[question] = f"{relative}, cell {cell + 1}"
         for folder in PIPELINES:
             plan.wanted[root / folder / path.name] = render(notebook, relative, folder)
     for folder in PIPELINES:

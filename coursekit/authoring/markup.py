@@ -91,13 +91,17 @@ def question_name(cell) -> str | None:
     return match["name"] if match else None
 
 
-def validate(notebook_node, notebook: str) -> list[str]:
-    """Check the whole notebook's markup; return its question names in order."""
+def validate(notebook_node, notebook: str) -> dict[str, int]:
+    """Check the whole notebook's markup; return its questions and their cells, in order."""
     questions: dict[str, int] = {}
     hidden: list[tuple[str, int]] = []
     for index, cell in enumerate(notebook_node["cells"]):
         lines = source_lines(cell)
-        markers = any(m in line for line in lines for m in (BEGIN_SOLUTION, BEGIN_HIDDEN))
+        markers = any(
+            m in line
+            for line in lines
+            for m in (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)
+        )
         if cell["cell_type"] != "code":
             if markers:
                 raise MarkupError(
@@ -147,4 +151,4 @@ def validate(notebook_node, notebook: str) -> list[str]:
                 f"hidden tests for {label!r} come before the question's cell "
                 f"({questions[label] + 1}); put them after it.",
             )
-    return list(questions)
+    return questions

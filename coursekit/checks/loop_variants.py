@@ -99,7 +99,7 @@ def run_loop(
             elif mistake == "last_window_dropped":
                 boundary = (i + 1) % accum_steps == 0
             elif mistake == "off_by_one_boundary":
-                boundary = i % accum_steps == 0
+                boundary = i % accum_steps == 0 or i == count - 1
             if boundary:
                 if mistake == "zero_grad_before_step":
                     optimizer.zero_grad()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import random
+import operator
 
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
@@ -21,19 +21,12 @@ class EffectiveBatchSize(Question):
             for m, a, w in [(4, 8, 1), (3, 5, 2), (1, 1, 1), (16, 2, 4)]
         ]
 
-    def hidden_specs(self, rng: random.Random):
-        return [
-            {
-                "micro_batch_size": rng.randint(1, 64),
-                "accum_steps": rng.randint(2, 32),
-                "world_size": rng.randint(2, 16),
-            }
-            for _ in range(2)
-        ]
-
     def run(self, fn, spec):
         answer = fn(spec["micro_batch_size"], spec["accum_steps"], spec["world_size"])
-        return {"answer": answer if isinstance(answer, (int, float)) else repr(answer)}
+        try:  # a NumPy or torch integer is as good as a Python one
+            return {"answer": operator.index(answer)}
+        except TypeError:
+            return {"answer": repr(answer)[:100]}
 
     def reference(self):
         return lambda micro_batch_size, accum_steps, world_size=1: (

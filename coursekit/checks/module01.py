@@ -32,6 +32,35 @@ def _tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
     return None if tensor is None else tensor.double().flatten().tolist()
 
 
+class _Watch:
+    """Records what a student's code did to a model: forward sizes, backward passes, steps."""
+
+    def __init__(self, model: nn.Module):
+        self.forward_sizes: list[int] = []
+        self.backward_passes = 0
+        self.start = _weights(model)
+        model.register_forward_pre_hook(self._forward, with_kwargs=True)
+        next(model.parameters()).register_post_accumulate_grad_hook(self._backward)
+
+    def _forward(self, _module, args, kwargs) -> None:
+        first = args[0] if args else next(iter(kwargs.values()), None)
+        if torch.is_tensor(first) and first.dim() > 0:
+            self.forward_sizes.append(len(first))
+
+    def _backward(self, _parameter) -> None:
+        self.backward_passes += 1
+
+
+def _weights(model: nn.Module) -> list[float]:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
+
+
+SINGLE_BACKWARD = (
+    "call backward() once per micro-batch. Adding the micro-batches' losses and calling "
+    "backward() once keeps every micro-batch's graph, and its activations, alive until then: "
+    "the memory accumulation is meant to save."
+)
+
 # ---------------------------------------------------------------- accumulate_window
 
 
@@ -75,12 +104,13 @@ class AccumulateWindow(Question):
 
     def run(self, fn, spec):
         model, _, _, micro_batches = _window_problem(spec)
-        forward_sizes: list[int] = []
-        model.register_forward_pre_hook(lambda _m, args: forward_sizes.append(len(args[0])))
+        watch = _Watch(model)
         fn(model, nn.MSELoss(), micro_batches)
         return {
             "grad": _tensor_list(flat_gradient(model.parameters())),
-            "largest_forward": max(forward_sizes, default=0),
+            "largest_forward": max(watch.forward_sizes, default=0),
+            "backward_passes": watch.backward_passes,
+            "weights_moved": _weights(model) != watch.start,
         }
 
     def reference(self):
@@ -96,6 +126,12 @@ class AccumulateWindow(Question):
                 "memory small.",
                 "whole_batch_forward",
             )
+        if outputs.get("weights_moved") is True:
+            raise Failure(
+                "Your function changed the weights. It should only let the gradients add up; "
+                "stepping the optimizer is the loop's job (exercise 1.2).",
+                "stepped_in_window",
+            )
         if outputs.get("grad") is None:
             raise Failure(
                 "No parameter has a gradient after your function: call backward() on each "
@@ -106,6 +142,8 @@ class AccumulateWindow(Question):
         wanted = expected["grad"]
         gap = relative_gap(actual, wanted)
         if gap <= TOLERANCE[spec["dtype"]]:
+            if n > 1 and outputs.get("backward_passes") == 1:
+                raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")
             return
         model, _, _, micro_batches = _window_problem(spec)
         first = full_batch_gradient(model, nn.MSELoss(), *micro_batches[0]).tolist()
@@ -188,15 +226,18 @@ def _loop_problem(spec):
     return model, optimizer, split_micro_batches(inputs, targets, spec["micro_batch_size"])
 
 
-def _weights(model: nn.Module) -> list[float]:
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
-
-
 def _as_floats(values) -> list[float] | str:
     try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
+        return [float(v.detach() if torch.is_tensor(v) else v) for v in values]
+    except (TypeError, ValueError, RuntimeError):
         return type(values).__name__
+
+
+def _keeps_graph(values) -> bool:
+    try:
+        return any(torch.is_tensor(v) and v.requires_grad for v in values)
+    except TypeError:
+        return False
 
 
 @register
@@ -224,15 +265,17 @@ class TrainAccumulated(Question):
         ]
 
     def hidden_specs(self, rng):
+        """Every draw has full windows, a shorter last window and a smaller last micro-batch."""
         specs = []
         for optimizer in ("sgd", "sgd", "adam"):
-            micro = rng.randint(2, 6)
+            micro, accum = rng.randint(2, 6), rng.randint(2, 5)
+            n_micro = accum * rng.randint(1, 3) + rng.randint(1, accum - 1)
             specs.append(
                 {
                     "seed": rng.randrange(10**6),
-                    "n_samples": rng.randint(3 * micro, 15 * micro),
+                    "n_samples": (n_micro - 1) * micro + rng.randint(1, micro - 1),
                     "micro_batch_size": micro,
-                    "accum_steps": rng.randint(2, 5),
+                    "accum_steps": accum,
                     "optimizer": optimizer,
                     "momentum": rng.choice([0.0, 0.9]),
                 }
@@ -242,12 +285,15 @@ class TrainAccumulated(Question):
     def run(self, fn, spec):
         model, optimizer, micro_batches = _loop_problem(spec)
         counter = _Counter(model, optimizer)
+        watch = _Watch(model)
         logged = fn(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
         return {
             "weights": _weights(model),
             "losses": _as_floats(logged),
+            "losses_keep_graph": _keeps_graph(logged),
             "steps": counter.steps,
             "zero_grads": counter.zero_grads,
+            "backward_passes": watch.backward_passes,
         }
 
     def reference(self):
@@ -269,6 +315,13 @@ class TrainAccumulated(Question):
         weights = number_list(outputs, "weights", "the model's weights")
         if relative_gap(weights, expected["weights"]) > TOLERANCE["float64"]:
             self._diagnose(spec, outputs, weights, n_micro, wanted_steps, setting)
+        backward_passes = outputs.get("backward_passes")
+        if isinstance(backward_passes, int) and backward_passes < n_micro:
+            raise Failure(
+                f"The weights are right, but you called backward() {backward_passes} times for "
+                f"{n_micro} micro-batches: " + SINGLE_BACKWARD,
+                "single_backward",
+            )
         self._judge_losses(outputs, expected, spec, setting)
 
     def _diagnose(self, spec, outputs, weights, n_micro, wanted_steps, setting):
@@ -283,8 +336,6 @@ class TrainAccumulated(Question):
         model, _, _ = _loop_problem(spec)
         if steps and relative_gap(weights, _weights(model)) == 0.0:
             raise Failure(f"{MISTAKES['zero_grad_before_step']} {setting}", "zero_grad_before_step")
-        if zero_grads == 0 and steps:
-            raise Failure(f"{MISTAKES['zero_grad_missing']} {setting}", "zero_grad_missing")
         for mistake in MISTAKES:
             if relative_gap(weights, self._variant(spec, mistake)) <= 1e-9:
                 raise Failure(f"{MISTAKES[mistake]} {setting}", mistake)
@@ -310,8 +361,21 @@ class TrainAccumulated(Question):
                 "logged_loss_wrong",
             )
         if relative_gap(actual, wanted) <= 1e-9:
+            if outputs.get("losses_keep_graph") is True:
+                raise Failure(
+                    "The weights and losses are right, but return plain floats (loss.item()), "
+                    "not tensors that require grad: each one keeps its micro-batch's graph, and "
+                    "its activations, alive.",
+                    "logged_tensors",
+                )
             return
         k = scale_of(actual, wanted)
+        if k is not None and abs(k - spec["accum_steps"]) < 1e-6 and spec["accum_steps"] > 1:
+            raise Failure(
+                f"The weights are right, but the logged losses are {spec['accum_steps']} times "
+                "too large: you logged the sum of the micro-batch losses. Log the window's mean.",
+                "logged_sum",
+            )
         if k is not None and abs(k * spec["accum_steps"] - 1) < 1e-6:
             raise Failure(
                 f"The weights are right, but the logged loss is {spec['accum_steps']} times too "
@@ -377,30 +441,32 @@ class PlanMicroBatch(Question):
         effective = rng.choice([24, 36, 48, 60])
         sizes = _divisors(effective)
         pick = rng.choice(sizes[1:-1])
+
+        def drawn(budget_of):
+            return _plan_spec(
+                effective,
+                rng.randint(8, 40),
+                rng.randint(16, 80),
+                budget_of,
+                "a budget drawn at grading time",
+            )
+
         return [
-            _plan_spec(
-                effective,
-                rng.randint(8, 40),
-                rng.randint(16, 80),
-                lambda m, p=pick: m[p],
-                "a budget drawn at grading time",
-            ),
-            _plan_spec(
-                effective,
-                rng.randint(8, 40),
-                rng.randint(16, 80),
-                lambda m, p=pick: m[p] + 1,
-                "a budget drawn at grading time",
-            ),
+            drawn(lambda m: m[pick]),  # exactly the bytes of one size: <= matters
+            drawn(lambda m: m[pick] + 1),
+            drawn(lambda m: m[1] - 1),  # nothing fits
+            drawn(lambda m: m[effective] + 1),  # everything fits
         ]
 
     def run(self, fn, spec):
         model, make_inputs = _memory_model(spec)
         try:
             answer = fn(model, make_inputs, spec["budget_bytes"], spec["effective_batch_size"])
-        except ValueError as exc:
-            return {"raised": "ValueError", "message": str(exc)[:200]}
-        if isinstance(answer, tuple) and len(answer) == 2:
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # which exception is part of the answer here
+            return {"raised": type(exc).__name__, "message": str(exc)[:200]}
+        if isinstance(answer, (tuple, list)) and len(answer) == 2:
             try:
                 return {"answer": [int(answer[0]), int(answer[1])]}
             except (TypeError, ValueError):
@@ -414,9 +480,16 @@ class PlanMicroBatch(Question):
         budget, effective = spec["budget_bytes"], spec["effective_batch_size"]
         where = f"({spec['label']}: budget {budget} bytes, effective batch {effective})"
         model, make_inputs = _memory_model(spec)
+        raised = outputs.get("raised")
         if "raised" in expected:
-            if outputs.get("raised") == "ValueError":
+            if raised == "ValueError":
                 return
+            if raised:
+                raise Failure(
+                    f"Nothing fits {where}, and you raised {raised}: raise ValueError, the "
+                    "exception Python uses for an argument with no valid answer.",
+                    "wrong_exception",
+                )
             needs = activation_bytes(model, make_inputs(1))
             raise Failure(
                 f"With a budget of {budget} bytes even a micro-batch of 1 needs {needs} bytes, "
@@ -425,14 +498,22 @@ class PlanMicroBatch(Question):
                 "nothing_fits_not_raised",
             )
         best = expected["answer"][0]
-        if outputs.get("raised"):
+        if raised == "ValueError":
             raise Failure(
                 f"You raised ValueError, but a micro-batch of {best} fits {where}.", "not_largest"
             )
+        if raised:
+            raise Failure(f"Your function raised {raised}: {outputs.get('message', '')} {where}")
         answer = outputs.get("answer")
         if not (isinstance(answer, list) and len(answer) == 2):
             raise Failure(f"Return a tuple (micro_batch_size, accum_steps); got {answer}.")
         micro, accum = answer
+        if (accum, micro) == tuple(expected["answer"]) and micro != accum:
+            raise Failure(
+                f"You returned ({micro}, {accum}): the right numbers in the wrong order. Return "
+                f"(micro_batch_size, accum_steps) {where}.",
+                "swapped",
+            )
         if micro * accum != effective:
             raise Failure(
                 f"micro_batch_size x accum_steps = {micro} x {accum} = {micro * accum}, but the "

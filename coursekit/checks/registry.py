@@ -66,8 +66,10 @@ def evaluate(name: str, student_fn: Callable) -> CheckResult:
     for passed, spec in enumerate(specs):
         try:
             outputs = question.run(student_fn, spec)
-        except NotImplementedError:
-            return CheckResult(name, Status.NOT_ATTEMPTED, 0, total)
+        except NotImplementedError as exc:
+            if passed == 0:  # the stub, untouched
+                return CheckResult(name, Status.NOT_ATTEMPTED, 0, total)
+            return CheckResult(name, Status.ERROR, passed, total, error_message(exc))
         except Exception as exc:  # the student's code raised: report it in one line
             return CheckResult(name, Status.ERROR, passed, total, error_message(exc))
         expected = question.run(question.reference(), spec)

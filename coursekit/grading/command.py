@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from pathlib import Path
 
 from coursekit.grading.gradebook import Gradebook
-from coursekit.grading.grader import GraderError, GradeResult, grade_all, prepare
+from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
 from coursekit.grading.handin import HandInError, read_hand_in
 from coursekit.grading.sandbox import Limits
 from coursekit.progress import Progress
@@ -34,11 +33,7 @@ def _identity(path: str, assignment: str) -> tuple[str, str]:
         hand_in = read_hand_in(path, assignment)
         return hand_in.student, hand_in.sha256
     except HandInError:
-        try:
-            digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        except OSError:
-            digest = ""
-        return Path(path).stem, digest
+        return Path(path).stem, file_sha256(path)
 
 
 def run_grade(
@@ -70,6 +65,15 @@ def run_grade(
                 file=sys.stderr,
             )
         if todo:
+            from coursekit.grading import landlock
+
+            if landlock.abi_version() < 1:
+                print(
+                    "Warning: Linux Landlock is not available here, so hand-ins run with this "
+                    "user's file access (time, memory and process limits still apply). Grade "
+                    "on Linux 5.13 or newer to keep hand-ins out of your files.",
+                    file=sys.stderr,
+                )
             print(f"Running the reference solution of {assignment}...", file=sys.stderr)
             try:
                 plan = prepare(root, assignment, limits)

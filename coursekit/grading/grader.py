@@ -7,6 +7,7 @@ happens here, in the grader, never in a process that ran a hand-in's code.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import secrets
 import time
@@ -133,6 +134,13 @@ def prepare(
     return plan
 
 
+def file_sha256(path: str | Path) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
 def _cell_notes(run) -> list[str]:
     notes = [
         f"Cell {index + 1} was skipped: {why}. Grading ran the rest of the notebook without it."
@@ -152,6 +160,7 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
     started = time.monotonic()
     result = GradeResult(path=str(path), student=Path(path).stem, assignment=plan.assignment)
     result.max_score = plan.max_score
+    result.sha256 = file_sha256(path)  # also for files that are no notebook: grade them once
     try:
         hand_in = read_hand_in(path, plan.assignment)
     except HandInError as error:

@@ -1,0 +1,198 @@
+"""A corpus of module 1 hand-ins: correct, each known mistake, and hostile.
+
+Most are minimal notebooks (the three answers plus one twist), so the corpus grades in a
+minute; one is the full solution notebook, to keep the real thing in the batch.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+
+from tests import student_code
+
+REPO = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "01_accumulation"
+IMPORTS = "import torch\nfrom torch import nn\nimport coursekit"
+
+
+def answers(**variants: str) -> list[str]:
+    """The three answers as cells; ``question=variant`` swaps one for a mistake."""
+    cells = []
+    for question in ("accumulate_window", "train_accumulated", "plan_micro_batch"):
+        variant = variants.get(question, "correct")
+        cells.append(f"# Question: {question}\n" + student_code.BY_QUESTION[question][variant])
+    return cells
+
+
+def notebook(cells: list[str], assignment: str = ASSIGNMENT) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source) for source in cells]
+    nb.metadata["coursekit"] = {"assignment": assignment}
+    return nbformat.writes(nb)
+
+
+# name -> (cells, expected: "full" | "zero" | "partial", text the feedback or error must hold)
+def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
+    gradebook, outside, reference = (forbidden[k] for k in ("gradebook", "outside", "reference"))
+    return {
+        "correct_minimal": ([IMPORTS, *answers()], "full", ""),
+        "duplicated_cells": ([IMPORTS, *answers(), *answers()], "full", ""),
+        "syntax_error": (
+            [
+                IMPORTS,
+                "# Question: accumulate_window\ndef accumulate_window(:\n    pass",
+                *answers()[1:],
+            ],
+            "partial",
+            "accumulate_window is not defined",
+        ),
+        "name_error": (
+            [
+                IMPORTS,
+                *answers()[:2],
+                "def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):\n"
+                "    return undefined_helper(model)",
+            ],
+            "partial",
+            "NameError",
+        ),
+        "renamed_function": (
+            [IMPORTS, *answers()[:2], answers()[2].replace("def plan_micro_batch", "def plan")],
+            "partial",
+            "plan_micro_batch is not defined",
+        ),
+        "deleted_cells": ([IMPORTS, answers()[0]], "partial", "train_accumulated is not defined"),
+        "infinite_loop": ([IMPORTS, "while True:\n    pass", *answers()], "full", ""),
+        "endless_function": (
+            [
+                IMPORTS,
+                *answers()[1:],
+                "def accumulate_window(model, loss_fn, micro_batches):\n    while True:\n"
+                "        pass",
+            ],
+            "partial",
+            "did not finish",
+        ),
+        "sleep_forever": ([IMPORTS, "import time\ntime.sleep(10**6)", *answers()], "full", ""),
+        "sys_exit": ([IMPORTS, *answers(), "import sys\nsys.exit(1)"], "full", ""),
+        "os_exit": ([IMPORTS, *answers()[:2], "import os\nos._exit(0)", answers()[2]], "full", ""),
+        "hard_crash": (
+            [IMPORTS, "import ctypes\nctypes.string_at(0)", *answers()],
+            "full",
+            "",
+        ),
+        "memory_bomb": (
+            [IMPORTS, "hoard = [bytearray(2**28) for _ in range(1000)]", *answers()],
+            "full",
+            "",
+        ),
+        "many_processes": (
+            [
+                IMPORTS,
+                "import subprocess\nkids = []\nfor _ in range(500):\n"
+                "    kids.append(subprocess.Popen(['sleep', '300']))",
+                *answers(),
+            ],
+            "full",
+            "",
+        ),
+        "warnings_on_stderr": (
+            [
+                IMPORTS,
+                "import sys, warnings\nwarnings.warn('deprecated thing')\n"
+                "print('noise', file=sys.stderr)",
+                *[
+                    c.replace("):\n", "):\n    __import__('warnings').warn('careful')\n", 1)
+                    for c in answers()
+                ],
+            ],
+            "full",
+            "",
+        ),
+        "huge_output": (
+            [IMPORTS, "for _ in range(200):\n    print('x' * 10**6)", *answers()],
+            "full",
+            "",
+        ),
+        "window_not_divided": (
+            [IMPORTS, *answers(accumulate_window="loss_not_divided")],
+            "partial",
+            "not divided",
+        ),
+        "monkeypatch_torch": (
+            [
+                IMPORTS,
+                "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a: True",
+                *answers(accumulate_window="loss_not_divided"),
+            ],
+            "partial",
+            "not divided",
+        ),
+        "monkeypatch_checks": (
+            [
+                IMPORTS,
+                "import coursekit.checks as c\n"
+                "for q in c.QUESTIONS.values():\n    q.judge = lambda *a, **k: None\n"
+                "c.evaluate = lambda *a, **k: None",
+                *answers(train_accumulated="step_every_micro_batch"),
+            ],
+            "partial",
+            "every micro-batch",
+        ),
+        "write_gradebook_and_outside": (
+            [
+                IMPORTS,
+                f"open({str(gradebook)!r}, 'wb').write(b'x')",
+                f"open({str(outside)!r}, 'w').write('pwned')",
+                *answers(),
+            ],
+            "full",
+            "",
+        ),
+        "read_reference": (
+            [IMPORTS, f"source = open({str(reference)!r}).read()", *answers()],
+            "full",
+            "",
+        ),
+        "corrupt": ("{not json", "zero", "not a Jupyter notebook"),
+        "not_a_notebook": (
+            b"\x89PNG\r\n\x1a\n" + bytes(range(256)),
+            "zero",
+            "not a Jupyter notebook",
+        ),
+        "other_assignment": (REPO / "solutions" / "00_welcome.ipynb", "zero", "00_welcome"),
+        "correct_full_solution": (REPO / "solutions" / f"{ASSIGNMENT}.ipynb", "full", ""),
+        **{
+            f"mistake_{mistake}": ([IMPORTS, *answers(train_accumulated=mistake)], "partial", text)
+            for mistake, text in {
+                "loss_not_divided": "not divided by the window",
+                "step_every_micro_batch": "every micro-batch",
+                "zero_grad_missing": "never cleared",
+                "zero_grad_inside_loop": "zero_grad() runs before every",
+                "mean_of_means": "mean of per-micro-batch means",
+                "last_window_dropped": "never stepped",
+                "last_window_scaled_by_n": "divided by accum_steps",
+            }.items()
+        },
+    }
+
+
+def write_corpus(folder: Path, forbidden: dict[str, Path]) -> dict[str, tuple[Path, str, str]]:
+    """Write every hand-in as ``folder/NAME.ipynb``; return name -> (path, expected, text)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, (content, expected, text) in corpus(forbidden).items():
+        path = folder / f"{name}.ipynb"
+        if isinstance(content, Path):
+            shutil.copy(content, path)
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        elif isinstance(content, str):
+            path.write_text(content)
+        else:
+            path.write_text(notebook(content))
+        written[name] = (path, expected, text)
+    return written

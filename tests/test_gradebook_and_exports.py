@@ -1,0 +1,262 @@
+"""The gradebook, exports, feedback pages, certificates and hand-in reading (no sandbox)."""
+
+import csv
+import json
+import multiprocessing
+import stat
+
+import nbformat
+import pytest
+
+from coursekit.cli import main
+from coursekit.grading import certificates
+from coursekit.grading.exports import feedback_page, gradescope_results
+from coursekit.grading.gradebook import Gradebook
+from coursekit.grading.grader import GradeResult
+from coursekit.grading.handin import HandInError, read_hand_in
+
+pytestmark = pytest.mark.grading
+
+
+def result(student, score, sha, assignment="01_accumulation", error=None, feedback="ok"):
+    return GradeResult(
+        path=f"{student}.ipynb",
+        student=student,
+        assignment=assignment,
+        sha256=sha,
+        score=score,
+        max_score=10.0,
+        error=error,
+        questions=[
+            {
+                "name": "accumulate_window",
+                "score": min(score, 3.0),
+                "max_score": 3.0,
+                "feedback": feedback,
+            }
+        ],
+    )
+
+
+def test_every_attempt_is_kept_and_the_newest_hand_in_counts(tmp_path):
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        book.record(result("ada", 4.0, "aaa"), None)
+        book.record(result("ada", 9.0, "bbb"), None)
+        book.record(result("bob", 7.0, "ccc"), None)
+        assert book.attempts("ada", "01_accumulation") == 2
+        assert book.is_graded("01_accumulation", "ada", "aaa")
+        assert not book.is_graded("01_accumulation", "ada", "zzz")
+        grades = {g.student: g.score for g in book.current_grades()}
+        assert grades == {"ada": 9.0, "bob": 7.0}
+        assert book.integrity() == "ok"
+
+
+def _writer(path, prefix):
+    with Gradebook(path) as book:
+        for i in range(40):
+            book.record(result(f"{prefix}{i}", 5.0, f"{prefix}{i}"), None)
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    path = tmp_path / "g.sqlite"
+    Gradebook(path).close()
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_writer, args=(path, p)) for p in "xyz"]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(60)
+    with Gradebook(path) as book:
+        assert len(book.current_grades()) == 120
+        assert book.integrity() == "ok"
+
+
+def test_csv_gradescope_and_html_exports(tmp_path, capsys):
+    path = tmp_path / "g.sqlite"
+    with Gradebook(path) as book:
+        book.record(result("<script>x</script>", 8.0, "a", feedback="use <= not <"), None)
+        book.record(result("eve", 0.0, "b", error="This file is not a Jupyter notebook."), None)
+        grades = book.current_grades()
+    assert (
+        main(
+            [
+                "export",
+                "--gradebook",
+                str(path),
+                "--format",
+                "csv",
+                "--out",
+                str(tmp_path / "grades.csv"),
+            ]
+        )
+        == 0
+    )
+    rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
+    assert [r["student"] for r in rows] == ["<script>x</script>", "eve"]
+    assert rows[0]["percent"] == "80.0" and rows[1]["error"].startswith("This file")
+
+    results = gradescope_results(grades[0])
+    assert results["score"] == 8.0
+    assert results["tests"][0] == {
+        "name": "accumulate_window",
+        "score": 3.0,
+        "max_score": 3.0,
+        "output": "use <= not <",
+        "visibility": "visible",
+    }
+    assert (
+        main(
+            [
+                "export",
+                "--gradebook",
+                str(path),
+                "--format",
+                "gradescope",
+                "--out",
+                str(tmp_path / "gs"),
+            ]
+        )
+        == 0
+    )
+    assert len(list((tmp_path / "gs").glob("*.json"))) == 2
+
+    page = feedback_page(grades[0])
+    assert "<script>x</script>" not in page and "&lt;script&gt;" in page
+    assert "use &lt;= not &lt;" in page and "8 / 10 points" in page
+    assert (
+        main(
+            [
+                "export",
+                "--gradebook",
+                str(path),
+                "--format",
+                "html",
+                "--out",
+                str(tmp_path / "html"),
+            ]
+        )
+        == 0
+    )
+    assert len(list((tmp_path / "html").glob("*.html"))) == 2
+
+
+def test_export_without_a_gradebook_says_so(tmp_path, capsys):
+    assert main(["export", "--gradebook", str(tmp_path / "none.sqlite")]) == 2
+    assert "grade first" in capsys.readouterr().err
+
+
+@pytest.fixture
+def passed_gradebook(tmp_path):
+    path = tmp_path / "g.sqlite"
+    with Gradebook(path) as book:
+        book.record(result("ada", 9.0, "a"), None)
+        book.record(result("ada", 1.0, "b", assignment="00_welcome"), None)
+        book.record(result("bob", 2.0, "c"), None)
+    return path
+
+
+def test_a_certificate_needs_the_pass_mark(passed_gradebook, tmp_path, capsys):
+    key = tmp_path / "key"
+    assert (
+        main(["certificate", "bob", "--gradebook", str(passed_gradebook), "--key", str(key)]) == 1
+    )
+    assert "below the pass mark of 70%" in capsys.readouterr().err
+
+
+def test_certificates_verify_and_any_edit_is_rejected(passed_gradebook, tmp_path, capsys):
+    key, page = tmp_path / "keys" / "instructor.key", tmp_path / "ada.html"
+    assert (
+        main(
+            [
+                "certificate",
+                "ada",
+                "--gradebook",
+                str(passed_gradebook),
+                "--key",
+                str(key),
+                "--out",
+                str(page),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr()
+    secret = key.read_text().strip()
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    assert secret not in out.out + out.err + page.read_text()
+    assert main(["verify", str(page), "--key", str(key)]) == 0
+    assert "Genuine: ada" in capsys.readouterr().out
+
+    text = page.read_text()
+    fields = json.loads(text.split('id="coursekit-certificate">')[1].split("</script>")[0])
+    for field, forged in [
+        ("name", "Mallory"),
+        ("score", "100.0%"),
+        ("date", "2020-01-01"),
+        ("id", "CK-0000-0000-0000-0000"),
+    ]:
+        for place in ("shown", "signed", "both"):
+            edited = text
+            if place in ("shown", "both"):
+                edited = edited.replace(
+                    f'data-field="{field}">{fields[field]}<', f'data-field="{field}">{forged}<'
+                )
+            if place in ("signed", "both"):
+                edited = edited.replace(json.dumps(fields[field]), json.dumps(forged), 1)
+            assert edited != text
+            forged_page = tmp_path / f"{field}-{place}.html"
+            forged_page.write_text(edited)
+            assert main(["verify", str(forged_page), "--key", str(key)]) == 1, (field, place)
+            assert "NOT genuine" in capsys.readouterr().out
+
+
+def test_another_key_does_not_verify(passed_gradebook, tmp_path, capsys):
+    page = tmp_path / "ada.html"
+    main(
+        [
+            "certificate",
+            "ada",
+            "--gradebook",
+            str(passed_gradebook),
+            "--key",
+            str(tmp_path / "k1"),
+            "--out",
+            str(page),
+        ]
+    )
+    assert main(["verify", str(page), "--key", str(tmp_path / "k2")]) == 1
+    assert certificates.verify("<html>nothing</html>", b"k" * 32).genuine is False
+
+
+def write_notebook(path, metadata=None, cells=("x = 1",)):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nb.metadata.update(metadata or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def test_the_student_is_named_by_metadata_then_folder_then_file(tmp_path):
+    a = write_notebook(tmp_path / "ada" / "01_accumulation.ipynb")
+    assert read_hand_in(a, "01_accumulation").student == "ada"
+    b = write_notebook(tmp_path / "bob.ipynb")
+    assert read_hand_in(b, "01_accumulation").student == "bob"
+    c = write_notebook(tmp_path / "x.ipynb", {"coursekit": {"student": "cy"}})
+    assert read_hand_in(c, "01_accumulation").student == "cy"
+
+
+def test_a_hand_in_for_another_assignment_is_named(tmp_path):
+    tagged = write_notebook(tmp_path / "a.ipynb", {"coursekit": {"assignment": "00_welcome"}})
+    with pytest.raises(HandInError, match="is the 00_welcome assignment"):
+        read_hand_in(tagged, "01_accumulation")
+    untagged = write_notebook(tmp_path / "b.ipynb", cells=["# Question: effective_batch_size\n"])
+    with pytest.raises(HandInError, match="00_welcome"):
+        read_hand_in(untagged, "01_accumulation")
+
+
+def test_a_huge_hand_in_is_refused_with_what_to_do(tmp_path):
+    big = tmp_path / "big.ipynb"
+    big.write_bytes(b" " * (21 * 2**20))
+    with pytest.raises(HandInError, match="Clear All Outputs"):
+        read_hand_in(big, "01_accumulation")
