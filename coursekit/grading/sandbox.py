@@ -59,24 +59,32 @@ def become_subreaper() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def kill_children() -> None:
-    """SIGKILL every live child of this process (with the subreaper set: every descendant)."""
-    me = str(os.getpid())
-    for _ in range(20):
-        found = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[1] == me:
-                found.append(int(stat.parent.name))
-        if not found:
+def children() -> set[int]:
+    """Process ids of this process's live children."""
+    me, found = str(os.getpid()), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == me:
+            found.add(int(stat.parent.name))
+    return found
+
+
+def kill_new_children(before: set[int]) -> None:
+    """SIGKILL children that were not there ``before`` (with the subreaper: orphans too).
+
+    Killing a child re-parents its own children to us, so repeat until none is left.
+    """
+    for _ in range(50):
+        new = children() - before
+        if not new:
             return
-        for pid in found:
+        for pid in new:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in found:
+        for pid in new:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
 
@@ -115,6 +123,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
     job_path = scratch / "job.json"
     job_path.write_text(json.dumps(job))
     os.chmod(job_path, 0o644)
+    become_subreaper()
+    before = children()
     started = time.monotonic()
     with open(scratch / "stdio.txt", "wb") as stdio:
         process = subprocess.Popen(
@@ -134,7 +144,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
-        kill_children()
+        kill_new_children(before)
         group = privileges.pids_cgroup_path(process.pid)
         if group is not None:
             privileges.remove_cgroup(group)
