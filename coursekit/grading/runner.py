@@ -155,7 +155,13 @@ def run_tasks(
     for index, task in enumerate(tasks):
         name = task["question"]
         if index in crashed:
-            results.append({"status": "error", "message": f"{name} ended the grading process."})
+            results.append(
+                {
+                    "status": "error",
+                    "message": f"{name} crashed, exited or would not stop: "
+                    "grading had to end its process.",
+                }
+            )
             continue
         progress.write(f"task {index}\n")
         progress.flush()

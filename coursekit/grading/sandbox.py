@@ -105,7 +105,7 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
+def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool, budget_s: float):
     scratch = Path(tempfile.mkdtemp(prefix="coursekit-hand-in-"))
     work, out = scratch / "work", scratch / "out"
     for folder in (work, work / "tmp", out):
@@ -136,11 +136,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
-            process.wait(timeout=limits.hand_in_timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            timed_out = True
+        timed_out = _watch(process, out / "progress.txt", limits, started + budget_s)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -154,6 +150,28 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool):
     output = _read_text(out / "output.txt")[-4000:]
     shutil.rmtree(scratch, ignore_errors=True)
     return result, progress, output, process.returncode, timed_out, seconds
+
+
+GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
+
+
+def _watch(process, progress: Path, limits: Limits, deadline: float) -> str | None:
+    """Wait for the process; stop it when the notebook's time runs out ("notebook") or when
+    one cell or test outlives its limit, e.g. because it ignores the timer ("step")."""
+    step, step_started = "", time.monotonic()
+    while process.poll() is None:
+        now = time.monotonic()
+        if now >= deadline:
+            return "notebook"
+        text = _read_text(progress)
+        current = text.splitlines()[-1] if text.endswith("\n") and text.strip() else ""
+        if current != step:
+            step, step_started = current, now
+        limit = limits.task_timeout_s if step.startswith("task") else limits.cell_timeout_s
+        if step and now - step_started > limit + GRACE_S:
+            return "step"
+        time.sleep(0.1)
+    return None
 
 
 def _read_text(path: Path) -> str:
@@ -175,7 +193,9 @@ def _read_json(path: Path):
     return data if ok and isinstance(data.get("tasks"), list) else None
 
 
-def _why(returncode: int, timed_out: bool, limits: Limits) -> str:
+def _why(returncode: int, timed_out: str | None, limits: Limits) -> str:
+    if timed_out == "step":
+        return "it ran past its time limit and would not stop"
     if timed_out:
         return f"it ran past the {limits.hand_in_timeout_s:.0f} s limit for a whole notebook"
     if returncode < 0:
@@ -192,8 +212,12 @@ def run_hand_in(
     skip: set[int] = set()
     crashed: set[int] = set()
     for _attempt in range(retries + 1):
+        budget_s = limits.hand_in_timeout_s - run.seconds  # one budget for all the tries
+        if budget_s <= 1:
+            timed_out, code = "notebook", -9
+            break
         result, progress, output, code, timed_out, seconds = _one_attempt(
-            cells, skip, crashed, tasks, limits, landlock
+            cells, skip, crashed, tasks, limits, landlock, budget_s
         )
         run.seconds += seconds
         run.output_tail = output
