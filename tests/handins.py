@@ -6,6 +6,7 @@ minute; one is the full solution notebook, to keep the real thing in the batch.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -96,6 +97,43 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
                 "    kids.append(subprocess.Popen(['sleep', '300']))",
                 *answers(),
             ],
+            "full",
+            "",
+        ),
+        "claims_another_name": (
+            [IMPORTS, *answers(accumulate_window="loss_not_divided")],
+            "partial",
+            "not divided",
+        ),
+        "fifo_result": (
+            [IMPORTS, *answers(), "import os\nos.mkfifo('../out/result.json')\nos._exit(0)"],
+            "full",
+            "",
+        ),
+        # Sabotages the grader's own bookkeeping: the grader must not stall or flood; this
+        # hand-in loses its points (no result came back) and the batch goes on.
+        "endless_result": (
+            [
+                IMPORTS,
+                *answers(),
+                "import os\nos.symlink('/dev/zero', '../out/result.json')\n"
+                "os.symlink('/dev/zero', '../out/progress.txt')\nos._exit(0)",
+            ],
+            "zero",
+            "ended before grading finished",
+        ),
+        "udp_out": (
+            [
+                IMPORTS,
+                "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
+                ".sendto(b'answers', ('127.0.0.1', 9))",
+                *answers(),
+            ],
+            "full",
+            "",
+        ),
+        "odd_metadata": (
+            [IMPORTS, *answers()],
             "full",
             "",
         ),
@@ -194,5 +232,14 @@ def write_corpus(folder: Path, forbidden: dict[str, Path]) -> dict[str, tuple[Pa
             path.write_text(content)
         else:
             path.write_text(notebook(content))
+        if name == "claims_another_name":  # a hand-in must not overwrite someone else's grade
+            data = json.loads(path.read_text())
+            data["metadata"]["coursekit"]["student"] = "correct_minimal"
+            path.write_text(json.dumps(data))
+        if name == "odd_metadata":
+            data = json.loads(path.read_text())
+            data["metadata"]["coursekit"] = "x"
+            data["cells"].append({"source": "no cell type"})
+            path.write_text(json.dumps(data))
         written[name] = (path, expected, text)
     return written

@@ -237,13 +237,26 @@ def write_notebook(path, metadata=None, cells=("x = 1",)):
     return path
 
 
-def test_the_student_is_named_by_metadata_then_folder_then_file(tmp_path):
+def test_the_student_is_named_by_folder_or_file_never_by_the_notebook(tmp_path):
     a = write_notebook(tmp_path / "ada" / "01_accumulation.ipynb")
     assert read_hand_in(a, "01_accumulation").student == "ada"
     b = write_notebook(tmp_path / "bob.ipynb")
     assert read_hand_in(b, "01_accumulation").student == "bob"
-    c = write_notebook(tmp_path / "x.ipynb", {"coursekit": {"student": "cy"}})
-    assert read_hand_in(c, "01_accumulation").student == "cy"
+    claims = write_notebook(tmp_path / "mallory.ipynb", {"coursekit": {"student": "ada"}})
+    assert read_hand_in(claims, "01_accumulation").student == "mallory"
+
+
+@pytest.mark.parametrize(
+    "notebook",
+    [
+        '{"cells": [], "metadata": {"coursekit": "x"}}',
+        '{"cells": [{"source": "x = 1"}, 7, {"cell_type": "code", "source": 5}], "metadata": []}',
+    ],
+)
+def test_odd_but_readable_notebooks_are_graded_not_fatal(tmp_path, notebook):
+    path = tmp_path / "odd.ipynb"
+    path.write_text(notebook)
+    assert read_hand_in(path, "01_accumulation").student == "odd"
 
 
 def test_a_hand_in_for_another_assignment_is_named(tmp_path):

@@ -35,8 +35,10 @@ class EffectiveBatchSize(Question):
 
     def judge(self, spec, outputs, expected):
         answer, wanted = outputs.get("answer"), expected["answer"]
-        if answer == wanted:
+        if type(answer) is int and answer == wanted:
             return
+        if type(answer) is not int or abs(answer) > 10**12:
+            answer = str(answer)[:40]
         m, a, w = spec["micro_batch_size"], spec["accum_steps"], spec["world_size"]
         call = f"effective_batch_size({m}, {a}, {w})"
         if answer == m * a and w > 1:

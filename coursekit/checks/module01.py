@@ -506,7 +506,11 @@ class PlanMicroBatch(Question):
             raise Failure(f"Your function raised {raised}: {outputs.get('message', '')} {where}")
         answer = outputs.get("answer")
         if not (isinstance(answer, list) and len(answer) == 2):
-            raise Failure(f"Return a tuple (micro_batch_size, accum_steps); got {answer}.")
+            raise Failure(
+                f"Return a tuple (micro_batch_size, accum_steps); got {str(answer)[:80]}."
+            )
+        if not all(type(v) is int and 0 < v <= 10**6 for v in answer):
+            raise Failure(f"Return two positive whole numbers; got {str(answer)[:80]}.")
         micro, accum = answer
         if (accum, micro) == tuple(expected["answer"]) and micro != accum:
             raise Failure(

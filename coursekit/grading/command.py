@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
-from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.handin import read_hand_in, student_name
 from coursekit.grading.sandbox import Limits
 from coursekit.progress import Progress
 
@@ -32,8 +33,8 @@ def _identity(path: str, assignment: str) -> tuple[str, str]:
     try:
         hand_in = read_hand_in(path, assignment)
         return hand_in.student, hand_in.sha256
-    except HandInError:
-        return Path(path).stem, file_sha256(path)
+    except Exception:  # any hand-in, however broken, gets graded (and its error recorded)
+        return student_name(Path(path), assignment), file_sha256(path)
 
 
 def run_grade(
@@ -74,6 +75,15 @@ def run_grade(
                     "on Linux 5.13 or newer to keep hand-ins out of your files.",
                     file=sys.stderr,
                 )
+            from coursekit.grading import privileges
+
+            if os.geteuid() == 0 and "pids" not in privileges._own_cgroups():
+                print(
+                    "Warning: grading as root without a pids cgroup: root ignores process "
+                    "limits, so a hand-in could start many processes. Grade as an ordinary "
+                    "user, or where /sys/fs/cgroup is writable.",
+                    file=sys.stderr,
+                )
             print(f"Running the reference solution of {assignment}...", file=sys.stderr)
             try:
                 plan = prepare(root, assignment, limits)
@@ -84,8 +94,22 @@ def run_grade(
             progress = Progress(len(todo), f"grading {assignment}")
 
             def on_result(result: GradeResult) -> None:
-                book.record(result, run_id)
+                try:
+                    book.record(result, run_id)
+                except Exception as error:  # one odd result must not end the batch
+                    print(f"coursekit grade: storing {result.path}: {error}", file=sys.stderr)
+                    result = GradeResult(
+                        path=result.path,
+                        student=result.student,
+                        assignment=assignment,
+                        sha256=result.sha256,
+                        max_score=result.max_score,
+                        error="The grader could not store this hand-in's result.",
+                    )
+                    book.record(result, run_id)
                 note = f"{result.student}: {result.score:g}/{result.max_score:g}"
+                if any(n.startswith("Flagged for review") for n in result.notes):
+                    note += " (flagged for review)"
                 progress.step(note + (" (error)" if result.error else ""))
                 if as_json:
                     print(json.dumps(result.public()), flush=True)

@@ -15,6 +15,13 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
 
 
+def _cell(value) -> str | float:
+    """Text a spreadsheet will not run as a formula (a student picks their file's name)."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
 def write_csv(grades: list[Grade], path: Path) -> Path:
     """One row per student and assignment: the current grade."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -25,9 +32,8 @@ def write_csv(grades: list[Grade], path: Path) -> Path:
         )
         for g in grades:
             percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
-            writer.writerow(
-                [g.student, g.assignment, g.score, g.max_score, percent, g.graded_at, g.error or ""]
-            )
+            row = [g.student, g.assignment, g.score, g.max_score, percent, g.graded_at, g.error]
+            writer.writerow([_cell(value) if value is not None else "" for value in row])
     return path
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import secrets
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -23,7 +25,7 @@ import nbformat
 from coursekit.authoring.build import read_source, render
 from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
-from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.handin import HandInError, read_hand_in, student_name
 from coursekit.grading.judging import as_dict, judge_question
 from coursekit.grading.sandbox import Limits, become_subreaper, run_hand_in
 
@@ -134,6 +136,19 @@ def prepare(
     return plan
 
 
+# Code a notebook has no business running: it reaches into the grader's own machinery.
+# Such hand-ins are still graded, and flagged for the instructor to read.
+_SUSPICIOUS = re.compile(
+    r"coursekit\.(checks|grading)|\bQUESTIONS\b|\.reference\(|gc\.get_objects|_getframe"
+    r"|__globals__|\bf_back\b|\bf_locals\b|run_tasks|result\.json|progress\.txt"
+)
+
+
+def suspicious(cells: list[str]) -> list[str]:
+    """Sorted distinct matches of :data:`_SUSPICIOUS` in the hand-in's code."""
+    return sorted({m.group(0) for source in cells for m in _SUSPICIOUS.finditer(source)})
+
+
 def file_sha256(path: str | Path) -> str:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()
@@ -158,7 +173,11 @@ def _cell_notes(run) -> list[str]:
 def grade_path(path: str, plan: Plan) -> GradeResult:
     """Grade one hand-in file. Never raises for a hand-in's sake: errors become results."""
     started = time.monotonic()
-    result = GradeResult(path=str(path), student=Path(path).stem, assignment=plan.assignment)
+    result = GradeResult(
+        path=str(path),
+        student=student_name(Path(path), plan.assignment),
+        assignment=plan.assignment,
+    )
     result.max_score = plan.max_score
     result.sha256 = file_sha256(path)  # also for files that are no notebook: grade them once
     try:
@@ -171,6 +190,13 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
     result.student, result.sha256 = hand_in.student, hand_in.sha256
     run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.landlock)
     result.notes = _cell_notes(run)
+    found = suspicious(hand_in.cells)
+    if found:
+        result.notes.insert(
+            0,
+            "Flagged for review: the notebook uses the grader's own machinery "
+            f"({', '.join(found)}); an instructor will read it.",
+        )
     if run.failure:
         result.error = run.failure
         result.questions = _zero(plan, "Not graded: see the error.")
@@ -210,10 +236,16 @@ def _safe_grade(path: str, plan: Plan) -> GradeResult:
     try:
         return grade_path(path, plan)
     except Exception:  # a grader bug must not end the batch: report it on this hand-in
-        result = GradeResult(path=str(path), student=Path(path).stem, assignment=plan.assignment)
+        print(f"coursekit grade: the grader failed on {path}:", file=sys.stderr)
+        traceback.print_exc()
+        result = GradeResult(
+            path=str(path),
+            student=student_name(Path(path), plan.assignment),
+            assignment=plan.assignment,
+        )
+        result.sha256 = file_sha256(path)
         result.max_score = plan.max_score
         result.error = "The grader failed on this hand-in; tell your instructor."
-        result.notes = [traceback.format_exc(limit=3)]
         result.questions = _zero(plan, "Not graded: the grader failed on this hand-in.")
         return result
 

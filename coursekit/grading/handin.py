@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
-
-import nbformat
 
 from coursekit.authoring.markup import question_name
 from coursekit.checks import QUESTIONS
@@ -26,17 +25,21 @@ class HandIn:
     cells: list[str]  # code cell sources, in order
 
 
-def student_name(path: Path, assignment: str, metadata: dict) -> str:
-    """The student, from the notebook's metadata, else its folder or file name.
+def student_name(path: Path, assignment: str) -> str:
+    """The student, from where the instructor put the file: its folder or its name.
 
     ``hand-ins/alice/01_accumulation.ipynb`` and ``hand-ins/alice.ipynb`` are both alice's.
+    Never from the notebook's contents: a hand-in must not be able to claim another name.
     """
-    named = metadata.get("coursekit", {}).get("student") if isinstance(metadata, dict) else None
-    if isinstance(named, str) and named.strip():
-        return named.strip()
     if path.stem == assignment and path.parent.name:
         return path.parent.name
     return path.stem
+
+
+def _coursekit_metadata(notebook) -> dict:
+    metadata = notebook.get("metadata")
+    value = metadata.get("coursekit") if isinstance(metadata, dict) else None
+    return value if isinstance(value, dict) else {}
 
 
 def read_hand_in(path: str | Path, assignment: str) -> HandIn:
@@ -53,8 +56,8 @@ def read_hand_in(path: str | Path, assignment: str) -> HandIn:
             "save, and hand it in again."
         )
     data = path.read_bytes()
-    try:
-        notebook = nbformat.reads(data.decode("utf-8"), as_version=4)
+    try:  # without validation: any JSON with a list of cells is worth grading
+        notebook = json.loads(data.decode("utf-8"))
         cells = notebook["cells"]
         if not isinstance(cells, list):
             raise ValueError("no list of cells")
@@ -63,20 +66,27 @@ def read_hand_in(path: str | Path, assignment: str) -> HandIn:
             "This file is not a Jupyter notebook that can be read (it may be damaged, or "
             "another kind of file). Hand in the .ipynb file itself, as saved by Jupyter or Colab."
         ) from None
-    declared = {question_name(c) for c in cells if isinstance(c, dict) and "source" in c}
+    sources = []
+    for cell in cells:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            if isinstance(source, list):
+                source = "".join(str(part) for part in source)
+            sources.append(source if isinstance(source, str) else "")
+    declared = {question_name({"cell_type": "code", "source": s}) for s in sources if s}
     declared.discard(None)
-    _check_assignment(notebook.get("metadata", {}), declared, assignment)
-    sources = [c["source"] for c in cells if isinstance(c, dict) and c.get("cell_type") == "code"]
+    _check_assignment(_coursekit_metadata(notebook), declared, assignment)
     return HandIn(
         path=str(path),
         sha256=hashlib.sha256(data).hexdigest(),
-        student=student_name(path, assignment, notebook.get("metadata", {})),
-        cells=[s if isinstance(s, str) else "".join(s) for s in sources],
+        student=student_name(path, assignment),
+        cells=sources,
     )
 
 
-def _check_assignment(metadata, declared: set, assignment: str) -> None:
-    tagged = metadata.get("coursekit", {}).get("assignment") if isinstance(metadata, dict) else None
+def _check_assignment(metadata: dict, declared: set, assignment: str) -> None:
+    tagged = metadata.get("assignment")
+    tagged = tagged if isinstance(tagged, str) else None
     modules = {QUESTIONS[q].module for q in declared if q in QUESTIONS}
     other = tagged if tagged and tagged != assignment else None
     if other is None and modules and assignment not in modules:

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 
 from coursekit.checks.question import Failure, Question
 
+MESSAGE_CHARS = 600  # feedback comes partly from a hand-in's outputs: keep it short
+
 
 @dataclass
 class QuestionResult:
@@ -31,7 +33,8 @@ def judge_test(question: Question, spec: dict, record: dict, expected: dict, tas
         try:
             question.judge(spec, record["outputs"], expected)
         except Failure as failure:
-            return False, failure.message, failure.mistake
+            mistake = failure.mistake if isinstance(failure.mistake, str) else None
+            return False, str(failure.message)[:MESSAGE_CHARS], mistake
         except Exception:  # outputs of an unexpected shape: the judge trusts nothing
             return False, f"{name} returned something of an unexpected kind.", None
         return True, "", None
@@ -47,7 +50,7 @@ def judge_test(question: Question, spec: dict, record: dict, expected: dict, tas
     if status == "timeout":
         return False, f"{name} did not finish one test within {task_timeout_s:.0f} s.", None
     if status == "error":
-        return False, str(record.get("message", "it raised an error"))[:500], None
+        return False, str(record.get("message", "it raised an error"))[:MESSAGE_CHARS], None
     return False, f"{name} could not be run.", None
 
 

@@ -3,7 +3,8 @@
 Switching to an unprivileged user is not an option everywhere: the Python interpreter may
 live under /root. So the process stays uid 0 but drops every capability, for good (the
 bounding set and securebits stop execve from giving them back). Root is exempt from
-RLIMIT_NPROC, so a pids cgroup, where one can be made, caps its processes instead.
+RLIMIT_NPROC, so pids and memory cgroups, where they can be made, cap the processes and
+the memory of a hand-in and everything it starts, together.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ _PR_CAP_AMBIENT_CLEAR_ALL = 4
 # SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP and SECBIT_KEEP_CAPS off, each with its lock bit.
 _SECUREBITS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 3) | (1 << 5)
 _CAPABILITY_VERSION_3 = 0x20080522
-_CGROUP_ROOTS = (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/pids"))
 
 
 class _CapHeader(ctypes.Structure):
@@ -47,32 +47,72 @@ def drop_all_capabilities() -> None:
         raise OSError(ctypes.get_errno(), "capset failed")
 
 
-def pids_cgroup_path(pid: int) -> Path | None:
-    """Where :func:`join_pids_cgroup` puts process ``pid``'s cgroup, if it made one."""
-    for root in _CGROUP_ROOTS:
-        candidate = root / f"coursekit-{pid}"
-        if candidate.is_dir():
-            return candidate
-    return None
+_CLONE_NEWUSER, _CLONE_NEWIPC, _CLONE_NEWNET = 0x10000000, 0x08000000, 0x40000000
 
 
-def join_pids_cgroup(max_processes: int) -> Path | None:
-    """Move this process into a new pids cgroup capped at ``max_processes``; None if impossible."""
-    for root in _CGROUP_ROOTS:
-        if not (root / "cgroup.procs").exists():
-            continue
-        if root.name != "pids" and "pids" not in _read(root / "cgroup.controllers"):
-            continue
-        group = root / f"coursekit-{os.getpid()}"
+def isolate_network_and_ipc() -> bool:
+    """Move this process into new network and IPC namespaces; False where not allowed.
+
+    A new network namespace has only a loopback device, down: no TCP, UDP or abstract
+    socket reaches anything outside. Its own IPC namespace keeps System V shared memory
+    and queues away from other hand-ins, and frees them when the hand-in ends. Root can do
+    it directly; other users need an (unprivileged) user namespace first.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = _CLONE_NEWNET | _CLONE_NEWIPC
+    if os.getuid() != 0:
+        flags |= _CLONE_NEWUSER
+    return libc.unshare(flags) == 0
+
+
+_CGROUP_MOUNT = Path("/sys/fs/cgroup")
+# controller -> (v1 limit file, v2 limit file)
+_LIMIT_FILES = {"pids": ("pids.max", "pids.max"), "memory": ("memory.limit_in_bytes", "memory.max")}
+
+
+def _own_cgroups() -> dict[str, Path]:
+    """controller -> the folder of this process's current cgroup (v1 per controller, or v2)."""
+    found: dict[str, Path] = {}
+    for line in _read(Path("/proc/self/cgroup")).splitlines():
+        number, controllers, path = line.split(":", 2)
+        if number == "0" and (_CGROUP_MOUNT / "cgroup.controllers").exists():
+            enabled = _read(_CGROUP_MOUNT / path.lstrip("/") / "cgroup.subtree_control").split()
+            for controller in _LIMIT_FILES:
+                if controller in enabled:
+                    found.setdefault(controller, _CGROUP_MOUNT / path.lstrip("/"))
+        for controller in controllers.split(","):
+            if controller in _LIMIT_FILES and (_CGROUP_MOUNT / controller).is_dir():
+                found[controller] = _CGROUP_MOUNT / controller / path.lstrip("/")
+    return found
+
+
+def cgroup_paths(pid: int) -> list[Path]:
+    """The cgroups :func:`join_cgroups` made for process ``pid`` (to remove afterwards)."""
+    return [
+        folder / f"coursekit-{pid}"
+        for folder in set(_own_cgroups().values())
+        if (folder / f"coursekit-{pid}").is_dir()
+    ]
+
+
+def join_cgroups(max_processes: int, memory_bytes: int) -> list[str]:
+    """Move this process into new cgroups under its own, capping processes and memory for it
+    and everything it starts, together; return the controllers that worked."""
+    limits = {"pids": max_processes, "memory": memory_bytes}
+    joined = []
+    for controller, parent in _own_cgroups().items():
+        group = parent / f"coursekit-{os.getpid()}"
+        version = 1 if parent.is_relative_to(_CGROUP_MOUNT / controller) else 2
+        limit_file = _LIMIT_FILES[controller][version - 1]
         try:
             group.mkdir(exist_ok=True)
-            (group / "pids.max").write_text(str(max_processes))
+            (group / limit_file).write_text(str(limits[controller]))
             (group / "cgroup.procs").write_text(str(os.getpid()))
-            return group
+            joined.append(controller)
         except OSError:
             with contextlib.suppress(OSError):
                 group.rmdir()
-    return None
+    return joined
 
 
 def remove_cgroup(group: Path) -> None:

@@ -59,7 +59,8 @@ def _readable_paths() -> list[str]:
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     paths |= {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     paths.add(str(Path(coursekit.__file__).parent))
-    paths |= {"/usr", "/lib", "/lib64", "/bin", "/proc", "/sys", "/dev"}
+    paths |= {"/usr", "/lib", "/lib64", "/bin", "/proc", "/sys"}
+    paths |= {f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")}
     paths |= {f"/etc/{name}" for name in _ETC}
     return sorted(paths)
 
@@ -74,10 +75,14 @@ def confine(job: dict) -> dict:
     cpu = int(limits["hand_in_timeout_s"]) + 5
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing
-    if os.getuid() == 0:  # root ignores RLIMIT_NPROC and could lift limits: give that up
-        from coursekit.grading import privileges
+    from coursekit.grading import privileges
 
-        applied["pids_cgroup"] = privileges.join_pids_cgroup(limits["max_processes"]) is not None
+    # Own network (no way out, not even UDP) and System V IPC (gone with the hand-in).
+    applied["namespaces"] = privileges.isolate_network_and_ipc()
+    if os.getuid() == 0:  # root ignores RLIMIT_NPROC and could lift limits: give that up
+        applied["cgroups"] = privileges.join_cgroups(
+            limits["max_processes"], limits["memory_bytes"]
+        )
         privileges.drop_all_capabilities()
         applied["capabilities"] = "dropped"
     if job.get("landlock", True):

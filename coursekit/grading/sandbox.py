@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -62,13 +63,13 @@ def become_subreaper() -> None:
 def children() -> set[int]:
     """Process ids of this process's live children."""
     me, found = str(os.getpid()), set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for status in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = status.read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         if fields[1] == me:
-            found.add(int(stat.parent.name))
+            found.add(int(status.parent.name))
     return found
 
 
@@ -141,14 +142,13 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool, bu
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
         kill_new_children(before)
-        group = privileges.pids_cgroup_path(process.pid)
-        if group is not None:
+        for group in privileges.cgroup_paths(process.pid):
             privileges.remove_cgroup(group)
     seconds = time.monotonic() - started
     result = _read_json(out / "result.json")
-    progress = _read_text(out / "progress.txt").splitlines()
-    output = _read_text(out / "output.txt")[-4000:]
-    shutil.rmtree(scratch, ignore_errors=True)
+    progress = _read_text(out / "progress.txt", tail_bytes=4096).splitlines()
+    output = _read_text(out / "output.txt", tail_bytes=4000)
+    _remove(scratch)
     return result, progress, output, process.returncode, timed_out, seconds
 
 
@@ -163,7 +163,7 @@ def _watch(process, progress: Path, limits: Limits, deadline: float) -> str | No
         now = time.monotonic()
         if now >= deadline:
             return "notebook"
-        text = _read_text(progress)
+        text = _read_text(progress, tail_bytes=4096)
         current = text.splitlines()[-1] if text.endswith("\n") and text.strip() else ""
         if current != step:
             step, step_started = current, now
@@ -174,23 +174,49 @@ def _watch(process, progress: Path, limits: Limits, deadline: float) -> str | No
     return None
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path, tail_bytes: int | None = None) -> str:
+    """At most RESULT_CAP_BYTES (or the last ``tail_bytes``) of a file a hand-in could touch.
+
+    No links are followed and nothing that is not a regular file is read (a FIFO would block,
+    /dev/zero would never end), so a hand-in can neither stall nor flood the grader.
+    """
     try:
-        with open(path, "rb") as handle:
-            return handle.read(RESULT_CAP_BYTES).decode("utf-8", "replace")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return ""
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            return ""
+        if tail_bytes is not None and info.st_size > tail_bytes:
+            os.lseek(descriptor, info.st_size - tail_bytes, os.SEEK_SET)
+        chunks, left = [], tail_bytes or RESULT_CAP_BYTES
+        while left > 0:
+            chunk = os.read(descriptor, min(left, 2**20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(descriptor)
 
 
 def _read_json(path: Path):
     try:
-        if path.stat().st_size > RESULT_CAP_BYTES:
-            return None
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(_read_text(path))
+    except ValueError:
         return None
     ok = isinstance(data, dict) and isinstance(data.get("cells"), list)
     return data if ok and isinstance(data.get("tasks"), list) else None
+
+
+def _remove(folder: Path) -> None:
+    """Remove a scratch folder however deep a hand-in nested it (rmtree recurses)."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(folder)], check=False)
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _why(returncode: int, timed_out: str | None, limits: Limits) -> str:
@@ -198,6 +224,8 @@ def _why(returncode: int, timed_out: str | None, limits: Limits) -> str:
         return "it ran past its time limit and would not stop"
     if timed_out:
         return f"it ran past the {limits.hand_in_timeout_s:.0f} s limit for a whole notebook"
+    if returncode == -signal.SIGKILL:
+        return "the process was killed: it ran out of its memory limit, or killed itself"
     if returncode < 0:
         name = signal.Signals(-returncode).name
         return f"the process was killed by {name} (a crash, or the code killed itself)"
