@@ -190,6 +190,11 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
             "full",
             "",
         ),
+        "chmod_gradebook": (
+            [IMPORTS, f"import os\nos.chmod({str(gradebook)!r}, 0o777)", *answers()],
+            "full",
+            "",
+        ),
         "read_reference": (
             [IMPORTS, f"source = open({str(reference)!r}).read()", *answers()],
             "full",

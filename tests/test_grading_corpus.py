@@ -134,6 +134,7 @@ def test_monkeypatching_torch_or_the_checks_gains_nothing(graded, patched, plain
 def test_nothing_reached_the_gradebook_the_outside_or_the_reference(graded):
     forbidden = graded["forbidden"]
     assert not forbidden["outside"].exists()
+    assert forbidden["gradebook"].stat().st_mode & 0o777 != 0o777
     with Gradebook(forbidden["gradebook"]) as book:
         assert book.integrity() == "ok"
         assert len(book.current_grades(ASSIGNMENT)) == len(graded["corpus"])

@@ -125,3 +125,44 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+_CLONE_NEWNS = 0x00020000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_KEPT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
+
+
+def _mount_points() -> list[tuple[str, int]]:
+    """(mount point, flags to keep) for every mount this process sees, in order."""
+    points = []
+    for line in _read(Path("/proc/self/mountinfo")).splitlines():
+        fields = line.split()
+        point = fields[4].encode().decode("unicode_escape")  # "\\040" is a space
+        flags = sum(_KEPT_FLAGS.get(option, 0) for option in fields[5].split(","))
+        points.append((point, flags))
+    return points
+
+
+def read_only_except(writable: list[str]) -> bool:
+    """Give this process its own view of the file systems, all read-only but ``writable``.
+
+    Landlock stops reads and writes of files, but not chmod, utime or extended attributes;
+    a process that is uid 0 owns most files, so as root those need a read-only mount.
+    Returns False (and changes nothing) where mount namespaces are not allowed.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS) != 0:
+        return False
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        raise OSError(ctypes.get_errno(), "making mounts private failed")
+    for path in writable:  # a mount of their own, so the remounts below leave them alone
+        if libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"bind-mounting {path} failed")
+    keep = {str(Path(path)) for path in writable}
+    for point, flags in _mount_points():
+        if point in keep or any(point.startswith(k + "/") for k in keep):
+            continue
+        flags |= _MS_REMOUNT | _MS_BIND | _MS_RDONLY
+        libc.mount(None, point.encode(), None, flags, None)  # best effort per mount
+    return True

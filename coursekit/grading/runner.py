@@ -83,6 +83,10 @@ def confine(job: dict) -> dict:
         applied["cgroups"] = privileges.join_cgroups(
             limits["max_processes"], limits["memory_bytes"]
         )
+        # uid 0 owns most files: Landlock stops reading and writing them, a read-only view of
+        # the file systems stops chmod, utime and extended attributes too.
+        applied["read_only"] = privileges.read_only_except([scratch, job["out"]])
+        os.chdir(scratch)  # re-enter the folder through its new, writable mount
         privileges.drop_all_capabilities()
         applied["capabilities"] = "dropped"
     if job.get("landlock", True):
