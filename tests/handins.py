@@ -38,6 +38,7 @@ def notebook(cells: list[str], assignment: str = ASSIGNMENT) -> str:
 # name -> (cells, expected: "full" | "zero" | "partial", text the feedback or error must hold)
 def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
     gradebook, outside, reference = (forbidden[k] for k in ("gradebook", "outside", "reference"))
+    socket_path = forbidden.get("socket", outside.with_suffix(".sock"))
     return {
         "correct_minimal": ([IMPORTS, *answers()], "full", ""),
         "duplicated_cells": ([IMPORTS, *answers(), *answers()], "full", ""),
@@ -127,6 +128,16 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
                 IMPORTS,
                 "import socket\nsocket.socket(socket.AF_INET, socket.SOCK_DGRAM)"
                 ".sendto(b'answers', ('127.0.0.1', 9))",
+                *answers(),
+            ],
+            "full",
+            "",
+        ),
+        "unix_socket_out": (
+            [
+                IMPORTS,
+                f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({str(socket_path)!r})"
+                "\ns.sendall(b'answers')",
                 *answers(),
             ],
             "full",

@@ -273,3 +273,15 @@ def test_a_huge_hand_in_is_refused_with_what_to_do(tmp_path):
     big.write_bytes(b" " * (21 * 2**20))
     with pytest.raises(HandInError, match="Clear All Outputs"):
         read_hand_in(big, "01_accumulation")
+
+
+def test_code_that_reaches_into_the_graders_instruments_is_flagged():
+    from coursekit.grading.grader import suspicious
+
+    tamper = (
+        "for h in list(model._forward_pre_hooks.values()):\n"
+        "    w = getattr(h, '__self__', None)\n"
+        "    w.backward_passes = n"
+    )
+    assert suspicious([tamper]) == ["__self__", "_forward_pre_hooks"]
+    assert suspicious(["import coursekit\ncoursekit.activation_bytes(model, x)"]) == []

@@ -6,6 +6,7 @@ hand-in did reaches the gradebook, the files outside its scratch folder, or the 
 """
 
 import json
+import socket
 import subprocess
 import time
 
@@ -35,6 +36,11 @@ def graded(tmp_path_factory):
         "outside": base / "outside.txt",
         "reference": REPO / "notebooks" / f"{ASSIGNMENT}.ipynb",
     }
+    forbidden["socket"] = base / "outside.sock"
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(forbidden["socket"]))
+    listener.listen()
+    listener.setblocking(False)
     corpus = write_corpus(base / "hand-ins", forbidden)
     sleepers_before = _sleepers()
     started = time.monotonic()
@@ -69,6 +75,7 @@ def graded(tmp_path_factory):
         "forbidden": forbidden,
         "seconds": time.monotonic() - started,
         "sleepers_before": sleepers_before,
+        "listener": listener,
     }
 
 
@@ -133,6 +140,8 @@ def test_monkeypatching_torch_or_the_checks_gains_nothing(graded, patched, plain
 
 def test_nothing_reached_the_gradebook_the_outside_or_the_reference(graded):
     forbidden = graded["forbidden"]
+    with pytest.raises(BlockingIOError):  # no hand-in connected to the socket outside
+        graded["listener"].accept()
     assert not forbidden["outside"].exists()
     assert forbidden["gradebook"].stat().st_mode & 0o777 != 0o777
     with Gradebook(forbidden["gradebook"]) as book:

@@ -27,7 +27,7 @@ from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
 from coursekit.grading.handin import HandInError, read_hand_in, student_name
 from coursekit.grading.judging import as_dict, judge_question
-from coursekit.grading.sandbox import Limits, become_subreaper, run_hand_in
+from coursekit.grading.sandbox import Limits, run_hand_in, start_worker
 
 
 class GraderError(RuntimeError):
@@ -141,6 +141,8 @@ def prepare(
 _SUSPICIOUS = re.compile(
     r"coursekit\.(checks|grading)|\bQUESTIONS\b|\.reference\(|gc\.get_objects|_getframe"
     r"|__globals__|\bf_back\b|\bf_locals\b|run_tasks|result\.json|progress\.txt"
+    r"|_forward_pre_hooks|_forward_hooks|_backward_hooks|_post_accumulate_grad_hooks"
+    r"|__self__|__closure__|_step_pre_hooks|optimizer_step_pre_hooks"
 )
 
 
@@ -258,7 +260,7 @@ def grade_all(
     if not paths:
         return
     context = get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=become_subreaper) as pool:
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker) as pool:
         futures = [pool.submit(_safe_grade, path, plan) for path in paths]
         for future in as_completed(futures):
             on_result(future.result())

@@ -166,3 +166,55 @@ def read_only_except(writable: list[str]) -> bool:
         flags |= _MS_REMOUNT | _MS_BIND | _MS_RDONLY
         libc.mount(None, point.encode(), None, flags, None)  # best effort per mount
     return True
+
+
+_AF_UNIX, _EACCES = 1, 13
+_SOCKET_SYSCALL = {"x86_64": 41, "aarch64": 198}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_NO_NEW_PRIVS = 22, 2, 38
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [
+        ("code", ctypes.c_uint16),
+        ("jt", ctypes.c_uint8),
+        ("jf", ctypes.c_uint8),
+        ("k", ctypes.c_uint32),
+    ]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def forbid_unix_sockets() -> bool:
+    """Make ``socket(AF_UNIX, ...)`` fail with EACCES for this process and its children.
+
+    A network namespace does not cover Unix sockets with a path (a server's socket file in
+    /run or /tmp), and Landlock cannot stop ``connect()`` to one; without a socket of its
+    own a hand-in cannot connect to any. (``socketpair``, used by multiprocessing, still
+    works: it reaches nothing outside.) Returns False on an architecture we do not know.
+    """
+    machine = os.uname().machine
+    if machine not in _SOCKET_SYSCALL:
+        return False
+    program = [
+        _SockFilter(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        _SockFilter(_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
+        _SockFilter(_RET_K, 0, 0, _RET_ALLOW),
+        _SockFilter(_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+        _SockFilter(_JEQ_K, 0, 3, _SOCKET_SYSCALL[machine]),
+        _SockFilter(_LD_W_ABS, 0, 0, 16),  # low half of args[0]: the address family
+        _SockFilter(_JEQ_K, 0, 1, _AF_UNIX),
+        _SockFilter(_RET_K, 0, 0, _RET_ERRNO | _EACCES),
+        _SockFilter(_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    filters = (_SockFilter * len(program))(*program)
+    fprog = _SockFprog(len(program), filters)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
+    return True

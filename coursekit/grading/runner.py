@@ -97,6 +97,7 @@ def confine(job: dict) -> dict:
             applied["landlock"] = landlock.restrict(_readable_paths(), writable)
     # RLIMIT_NPROC counts every process and thread of the user, so leave room for the ones
     # that user already runs (the grader's own, when not run as root).
+    applied["unix_sockets"] = "forbidden" if privileges.forbid_unix_sockets() else "allowed"
     nproc = limits["max_processes"] + _processes_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     return applied
