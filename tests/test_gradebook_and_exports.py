@@ -71,26 +71,17 @@ def test_concurrent_writers_lose_nothing(tmp_path):
         assert book.integrity() == "ok"
 
 
+def export(gradebook, fmt: str, out) -> int:
+    return main(["export", "--gradebook", str(gradebook), "--format", fmt, "--out", str(out)])
+
+
 def test_csv_gradescope_and_html_exports(tmp_path, capsys):
     path = tmp_path / "g.sqlite"
     with Gradebook(path) as book:
         book.record(result("<script>x</script>", 8.0, "a", feedback="use <= not <"), None)
         book.record(result("eve", 0.0, "b", error="This file is not a Jupyter notebook."), None)
         grades = book.current_grades()
-    assert (
-        main(
-            [
-                "export",
-                "--gradebook",
-                str(path),
-                "--format",
-                "csv",
-                "--out",
-                str(tmp_path / "grades.csv"),
-            ]
-        )
-        == 0
-    )
+    assert export(path, "csv", str(tmp_path / "grades.csv")) == 0
     rows = list(csv.DictReader(open(tmp_path / "grades.csv")))
     assert [r["student"] for r in rows] == ["<script>x</script>", "eve"]
     assert rows[0]["percent"] == "80.0" and rows[1]["error"].startswith("This file")
@@ -104,45 +95,34 @@ def test_csv_gradescope_and_html_exports(tmp_path, capsys):
         "output": "use <= not <",
         "visibility": "visible",
     }
-    assert (
-        main(
-            [
-                "export",
-                "--gradebook",
-                str(path),
-                "--format",
-                "gradescope",
-                "--out",
-                str(tmp_path / "gs"),
-            ]
-        )
-        == 0
-    )
+    assert export(path, "gradescope", str(tmp_path / "gs")) == 0
     assert len(list((tmp_path / "gs").glob("*.json"))) == 2
 
     page = feedback_page(grades[0])
     assert "<script>x</script>" not in page and "&lt;script&gt;" in page
     assert "use &lt;= not &lt;" in page and "8 / 10 points" in page
-    assert (
-        main(
-            [
-                "export",
-                "--gradebook",
-                str(path),
-                "--format",
-                "html",
-                "--out",
-                str(tmp_path / "html"),
-            ]
-        )
-        == 0
-    )
+    assert export(path, "html", str(tmp_path / "html")) == 0
     assert len(list((tmp_path / "html").glob("*.html"))) == 2
 
 
 def test_export_without_a_gradebook_says_so(tmp_path, capsys):
     assert main(["export", "--gradebook", str(tmp_path / "none.sqlite")]) == 2
     assert "grade first" in capsys.readouterr().err
+
+
+def certify(gradebook, student: str, key, out) -> int:
+    return main(
+        [
+            "certificate",
+            student,
+            "--gradebook",
+            str(gradebook),
+            "--key",
+            str(key),
+            "--out",
+            str(out),
+        ]
+    )
 
 
 @pytest.fixture
@@ -165,21 +145,7 @@ def test_a_certificate_needs_the_pass_mark(passed_gradebook, tmp_path, capsys):
 
 def test_certificates_verify_and_any_edit_is_rejected(passed_gradebook, tmp_path, capsys):
     key, page = tmp_path / "keys" / "instructor.key", tmp_path / "ada.html"
-    assert (
-        main(
-            [
-                "certificate",
-                "ada",
-                "--gradebook",
-                str(passed_gradebook),
-                "--key",
-                str(key),
-                "--out",
-                str(page),
-            ]
-        )
-        == 0
-    )
+    assert certify(passed_gradebook, "ada", key, page) == 0
     out = capsys.readouterr()
     secret = key.read_text().strip()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -212,18 +178,7 @@ def test_certificates_verify_and_any_edit_is_rejected(passed_gradebook, tmp_path
 
 def test_another_key_does_not_verify(passed_gradebook, tmp_path, capsys):
     page = tmp_path / "ada.html"
-    main(
-        [
-            "certificate",
-            "ada",
-            "--gradebook",
-            str(passed_gradebook),
-            "--key",
-            str(tmp_path / "k1"),
-            "--out",
-            str(page),
-        ]
-    )
+    certify(passed_gradebook, "ada", tmp_path / "k1", page)
     assert main(["verify", str(page), "--key", str(tmp_path / "k2")]) == 1
     assert certificates.verify("<html>nothing</html>", b"k" * 32).genuine is False
 
