@@ -35,3 +35,21 @@ def tiny_mlp(
     finally:
         torch.random.set_rng_state(state)
     return model
+
+
+def tiny_lm(
+    vocab_size: int = 32, dim: int = 16, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> nn.Sequential:
+    """A bigram language model: token ids ``(batch, seq)`` to logits ``(batch, seq, vocab)``.
+
+    An embedding and one linear layer predict each next token from the current one. That is
+    all the course's token exercises need: a loss per real token, padding to skip, and
+    micro-batches whose token counts differ. Initialised from ``seed``, locally.
+    """
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size))
+    finally:
+        torch.random.set_rng_state(state)
+    return model.to(dtype)

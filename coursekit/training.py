@@ -34,6 +34,7 @@ def train_accumulated(
     accum_steps: int,
     device: torch.device | str | None = None,
     non_blocking: bool = False,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> list[float]:
     """Train one pass over ``micro_batches``, stepping once per window of ``accum_steps``.
 
@@ -44,6 +45,7 @@ def train_accumulated(
     Args:
         device: where to move each micro-batch; with ``non_blocking=True`` a copy from
             pinned CPU memory does not make Python wait, so it keeps queueing GPU work.
+        scheduler: stepped once per optimizer step, right after it (never per micro-batch).
 
     Example:
         >>> from coursekit.data import make_regression, split_micro_batches
@@ -70,6 +72,8 @@ def train_accumulated(
             window_loss += loss.detach() * weight
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if scheduler is not None:
+            scheduler.step()
         window_losses.append(float(window_loss))
     return window_losses
 

@@ -10,6 +10,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from coursekit.checks.instruments import (
+    SINGLE_BACKWARD,
+    StepCounter,
+    Watch,
+    as_floats,
+    keeps_graph,
+    tensor_list,
+    weights_of,
+)
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
@@ -27,39 +36,6 @@ MODULE = "01_accumulation"
 TOLERANCE = {"float64": 1e-10, "float32": 1e-5}
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
-
-def _tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
-    return None if tensor is None else tensor.double().flatten().tolist()
-
-
-class _Watch:
-    """Records what a student's code did to a model: forward sizes, backward passes, steps."""
-
-    def __init__(self, model: nn.Module):
-        self.forward_sizes: list[int] = []
-        self.backward_passes = 0
-        self.start = _weights(model)
-        model.register_forward_pre_hook(self._forward, with_kwargs=True)
-        next(model.parameters()).register_post_accumulate_grad_hook(self._backward)
-
-    def _forward(self, _module, args, kwargs) -> None:
-        first = args[0] if args else next(iter(kwargs.values()), None)
-        if torch.is_tensor(first) and first.dim() > 0:
-            self.forward_sizes.append(len(first))
-
-    def _backward(self, _parameter) -> None:
-        self.backward_passes += 1
-
-
-def _weights(model: nn.Module) -> list[float]:
-    return torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()
-
-
-SINGLE_BACKWARD = (
-    "call backward() once per micro-batch. Adding the micro-batches' losses and calling "
-    "backward() once keeps every micro-batch's graph, and its activations, alive until then: "
-    "the memory accumulation is meant to save."
-)
 
 # ---------------------------------------------------------------- accumulate_window
 
@@ -104,13 +80,13 @@ class AccumulateWindow(Question):
 
     def run(self, fn, spec):
         model, _, _, micro_batches = _window_problem(spec)
-        watch = _Watch(model)
+        watch = Watch(model)
         fn(model, nn.MSELoss(), micro_batches)
         return {
-            "grad": _tensor_list(flat_gradient(model.parameters())),
+            "grad": tensor_list(flat_gradient(model.parameters())),
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
-            "weights_moved": _weights(model) != watch.start,
+            "weights_moved": weights_of(model) != watch.start,
         }
 
     def reference(self):
@@ -194,26 +170,6 @@ class AccumulateWindow(Question):
 # ---------------------------------------------------------------- train_accumulated
 
 
-class _Counter:
-    """Counts optimizer.step() and zero_grad() calls (the optimizer's or the model's)."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        self.steps = 0
-        self.zero_grads = 0
-        optimizer.register_step_pre_hook(self._count_step)
-        for owner in (optimizer, model):
-            original = owner.zero_grad
-
-            def counted(*args, _original=original, **kwargs):
-                self.zero_grads += 1
-                return _original(*args, **kwargs)
-
-            owner.zero_grad = counted
-
-    def _count_step(self, *_args) -> None:
-        self.steps += 1
-
-
 def _loop_problem(spec):
     model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=torch.float64)
     inputs, targets = make_regression(
@@ -224,20 +180,6 @@ def _loop_problem(spec):
     else:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=spec.get("momentum", 0))
     return model, optimizer, split_micro_batches(inputs, targets, spec["micro_batch_size"])
-
-
-def _as_floats(values) -> list[float] | str:
-    try:
-        return [float(v.detach() if torch.is_tensor(v) else v) for v in values]
-    except (TypeError, ValueError, RuntimeError):
-        return type(values).__name__
-
-
-def _keeps_graph(values) -> bool:
-    try:
-        return any(torch.is_tensor(v) and v.requires_grad for v in values)
-    except TypeError:
-        return False
 
 
 @register
@@ -284,13 +226,13 @@ class TrainAccumulated(Question):
 
     def run(self, fn, spec):
         model, optimizer, micro_batches = _loop_problem(spec)
-        counter = _Counter(model, optimizer)
-        watch = _Watch(model)
+        counter = StepCounter(model, optimizer)
+        watch = Watch(model)
         logged = fn(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
         return {
-            "weights": _weights(model),
-            "losses": _as_floats(logged),
-            "losses_keep_graph": _keeps_graph(logged),
+            "weights": weights_of(model),
+            "losses": as_floats(logged),
+            "losses_keep_graph": keeps_graph(logged),
             "steps": counter.steps,
             "zero_grads": counter.zero_grads,
             "backward_passes": watch.backward_passes,
@@ -302,7 +244,7 @@ class TrainAccumulated(Question):
     def _variant(self, spec, mistake):
         model, optimizer, micro_batches = _loop_problem(spec)
         run_loop(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"], mistake)
-        return _weights(model)
+        return weights_of(model)
 
     def judge(self, spec, outputs, expected):
         n_micro = -(-spec["n_samples"] // spec["micro_batch_size"])
@@ -334,7 +276,7 @@ class TrainAccumulated(Question):
         if steps == full_windows != wanted_steps:
             raise Failure(f"{MISTAKES['last_window_dropped']} {setting}", "last_window_dropped")
         model, _, _ = _loop_problem(spec)
-        if steps and relative_gap(weights, _weights(model)) == 0.0:
+        if steps and relative_gap(weights, weights_of(model)) == 0.0:
             raise Failure(f"{MISTAKES['zero_grad_before_step']} {setting}", "zero_grad_before_step")
         for mistake in MISTAKES:
             if relative_gap(weights, self._variant(spec, mistake)) <= 1e-9:

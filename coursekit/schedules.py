@@ -1,0 +1,46 @@
+"""Learning-rate schedules counted in optimizer steps, the unit a scheduler lives in.
+
+With accumulation one optimizer step takes ``accum_steps`` micro-batches. A scheduler steps
+once per optimizer step, so its length must be the number of optimizer steps; counted in
+micro-batches it would reach only ``1 / accum_steps`` of the way (HF Accelerate #1170).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def optimizer_steps(n_micro_batches: int, accum_steps: int, epochs: int = 1) -> int:
+    """Optimizer steps in ``epochs`` passes: one per window, the last shorter one included.
+
+    Example:
+        >>> optimizer_steps(n_micro_batches=10, accum_steps=4, epochs=3)
+        9
+    """
+    if accum_steps < 1 or n_micro_batches < 0 or epochs < 0:
+        raise ValueError("accum_steps must be at least 1; counts cannot be negative.")
+    return math.ceil(n_micro_batches / accum_steps) * epochs
+
+
+def warmup_linear_decay(
+    optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up from 0 to the optimizer's lr over ``warmup_steps``, then linear decay to
+    0 at ``total_steps``. Both counts are optimizer steps.
+
+    The first step runs at ``lr / warmup_steps`` (never at 0), as the warm-up of Goyal et
+    al. (2017) starts small and grows.
+    """
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(
+            f"Need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}."
+        )
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        return max(0.0, (total_steps - step) / (total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
