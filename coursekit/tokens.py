@@ -49,7 +49,9 @@ def make_token_batches(
         (torch.Size([4, 8]), True)
     """
     if vocab_size < 4:
-        raise ValueError(f"vocab_size must be at least 4 (pad, bos and two tokens), got {vocab_size}.")
+        raise ValueError(
+            f"vocab_size must be at least 4 (pad, bos and two tokens), got {vocab_size}."
+        )
     if not 0.0 <= padding_ratio < 1.0:
         raise ValueError(f"padding_ratio must be in [0, 1), got {padding_ratio}.")
     generator = torch.Generator().manual_seed(seed)

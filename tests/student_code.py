@@ -4,6 +4,8 @@ Source text, not functions, because the same code is injected into exercise note
 test that the notebook run names the mistake too (tests/test_notebooks.py).
 """
 
+from tests import student_code_02
+
 ACCUMULATE_WINDOW = {
     "correct": """
 def accumulate_window(model, loss_fn, micro_batches):
@@ -216,7 +218,15 @@ BY_QUESTION = {
     "accumulate_window": ACCUMULATE_WINDOW,
     "train_accumulated": TRAIN_ACCUMULATED,
     "plan_micro_batch": PLAN_MICRO_BATCH,
+    **student_code_02.BY_QUESTION,
 }
+# Variants whose mistake is named after another one that shows first.
+NAMED_AS = {**student_code_02.AMP_WINDOW_NAMED_AS}
+
+
+def mistake_of(variant: str) -> str:
+    """The mistake the checks should name for a variant."""
+    return NAMED_AS.get(variant, variant)
 
 
 def load(question: str, variant: str):

@@ -1,6 +1,11 @@
 """In-notebook checks: ``check(name, fn)`` prints a verdict; ``evaluate`` returns it."""
 
-from coursekit.checks import module00, module01  # noqa: F401  (registers the questions)
+from coursekit.checks import (  # noqa: F401  (importing registers the questions)
+    module00,
+    module01,
+    module02_scaling,
+    module02_steps,
+)
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of
 from coursekit.checks.result import CheckResult, Status

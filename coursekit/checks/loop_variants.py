@@ -75,8 +75,11 @@ def run_loop(
     micro_batches: Sequence[Batch],
     accum_steps: int,
     mistake: str | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> list[float]:
     """One pass of the accumulation loop, right (``mistake=None``) or with one mistake.
+
+    A ``scheduler`` steps right after each optimizer step, as it should.
 
     Returns the logged loss per optimizer step: the mean loss over the window's samples.
     """
@@ -104,6 +107,8 @@ def run_loop(
                 if mistake == "zero_grad_before_step":
                     optimizer.zero_grad()
                 optimizer.step()
+                if scheduler is not None:
+                    scheduler.step()
                 if mistake not in ("zero_grad_missing", "zero_grad_before_step"):
                     optimizer.zero_grad()
                 logged.append(window_loss)
