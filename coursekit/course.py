@@ -42,6 +42,13 @@ MODULES: tuple[Module, ...] = (
         "measure activation memory and throughput.",
         60,
     ),
+    Module(
+        "02_loss_scaling",
+        "Scaling the loss right",
+        "Scale losses for unequal micro-batches and padded tokens, use a GradScaler with "
+        "accumulation, accumulate bf16 in float32, and step schedules in optimizer steps.",
+        75,
+    ),
 )
 
 

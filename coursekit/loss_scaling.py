@@ -33,24 +33,27 @@ def loss_scales(micro_batch_sizes: Sequence[int], reduction: str) -> list[float]
     return [1 / total for _ in micro_batch_sizes]
 
 
-def _window(accum_steps: int, padding_ratio: float, size_spread: float, seed: int):
+def _window(
+    accum_steps: int, padding_ratio: float, micro_batch_size: int, size_spread: float, seed: int
+):
     """Token losses of one window: a list (micro-batches) of lists (sequences) of tensors.
 
-    Micro-batches hold 1 to 8 sequences (``size_spread`` from 0, all 4, to 1, anything in
-    1..8); a sequence's length follows ``padding_ratio``; its first token is hard to predict
-    (loss ~3.4) and the rest easy (~1.0), as in :func:`coursekit.tokens.make_token_batches`.
+    Micro-batches hold ``micro_batch_size`` sequences, give or take ``size_spread`` of it;
+    sequence lengths spread evenly around ``seq_len * (1 - padding_ratio)``. A sequence's
+    first token is hard to predict (loss ~3.5) and the rest easy (~1.15), as in
+    :func:`coursekit.tokens.make_token_batches`, so short sequences have a higher mean.
     """
     generator = torch.Generator().manual_seed(seed)
     seq_len = 32
-    mean_length = seq_len * (1.0 - padding_ratio)
+    twice_mean = round(2 * seq_len * (1.0 - padding_ratio))
+    low = max(1, twice_mean - seq_len)
+    high = max(low, min(seq_len, twice_mean - 1))
+    spread = round(size_spread * micro_batch_size)
     window = []
     for _ in range(accum_steps):
-        spread = round(3 * size_spread)
-        size = 4 + int(torch.randint(-spread, spread + 1, (1,), generator=generator))
+        size = micro_batch_size + int(torch.randint(-spread, spread + 1, (1,), generator=generator))
         sequences = []
         for _ in range(max(1, size)):
-            low = max(1, round(mean_length * 0.25))
-            high = max(low, min(seq_len, round(mean_length * 1.75)))
             length = int(torch.randint(low, high + 1, (1,), generator=generator))
             losses = 1.0 + 0.3 * torch.rand(length, generator=generator, dtype=torch.float64)
             losses[0] += 2.4
@@ -60,7 +63,11 @@ def _window(accum_steps: int, padding_ratio: float, size_spread: float, seed: in
 
 
 def normalisation_errors(
-    accum_steps: int, padding_ratio: float, size_spread: float, seed: int = 0
+    accum_steps: int,
+    padding_ratio: float,
+    micro_batch_size: int = 4,
+    size_spread: float = 0.0,
+    seed: int = 0,
 ) -> dict[str, float]:
     """Relative error of each way to normalise a window's loss, against the true token mean.
 
@@ -68,7 +75,7 @@ def normalisation_errors(
     (the mean over sequences of each sequence's mean). The right one is always 0; the
     others depend on how unequal the micro-batches are and how much of them is padding.
     """
-    window, seq_len = _window(accum_steps, padding_ratio, size_spread, seed)
+    window, seq_len = _window(accum_steps, padding_ratio, micro_batch_size, size_spread, seed)
     tokens = [torch.cat(sequences) for sequences in window]
     true_mean = float(torch.cat(tokens).sum() / sum(len(t) for t in tokens))
     positions = sum(len(sequences) * seq_len for sequences in window)

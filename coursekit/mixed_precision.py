@@ -64,3 +64,53 @@ def fp16_lost_fraction(values: torch.Tensor) -> float:
     if nonzero.numel() == 0:
         return 0.0
     return float((nonzero.half() == 0).double().mean())
+
+
+class Autocast(nn.Module):
+    """Runs ``model``'s forward under ``torch.autocast`` and returns float32 outputs.
+
+    This is what a mixed-precision training script does around its forward pass; wrapping
+    it lets a function that only calls ``model(inputs)`` (like the exercise's) train in fp16.
+    """
+
+    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype = torch.float16):
+        super().__init__()
+        self.model, self.device_type, self.dtype = model, device_type, dtype
+
+    def forward(self, *args):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.model(*args).float()
+
+
+def scale_history(
+    window: Callable,
+    device: str = "cpu",
+    n_windows: int = 40,
+    init_scale: float = 2.0**24,
+    growth_interval: int = 5,
+    max_norm: float = 1.0,
+) -> tuple[list[float], list[bool]]:
+    """Train a small fp16 model for ``n_windows`` windows with ``window`` (an ``amp_window``).
+
+    The scale starts far too high (every step overflows) and grows quickly, so a few dozen
+    windows show the whole dance: halve on overflow, skip the step, grow after
+    ``growth_interval`` good steps. Returns the scale each window ran at, and whether its
+    step was skipped.
+    """
+    from coursekit.data import make_regression, split_micro_batches
+    from coursekit.models import tiny_mlp
+
+    model = Autocast(tiny_mlp(in_features=16, hidden=64, depth=3, seed=0).to(device), device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_interval=growth_interval)
+    inputs, targets = make_regression(64 * n_windows, in_features=16, seed=1)
+    batches = split_micro_batches(inputs.to(device), targets.to(device), 16)
+    scales, skipped = [], []
+    for start in range(0, len(batches), 4):
+        before = [p.detach().clone() for p in model.parameters()]
+        scales.append(float(scaler.get_scale()))
+        window(model, optimizer, scaler, nn.MSELoss(), batches[start : start + 4], max_norm)
+        skipped.append(
+            all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
+        )
+    return scales, skipped

@@ -56,3 +56,85 @@ def plot_throughput(samples_per_second: dict[str, float]):
     axes.set_xlabel("samples per second (higher is faster)")
     figure.tight_layout()
     return figure
+
+
+def plot_loss_panels(panels: dict[str, dict[str, tuple[list, list]]], xlabel: str):
+    """Side-by-side loss curves sharing the y axis: ``{panel title: {label: (xs, losses)}}``."""
+    figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5), sharey=True)
+    axes = [axes] if len(panels) == 1 else list(axes)
+    for ax, (title, curves) in zip(axes, panels.items(), strict=True):
+        for label, (xs, losses) in curves.items():
+            ax.plot(xs, losses, label=label, lw=1.5, alpha=0.85)
+        ax.set_title(title)
+        ax.set_xlabel(xlabel)
+        ax.legend()
+    axes[0].set_ylabel("logged training loss")
+    figure.tight_layout()
+    return figure
+
+
+def plot_lines(
+    series: dict[str, tuple[list, list]],
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+):
+    """A few labelled lines with markers: ``{label: (xs, ys)}``."""
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    for label, (xs, ys) in series.items():
+        axes.plot(xs, ys, "o-", label=label, lw=1.5, ms=4)
+    axes.set_xscale("log" if logx else "linear")
+    axes.set_yscale("log" if logy else "linear")
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
+    axes.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_gradient_histogram(magnitudes: dict):
+    """Histograms of log2 |gradient| with fp16's limits marked: what fp16 can hold.
+
+    Values left of the smallest subnormal (2**-24) become zero in fp16; between it and the
+    smallest normal (2**-14) they keep fewer significant bits; above 65504 they overflow.
+    """
+    import torch
+
+    figure, axes = plt.subplots(figsize=(7, 3.5))
+    for label, values in magnitudes.items():
+        values = values[values > 0].double().log2()
+        axes.hist(values.numpy(), bins=80, alpha=0.55, label=label)
+    for exponent, text, colour in ((-24, "fp16: zero below", "red"), (-14, "subnormal", "orange")):
+        axes.axvline(exponent, color=colour, linestyle="--", lw=1)
+        axes.text(exponent, axes.get_ylim()[1] * 0.9, f" {text}", color=colour, fontsize=8)
+    axes.axvline(float(torch.tensor(65504.0).log2()), color="red", linestyle="--", lw=1)
+    axes.set_xlabel("log2 |gradient|")
+    axes.set_ylabel("entries")
+    axes.legend(loc="upper left")
+    figure.tight_layout()
+    return figure
+
+
+def plot_scale_history(scales: list[float], skipped: list[bool]):
+    """The GradScaler's scale per window, skipped steps marked in red."""
+    import math
+
+    figure, axes = plt.subplots(figsize=(7, 3))
+    steps = list(range(len(scales)))
+    exponents = [math.log2(s) for s in scales]
+    axes.step(steps, exponents, where="post", lw=1.5, label="scale (log2)")
+    axes.plot(
+        [i for i in steps if skipped[i]],
+        [exponents[i] for i in steps if skipped[i]],
+        "rx",
+        label="step skipped (inf or NaN)",
+    )
+    axes.set_xlabel("window")
+    axes.set_ylabel("log2 scale")
+    axes.legend()
+    figure.tight_layout()
+    return figure

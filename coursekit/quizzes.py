@@ -91,9 +91,89 @@ _ACCUMULATION = [
     ),
 ]
 
+_LOSS_SCALING = [
+    QuizQuestion(
+        "You accumulate N = 8 micro-batches with SGD at lr = 0.01 and forget to divide the "
+        "loss by 8. Which correct run (with 1/N) is identical to yours?",
+        ("SGD at lr = 0.01.", "SGD at lr = 0.08.", "SGD at lr = 0.00125."),
+        1,
+        "The summed gradient is 8 times the mean, and SGD steps by lr x gradient: exactly "
+        "an 8 times larger learning rate.",
+    ),
+    QuizQuestion(
+        "The same mistake under Adam (no weight decay). What changes?",
+        (
+            "Every step is 8 times longer.",
+            "Almost nothing: Adam divides by the root of its squared-gradient average, so the "
+            "factor cancels except against epsilon, which acts as epsilon / 8.",
+            "Every step is 8 times shorter.",
+        ),
+        1,
+        "m grows 8 times and sqrt(v) grows 8 times; only epsilon does not. With "
+        "Adam(weight_decay=...) the decay also acts 8 times weaker.",
+    ),
+    QuizQuestion(
+        "A window has two micro-batches: A with 100 real tokens, B with 10. Under the mean of "
+        "means (each micro-batch's mean loss, divided by 2), how much does one token of B "
+        "weigh compared with one token of A?",
+        ("The same.", "10 times as much.", "A tenth as much."),
+        1,
+        "A token of A weighs 1/(2 x 100), a token of B 1/(2 x 10). The right weight for both "
+        "is 1/110: sum the losses and divide once by the window's 110 tokens.",
+    ),
+    QuizQuestion(
+        "Training on 4 GPUs with DDP, which token count should each rank divide its summed "
+        "loss by?",
+        (
+            "Its own window's real tokens.",
+            "The real tokens of all ranks' windows together (an all_reduce of the counts), "
+            "then multiply by world_size because DDP averages the gradients.",
+            "The padded length of its batch.",
+        ),
+        1,
+        "Each rank's own count is the mean of means again, across ranks (transformers #34242).",
+    ),
+    QuizQuestion(
+        "With a GradScaler and N micro-batches per window, what runs once per window?",
+        (
+            "scaler.scale(loss).backward() only.",
+            "scaler.unscale_(optimizer), clipping, scaler.step(optimizer) and scaler.update(); "
+            "scaler.scale(loss).backward() runs for every micro-batch.",
+            "Everything runs for every micro-batch.",
+        ),
+        1,
+        "unscale_ divides the whole sum once; update may change the scale, which must stay "
+        "the same for all the gradients that add up.",
+    ),
+    QuizQuestion(
+        "One micro-batch of a window overflows to inf under a GradScaler. What happens?",
+        (
+            "The bad micro-batch is dropped and the step uses the others.",
+            "The whole window's step is skipped and update() halves the scale.",
+            "The step runs with the inf and the weights become NaN.",
+        ),
+        1,
+        "The inf reaches the summed gradient; scaler.step sees it after unscale_ and skips "
+        "the step, and update() lowers the scale for the next window.",
+    ),
+    QuizQuestion(
+        "1000 micro-batches per epoch, N = 4, 3 epochs. How long should the learning-rate "
+        "schedule be, and how often does it step?",
+        (
+            "3000 steps, after every micro-batch.",
+            "750 steps, after every optimizer step.",
+            "3000 steps, after every optimizer step.",
+        ),
+        1,
+        "250 optimizer steps per epoch x 3. A schedule of 3000 stepped per optimizer step "
+        "only gets a quarter of the way; stepped per micro-batch it runs 4 times too fast.",
+    ),
+]
+
 QUIZZES = {
     "00_welcome": Quiz("Quick quiz: module 0", _WELCOME),
     "01_accumulation": Quiz("Quiz: accumulating gradients", _ACCUMULATION),
+    "02_loss_scaling": Quiz("Quiz: scaling the loss", _LOSS_SCALING),
 }
 
 

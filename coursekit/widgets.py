@@ -73,3 +73,63 @@ def memory_planner(
     accum.observe(update, names="value")
     update()
     return widgets.VBox([micro, accum, view])
+
+
+_NORMALISATION_LABELS = {
+    "tokens": "sum / window's tokens (right)",
+    "mean_of_means": "mean of micro-batch means",
+    "sequence_mean": "mean of sequence means",
+    "padding_counted": "sum / positions (padding counted)",
+    "not_divided": "micro-batch means, not divided",
+}
+
+
+def scaling_html(errors: dict[str, float]) -> str:
+    """A bar per normalisation: its relative error against the window's true mean per token.
+
+    Bars are drawn to a 50% scale (longer ones are cut and say so); the number is exact.
+    """
+    rows = []
+    for name, label in _NORMALISATION_LABELS.items():
+        error = errors[name]
+        width = min(abs(error), 0.5) / 0.5 * 100
+        colour = "#55a868" if abs(error) < 1e-12 else "#c44e52"
+        cut = " &#8614;" if abs(error) > 0.5 else ""
+        rows.append(
+            f"<tr><td style='padding-right:8px'>{label}</td>"
+            f"<td style='width:260px'><div style='width:{width:.1f}%;background:{colour};"
+            f"height:14px'></div></td><td>{error:+.2%}{cut}</td></tr>"
+        )
+    return (
+        "<p>Relative error of the window's loss (and so of the scale of every token's "
+        "gradient) against the true mean per real token:</p><table>" + "".join(rows) + "</table>"
+    )
+
+
+def loss_scaling_explorer():
+    """Sliders for accum_steps, padding and micro-batch sizes; the errors update as they move.
+
+    ``micro-batch`` is the number of sequences per micro-batch, ``size spread`` how much it
+    varies from one micro-batch to the next, ``draw`` another random window.
+    """
+    import ipywidgets as widgets
+
+    from coursekit.loss_scaling import normalisation_errors
+
+    accum = widgets.IntSlider(value=4, min=1, max=32, description="accum_steps")
+    padding = widgets.FloatSlider(value=0.5, min=0.0, max=0.9, step=0.05, description="padding")
+    size = widgets.IntSlider(value=4, min=1, max=16, description="micro-batch")
+    spread = widgets.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.1, description="size spread")
+    seed = widgets.IntSlider(value=0, min=0, max=20, description="draw")
+    view = widgets.HTML()
+
+    def update(_change=None):
+        errors = normalisation_errors(
+            accum.value, padding.value, size.value, spread.value, seed.value
+        )
+        view.value = scaling_html(errors)
+
+    for control in (accum, padding, size, spread, seed):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([accum, padding, size, spread, seed, view])

@@ -34,7 +34,12 @@ def execute(path: Path, replace: dict[str, str] | None = None) -> nbformat.Noteb
 
 
 def text_of(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.output_type == "stream")
+    """What the cell printed (stdout; warnings on stderr are not the verdict)."""
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.output_type == "stream" and o.get("name") == "stdout"
+    )
 
 
 def check_cells(nb):
@@ -73,6 +78,20 @@ HAND_INS = {
             "accumulate_window": "zero_grad_inside_loop",
             "train_accumulated": "step_every_micro_batch",
             "plan_micro_batch": "effective_batch_wrong",
+        },
+    ],
+    "02_loss_scaling": [
+        {
+            "loss_scales": "mean_of_means",
+            "accumulate_tokens": "padding_counted",
+            "amp_window": "unscale_every_micro_batch",
+            "train_scheduled": "scheduler_every_micro_batch",
+        },
+        {
+            "loss_scales": "sum_not_divided",
+            "accumulate_tokens": "mean_of_means",
+            "amp_window": "inf_micro_batch_dropped",
+            "train_scheduled": "scheduler_before_optimizer",
         },
     ],
 }

@@ -56,7 +56,7 @@ class GradeResult:
             "score": self.score,
             "max_score": self.max_score,
             "questions": [
-                {k: q[k] for k in ("name", "score", "max_score", "feedback")}
+                {k: q[k] for k in ("name", "score", "max_score", "feedback", "mistakes")}
                 for q in self.questions
             ],
             "error": self.error,
