@@ -122,3 +122,15 @@ def test_checks_leave_the_global_random_state_alone():
     torch.manual_seed(123)
     evaluate("train_accumulated", student_code.load("train_accumulated", "correct"))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_warning_raised_by_the_students_code_does_not_clutter_the_verdict(
+    capsys, recwarn, monkeypatch
+):
+    monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
+    check(
+        "train_scheduled",
+        student_code.load("train_scheduled", "scheduler_before_optimizer"),
+    )
+    assert "scheduler.step() ran before optimizer.step()" in capsys.readouterr().out
+    assert not [w for w in recwarn if "lr_scheduler.step()" in str(w.message)]

@@ -167,3 +167,24 @@ def test_plots_return_labelled_figures():
     figure = plot_losses({"a": ([1, 2], [1.0, 0.5])}, xlabel="samples seen")
     assert figure.axes[0].get_xlabel() == "samples seen"
     assert len(plot_throughput({"8 x 4": 100.0, "32 x 1": 300.0}).axes[0].patches) == 2
+
+
+def test_module_2_plots_return_labelled_figures():
+    import torch
+
+    from coursekit.plots import (
+        plot_gradient_histogram,
+        plot_lines,
+        plot_loss_panels,
+        plot_scale_history,
+    )
+
+    curves = {"N = 1": ([1, 2], [2.0, 1.0]), "N = 8": ([1, 2], [2.1, 1.2])}
+    figure = plot_loss_panels({"bug": curves, "fix": curves}, xlabel="optimizer step")
+    assert [ax.get_title() for ax in figure.axes] == ["bug", "fix"]
+    figure = plot_lines({"bf16": ([1, 4], [1e-3, 2e-3])}, "N", "error", logx=True, logy=True)
+    assert figure.axes[0].get_yscale() == "log"
+    figure = plot_gradient_histogram({"g": torch.tensor([1e-9, 1e-6, 1e-3])})
+    assert figure.axes[0].get_xlabel() == "log2 |gradient|"
+    figure = plot_scale_history([2.0**16, 2.0**15, 2.0**15], [True, False, False])
+    assert len(figure.axes[0].get_legend().get_texts()) == 2

@@ -4,6 +4,7 @@ import ipywidgets
 import pytest
 import torch
 
+from coursekit.course import MODULES
 from coursekit.models import tiny_mlp
 from coursekit.quiz import Quiz, QuizQuestion, feedback
 from coursekit.quizzes import QUIZZES, quiz
@@ -48,7 +49,7 @@ def test_module_1_quiz_has_the_seed_questions():
     prompts = " ".join(q.prompt for q in quiz("01_accumulation").questions)
     assert "What does gradient accumulation let you do?" in prompts
     assert "when do optimizer.step() and optimizer.zero_grad() run?" in prompts
-    assert set(QUIZZES) == {"00_welcome", "01_accumulation"}
+    assert set(QUIZZES) == {m.name for m in MODULES}  # every module has its quiz
     with pytest.raises(KeyError, match="No quiz"):
         quiz("99_nothing")
 
@@ -70,3 +71,21 @@ def test_the_planner_widget_updates_when_a_slider_moves():
     micro.value = 2
     accum.value = 3
     assert "2 x 3 = 6 samples" in view.value
+
+
+def test_the_loss_scaling_explorer_follows_its_sliders():
+    from coursekit.widgets import loss_scaling_explorer
+
+    box = loss_scaling_explorer()
+    accum, padding, size, spread, draw, view = box.children
+    assert "sum / window's tokens (right)" in view.value
+    accum.value, padding.value, size.value, spread.value = 1, 0.0, 4, 0.0
+    assert view.value.count("+0.00%") == 5  # one micro-batch, no padding: all agree
+    padding.value = 0.5
+    assert "+0.00%" in view.value and "-" in view.value.split("positions")[1][:200]
+
+
+def test_module_2_quiz_covers_scaling_tokens_the_scaler_and_schedules():
+    text = quiz("02_loss_scaling").as_text()
+    for topic in ("lr = 0.08", "100 real tokens", "all_reduce", "scaler.step", "750 steps"):
+        assert topic in text

@@ -56,7 +56,10 @@ class GradeResult:
             "score": self.score,
             "max_score": self.max_score,
             "questions": [
-                {k: q[k] for k in ("name", "score", "max_score", "feedback", "mistakes")}
+                {
+                    **{k: q[k] for k in ("name", "score", "max_score", "feedback")},
+                    "mistakes": list(q.get("mistakes", [])),
+                }
                 for q in self.questions
             ],
             "error": self.error,
