@@ -49,6 +49,13 @@ MODULES: tuple[Module, ...] = (
         "accumulation, accumulate bf16 in float32, and step schedules in optimizer steps.",
         75,
     ),
+    Module(
+        "03_batch_dependence",
+        "When samples depend on each other",
+        "Measure what BatchNorm does to accumulation, correct its running statistics, switch "
+        "to GroupNorm or frozen BatchNorm, and accumulate contrastive losses with GradCache.",
+        75,
+    ),
 )
 
 

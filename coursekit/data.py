@@ -60,3 +60,30 @@ def split_micro_batches(
         (inputs[start : start + micro_batch_size], targets[start : start + micro_batch_size])
         for start in range(0, len(inputs), micro_batch_size)
     ]
+
+
+def make_images(
+    n_images: int,
+    size: int = 12,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Grey-scale stripe images ``(n, 1, size, size)`` in 4 classes by stripe direction.
+
+    Classes: vertical, horizontal and the two diagonals. Each image has its own phase,
+    frequency, contrast and brightness, plus pixel noise, so a small CNN needs a few
+    epochs to learn them, and the images of a batch differ as real photos do.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 4, (n_images,), generator=generator)
+    rows, cols = torch.meshgrid(
+        torch.arange(size, dtype=dtype), torch.arange(size, dtype=dtype), indexing="ij"
+    )
+    directions = torch.stack([cols, rows, (cols + rows) / 2**0.5, (cols - rows) / 2**0.5])
+    phase = 2 * torch.pi * torch.rand(n_images, 1, 1, generator=generator, dtype=dtype)
+    frequency = 0.8 + 0.4 * torch.rand(n_images, 1, 1, generator=generator, dtype=dtype)
+    contrast = 0.3 + 1.2 * torch.rand(n_images, 1, 1, generator=generator, dtype=dtype)
+    brightness = 2 * torch.randn(n_images, 1, 1, generator=generator, dtype=dtype)
+    noise = 0.5 * torch.randn(n_images, size, size, generator=generator, dtype=dtype)
+    stripes = torch.sin(frequency * directions[labels] + phase)
+    return (brightness + contrast * stripes + noise).unsqueeze(1), labels

@@ -1,11 +1,12 @@
 """Loss scaling for fp16 with accumulation, and what fp16 does to small gradients.
 
-fp16 has 5 exponent bits: values under 2**-24 (about 6e-8) round to zero, and under
-2**-14 they keep fewer than 11 significant bits. Dividing the loss by N for accumulation
-makes every gradient N times smaller still. ``torch.amp.GradScaler`` multiplies the loss by
-a large power of two before backward so the gradients stay representable, and divides them
-back (``unscale_``) before anything reads them. The pattern with accumulation is in
-:func:`amp_window`; the PyTorch AMP notes ("Gradient accumulation") state the same.
+fp16 has 5 exponent bits: its smallest positive value is 2**-24 (about 6e-8), values under
+half of it round to zero, and under 2**-14 they keep fewer than 11 significant bits.
+Dividing the loss by N for accumulation makes every gradient N times smaller still.
+``torch.amp.GradScaler`` multiplies the loss by a large power of two before backward so the
+gradients stay representable, and divides them back (``unscale_``) before anything reads
+them. The pattern with accumulation is in :func:`amp_window`; the PyTorch AMP notes
+("Gradient accumulation") state the same.
 """
 
 from __future__ import annotations
@@ -14,9 +15,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import nn
-
-FP16_SMALLEST_SUBNORMAL = 2.0**-24
-FP16_SMALLEST_NORMAL = 2.0**-14
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 

@@ -99,8 +99,8 @@ def plot_lines(
 def plot_gradient_histogram(magnitudes: dict):
     """Histograms of log2 |gradient| with fp16's limits marked: what fp16 can hold.
 
-    Values left of the smallest subnormal (2**-24) become zero in fp16; between it and the
-    smallest normal (2**-14) they keep fewer significant bits; above 65504 they overflow.
+    Values under 2**-25 (half fp16's smallest subnormal, 2**-24) round to zero; under the
+    smallest normal, 2**-14, they keep fewer significant bits; over 65504 they overflow.
     """
     import torch
 
@@ -108,10 +108,15 @@ def plot_gradient_histogram(magnitudes: dict):
     for label, values in magnitudes.items():
         values = values[values > 0].double().log2()
         axes.hist(values.numpy(), bins=80, alpha=0.55, label=label)
-    for exponent, text, colour in ((-24, "fp16: zero below", "red"), (-14, "subnormal", "orange")):
+    top = axes.get_ylim()[1]
+    limits = (
+        (-25, "rounds to 0", "red", 0.92),
+        (-14, "fewer bits", "orange", 0.80),
+        (float(torch.tensor(65504.0).log2()), "overflow", "red", 0.92),
+    )
+    for exponent, text, colour, height in limits:
         axes.axvline(exponent, color=colour, linestyle="--", lw=1)
-        axes.text(exponent, axes.get_ylim()[1] * 0.9, f" {text}", color=colour, fontsize=8)
-    axes.axvline(float(torch.tensor(65504.0).log2()), color="red", linestyle="--", lw=1)
+        axes.text(exponent, top * height, f" {text}", color=colour, fontsize=8)
     axes.set_xlabel("log2 |gradient|")
     axes.set_ylabel("entries")
     axes.legend(loc="upper left")
@@ -136,5 +141,27 @@ def plot_scale_history(scales: list[float], skipped: list[bool]):
     axes.set_xlabel("window")
     axes.set_ylabel("log2 scale")
     axes.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_training_runs(runs: dict):
+    """Training loss per optimizer step and test accuracy per epoch, one line per run.
+
+    ``runs`` maps a label to a :class:`coursekit.vision.ClassifierRun`.
+    """
+    figure, (loss_axes, accuracy_axes) = plt.subplots(1, 2, figsize=(11, 3.5))
+    for label, run in runs.items():
+        loss_axes.plot(range(1, len(run.step_losses) + 1), run.step_losses, label=label, lw=1.2)
+        epochs = range(1, len(run.test_accuracy) + 1)
+        accuracy_axes.plot(epochs, [100 * a for a in run.test_accuracy], "o-", label=label)
+    loss_axes.set_xlabel("optimizer step")
+    loss_axes.set_ylabel("training loss")
+    loss_axes.set_yscale("log")
+    accuracy_axes.set_xlabel("epoch")
+    accuracy_axes.set_ylabel("test accuracy (%)")
+    accuracy_axes.axhline(25, color="grey", linestyle=":", lw=1)
+    accuracy_axes.text(1, 26, "chance", color="grey", fontsize=8)
+    accuracy_axes.legend()
     figure.tight_layout()
     return figure

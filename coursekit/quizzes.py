@@ -160,13 +160,76 @@ _LOSS_SCALING = [
         "1000 micro-batches per epoch, N = 4, 3 epochs. How long should the learning-rate "
         "schedule be, and how often does it step?",
         (
-            "3000 steps, after every micro-batch.",
+            "750 steps, after every micro-batch.",
             "750 steps, after every optimizer step.",
             "3000 steps, after every optimizer step.",
         ),
         1,
-        "250 optimizer steps per epoch x 3. A schedule of 3000 stepped per optimizer step "
-        "only gets a quarter of the way; stepped per micro-batch it runs 4 times too fast.",
+        "250 optimizer steps per epoch x 3. Stepped per micro-batch, a 750-step schedule runs "
+        "4 times too fast; a 3000-step schedule stepped per optimizer step only gets a quarter "
+        "of the way.",
+    ),
+]
+
+_BATCH_DEPENDENCE = [
+    QuizQuestion(
+        "Which normalisation layer pairs cleanly with gradient accumulation, and why?",
+        (
+            "BatchNorm, because it makes training stable at any batch size.",
+            "GroupNorm (or LayerNorm): it normalises each sample over its own features, so a "
+            "sample's loss does not depend on the other samples, and accumulated micro-batches "
+            "give exactly the full-batch gradient.",
+            "None: every normalisation layer breaks accumulation.",
+        ),
+        1,
+        "Accumulation is exact when every sample's loss depends on that sample alone. "
+        "GroupNorm and LayerNorm keep that; BatchNorm in train mode does not.",
+    ),
+    QuizQuestion(
+        "Why do four micro-batches of 8 with BatchNorm give a different gradient from one "
+        "batch of 32?",
+        (
+            "Because the loss is not divided by 4.",
+            "Because in train mode BatchNorm normalises with its batch's mean and variance: "
+            "four micro-batches use four different statistics of 8 samples each, one batch "
+            "uses one statistic of 32, so the forward passes, and the gradients, differ.",
+            "Because the running statistics are updated four times.",
+        ),
+        1,
+        "The running statistics are updated four times too, but they are used in eval mode; "
+        "the gradient differs because of the statistics used in the forward pass.",
+    ),
+    QuizQuestion(
+        "A BatchNorm with momentum 0.1 sees N = 4 micro-batches per optimizer step. Which "
+        "momentum gives the newest window the weight 0.1 again?",
+        ("0.1 / 4 = 0.025", "1 - 0.9 ** (1 / 4) = 0.026", "1 - 0.9 ** 4 = 0.344"),
+        1,
+        "(1 - m') ** 4 must equal 1 - 0.1. Dividing by 4 is close but not equal; 0.344 is "
+        "what the window weighs with the uncorrected momentum.",
+    ),
+    QuizQuestion(
+        "You freeze a pretrained model's BatchNorm layers with layer.eval(), then your training "
+        "loop calls model.train() at the start of each epoch. What happens?",
+        (
+            "Nothing: eval() is permanent.",
+            "The BatchNorm layers are back in train mode, using micro-batch statistics again.",
+            "model.train() raises an error.",
+        ),
+        1,
+        "train() sets every submodule's mode. Freeze again after it, or use a module that has "
+        "no train mode (such as detectron2's FrozenBatchNorm2d).",
+    ),
+    QuizQuestion(
+        "Why does plain accumulation change a contrastive loss with in-batch negatives?",
+        (
+            "It does not: the loss is a mean over pairs.",
+            "Each query only meets the keys of its own micro-batch as negatives, so each "
+            "micro-batch computes an easier loss than the full batch would.",
+            "Because the temperature is divided by N.",
+        ),
+        1,
+        "Pair i's loss depends on every key in its batch. GradCache embeds the whole batch "
+        "first, then back-propagates the full loss's gradient one micro-batch at a time.",
     ),
 ]
 
@@ -174,6 +237,7 @@ QUIZZES = {
     "00_welcome": Quiz("Quick quiz: module 0", _WELCOME),
     "01_accumulation": Quiz("Quiz: accumulating gradients", _ACCUMULATION),
     "02_loss_scaling": Quiz("Quiz: scaling the loss", _LOSS_SCALING),
+    "03_batch_dependence": Quiz("Quiz: when samples depend on each other", _BATCH_DEPENDENCE),
 }
 
 

@@ -27,11 +27,12 @@ def optimizer_steps(n_micro_batches: int, accum_steps: int, epochs: int = 1) -> 
 def warmup_linear_decay(
     optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int
 ) -> torch.optim.lr_scheduler.LambdaLR:
-    """Linear warm-up from 0 to the optimizer's lr over ``warmup_steps``, then linear decay to
-    0 at ``total_steps``. Both counts are optimizer steps.
+    """Linear warm-up to the optimizer's lr over ``warmup_steps``, then linear decay to 0 at
+    ``total_steps``. Both counts are optimizer steps.
 
-    The first step runs at ``lr / warmup_steps`` (never at 0), as the warm-up of Goyal et
-    al. (2017) starts small and grows.
+    Step ``s`` (from 0) runs at ``lr * (s + 1) / warmup_steps`` during the warm-up, so the
+    first step is small but not 0; the peak rate is used at steps ``warmup_steps - 1`` and
+    ``warmup_steps``, then the rate falls by the same amount each step.
     """
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(

@@ -101,8 +101,9 @@ def scaling_html(errors: dict[str, float]) -> str:
             f"height:14px'></div></td><td>{error:+.2%}{cut}</td></tr>"
         )
     return (
-        "<p>Relative error of the window's loss (and so of the scale of every token's "
-        "gradient) against the true mean per real token:</p><table>" + "".join(rows) + "</table>"
+        "<p>Relative error of the window's loss against the true mean per real token (a "
+        "normalisation that gets this number wrong weights the tokens' gradients wrongly "
+        "too):</p><table>" + "".join(rows) + "</table>"
     )
 
 
@@ -118,7 +119,7 @@ def loss_scaling_explorer():
 
     accum = widgets.IntSlider(value=4, min=1, max=32, description="accum_steps")
     padding = widgets.FloatSlider(value=0.5, min=0.0, max=0.9, step=0.05, description="padding")
-    size = widgets.IntSlider(value=4, min=1, max=16, description="micro-batch")
+    size = widgets.IntSlider(value=2, min=1, max=16, description="micro-batch")
     spread = widgets.FloatSlider(value=0.5, min=0.0, max=1.0, step=0.1, description="size spread")
     seed = widgets.IntSlider(value=0, min=0, max=20, description="draw")
     view = widgets.HTML()
@@ -133,3 +134,48 @@ def loss_scaling_explorer():
         control.observe(update, names="value")
     update()
     return widgets.VBox([accum, padding, size, spread, seed, view])
+
+
+def batchnorm_html(report) -> str:
+    """The BatchNorm explorer's view of one :class:`coursekit.batch_norm.BatchNormReport`."""
+    gap = report.gap
+    exact = gap.relative_error < 1e-12
+    colour = "#55a868" if exact else "#c44e52"
+    lines = [
+        f"<p><b>gradient</b>: relative error <span style='color:{colour}'>"
+        f"{gap.relative_error:.2e}</span>, cosine similarity {gap.cosine:.4f} "
+        f"({'the same gradient' if exact else 'a different gradient'})</p>"
+    ]
+    if report.window_weight is None:
+        lines.append("<p><b>running statistics</b>: none (this norm keeps no batch statistics)</p>")
+    else:
+        lines.append(
+            f"<p><b>running statistics</b>: the newest window weighs "
+            f"{report.window_weight:.3f} (one update of a single batch: 0.100); running mean "
+            f"differs from the single batch's by {report.running_mean_gap:.1%}</p>"
+        )
+    return "".join(lines)
+
+
+def batchnorm_explorer():
+    """Micro-batch size, accum_steps, norm layer and momentum correction; the gap updates."""
+    import ipywidgets as widgets
+
+    from coursekit.batch_norm import batchnorm_report
+
+    micro = widgets.SelectionSlider(
+        options=[2, 4, 8, 16, 32, 64], value=4, description="micro-batch"
+    )
+    accum = widgets.IntSlider(value=4, min=1, max=16, description="accum_steps")
+    norm = widgets.Dropdown(options=["batch", "group", "layer"], value="batch", description="norm")
+    corrected = widgets.Checkbox(value=False, description="corrected momentum")
+    view = widgets.HTML()
+
+    def update(_change=None):
+        report = batchnorm_report(micro.value, accum.value, norm.value, corrected.value)
+        view.value = batchnorm_html(report)
+
+    for control in (micro, accum, norm, corrected):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([micro, accum, norm, corrected, view])

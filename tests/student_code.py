@@ -4,7 +4,7 @@ Source text, not functions, because the same code is injected into exercise note
 test that the notebook run names the mistake too (tests/test_notebooks.py).
 """
 
-from tests import student_code_02
+from tests import student_code_02, student_code_03
 
 ACCUMULATE_WINDOW = {
     "correct": """
@@ -219,6 +219,7 @@ BY_QUESTION = {
     "train_accumulated": TRAIN_ACCUMULATED,
     "plan_micro_batch": PLAN_MICRO_BATCH,
     **student_code_02.BY_QUESTION,
+    **student_code_03.BY_QUESTION,
 }
 # Variants whose mistake is named after another one that shows first.
 NAMED_AS = {**student_code_02.AMP_WINDOW_NAMED_AS}

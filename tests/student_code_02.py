@@ -16,6 +16,14 @@ def loss_scales(micro_batch_sizes, reduction):
         return list(sizes / sizes.sum())
     return list(np.ones_like(sizes) / sizes.sum())
 """,
+    "correct_in_float32": """
+import torch
+def loss_scales(micro_batch_sizes, reduction):
+    sizes = torch.tensor(micro_batch_sizes, dtype=torch.float32)
+    if reduction == "mean":
+        return (sizes / sizes.sum()).tolist()
+    return (torch.ones_like(sizes) / sizes.sum()).tolist()
+""",
 }
 _SCALE_BODIES = {
     "mean_of_means": ("[1 / len(micro_batch_sizes)] * len(micro_batch_sizes)", None),
@@ -158,6 +166,37 @@ AMP_WINDOW = {
     "clipped_before_unscale": _amp(unscale="pass"),
     "clipping_missing": _amp(clip="pass"),
     "loss_not_divided": _amp(loss="loss_fn(model(inputs), targets)"),
+    "correct_clipping_the_scaled_gradients_at_the_scaled_threshold": _amp(
+        unscale="pass",
+        clip="torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm * scaler.get_scale())",
+    ),
+    "zero_grad_before_step": _amp(unscale="optimizer.zero_grad(); scaler.unscale_(optimizer)"),
+    "update_before_step": _amp(
+        unscale="scaler.update(); scaler.unscale_(optimizer)", update="pass"
+    ),
+    "single_backward": """
+import torch
+def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
+    total = sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)
+    scaler.scale(total).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
+    "whole_batch_forward": """
+import torch
+def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    scaler.scale(loss_fn(model(inputs), targets)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+""",
 }
 # Two mistakes the counts name before the weights do.
 AMP_WINDOW_NAMED_AS = {"unscale_and_update_every_micro_batch": "unscale_every_micro_batch"}
@@ -188,6 +227,42 @@ TRAIN_SCHEDULED = {
     "scheduler_every_micro_batch": _scheduled(per_micro_batch="scheduler.step()", after="pass"),
     "scheduler_before_optimizer": _scheduled(before="scheduler.step()", after="pass"),
     "scheduler_never_stepped": _scheduled(after="pass"),
+    "mean_of_means": _SCHEDULED.replace(
+        "(loss * len(targets) / window_samples)", "(loss / len(window))"
+    ).format(per_micro_batch="pass", before="pass", after="scheduler.step()"),
+    "step_every_micro_batch": """
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / accum_steps).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+""",
+    "single_backward": """
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        window_samples = sum(len(targets) for _, targets in window)
+        total = sum(loss_fn(model(x), y) * len(y) / window_samples for x, y in window)
+        total.backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+""",
+    "whole_batch_forward": """
+import torch
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        inputs = torch.cat([x for x, _ in window])
+        targets = torch.cat([y for _, y in window])
+        loss_fn(model(inputs), targets).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+""",
     "last_window_scaled_by_n": """
 def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
     for i, (inputs, targets) in enumerate(micro_batches):

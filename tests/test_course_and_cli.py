@@ -188,3 +188,12 @@ def test_module_2_plots_return_labelled_figures():
     assert figure.axes[0].get_xlabel() == "log2 |gradient|"
     figure = plot_scale_history([2.0**16, 2.0**15, 2.0**15], [True, False, False])
     assert len(figure.axes[0].get_legend().get_texts()) == 2
+
+
+def test_the_training_runs_plot_shows_loss_and_accuracy():
+    from coursekit.plots import plot_training_runs
+    from coursekit.vision import ClassifierRun
+
+    runs = {"a": ClassifierRun([1.2, 0.8, 0.5], [0.3, 0.9]), "b": ClassifierRun([1.3, 1.3], [0.25])}
+    figure = plot_training_runs(runs)
+    assert [ax.get_ylabel() for ax in figure.axes] == ["training loss", "test accuracy (%)"]

@@ -94,6 +94,18 @@ HAND_INS = {
             "train_scheduled": "scheduler_before_optimizer",
         },
     ],
+    "03_batch_dependence": [
+        {
+            "accumulation_momentum": "power_not_root",
+            "to_group_norm": "wrong_groups",
+            "grad_cache_step": "keys_not_backpropagated",
+        },
+        {
+            "accumulation_momentum": "none_momentum_not_skipped",
+            "to_group_norm": "model_not_returned",
+            "grad_cache_step": "whole_batch_forward",
+        },
+    ],
 }
 
 

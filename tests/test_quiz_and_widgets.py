@@ -89,3 +89,22 @@ def test_module_2_quiz_covers_scaling_tokens_the_scaler_and_schedules():
     text = quiz("02_loss_scaling").as_text()
     for topic in ("lr = 0.08", "100 real tokens", "all_reduce", "scaler.step", "750 steps"):
         assert topic in text
+
+
+def test_module_3_quiz_has_the_seed_questions():
+    prompts = " ".join(q.prompt for q in quiz("03_batch_dependence").questions)
+    assert "Which normalisation layer pairs cleanly with gradient accumulation" in prompts
+    assert "four micro-batches of 8 with BatchNorm give a different gradient" in prompts
+
+
+def test_the_batchnorm_explorer_follows_its_controls():
+    from coursekit.widgets import batchnorm_explorer
+
+    micro, accum, norm, corrected, view = batchnorm_explorer().children
+    assert "a different gradient" in view.value and "0.344" in view.value
+    corrected.value = True
+    assert "weighs 0.100" in view.value
+    norm.value = "group"
+    assert "the same gradient" in view.value and "none" in view.value
+    accum.value, micro.value = 1, 8
+    assert "the same gradient" in view.value

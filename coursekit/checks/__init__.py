@@ -5,6 +5,7 @@ from coursekit.checks import (  # noqa: F401  (importing registers the questions
     module01,
     module02_scaling,
     module02_steps,
+    module03,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of

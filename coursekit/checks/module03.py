@@ -1,0 +1,468 @@
+"""Checks for module 3 (03_batch_dependence): BatchNorm momentum, GroupNorm, GradCache.
+
+The first two read the model after the student's function has changed it (momenta, layer
+types, affine values), so a verdict names exactly which layer is wrong. The third compares
+gradients with the full batch's and watches forward passes, like module 1's window check.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from coursekit.batch_norm import convert_batchnorm, set_accumulation_momentum
+from coursekit.checks.instruments import tensor_list, weights_of
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.registry import register
+from coursekit.contrastive import (
+    grad_cache_step,
+    info_nce,
+    make_pairs,
+    naive_accumulation,
+    tiny_encoder,
+)
+from coursekit.gradients import flat_gradient
+
+MODULE = "03_batch_dependence"
+TOLERANCE = 1e-10  # float64
+
+# ---------------------------------------------------------------- accumulation_momentum
+
+
+def _norm_zoo(spec) -> nn.Module:
+    """BatchNorms of several kinds and momenta, one nested, one with momentum=None, and a
+    GroupNorm that has no momentum. Only read, never run: the layers need not chain."""
+    momenta = spec["momenta"]
+    return nn.Sequential(
+        nn.Linear(4, 6),
+        nn.BatchNorm1d(6, momentum=momenta[0]),
+        nn.Sequential(nn.Conv2d(3, 5, 1), nn.BatchNorm2d(5, momentum=momenta[1])),
+        nn.GroupNorm(2, 4),
+        nn.Sequential(nn.Sequential(nn.BatchNorm2d(7, momentum=momenta[2]))),
+        nn.BatchNorm1d(3, momentum=None),
+    )
+
+
+def _momenta(model: nn.Module) -> list:
+    return [m.momentum for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+MOMENTUM_PLACES = [
+    "the first BatchNorm1d",
+    "the BatchNorm2d inside a nested Sequential",
+    "the BatchNorm2d two levels down",
+    "the BatchNorm1d with momentum=None",
+]
+
+
+@register
+class AccumulationMomentum(Question):
+    name = "accumulation_momentum"
+    module = MODULE
+    points = 2
+
+    def public_specs(self):
+        return [
+            {"momenta": [0.1, 0.1, 0.1], "accum_steps": 4},
+            {"momenta": [0.1, 0.3, 0.05], "accum_steps": 8},
+            {"momenta": [0.1, 0.2, 0.5], "accum_steps": 1},
+        ]
+
+    def hidden_specs(self, rng):
+        return [
+            {
+                "momenta": [round(rng.uniform(0.01, 0.6), 4) for _ in range(3)],
+                "accum_steps": rng.randint(2, 32),
+            }
+            for _ in range(2)
+        ]
+
+    def run(self, fn, spec):
+        model = _norm_zoo(spec)
+        try:
+            fn(model, spec["accum_steps"])
+        except TypeError as exc:
+            if "NoneType" not in str(exc):
+                raise
+            return {"raised": "none_momentum"}
+        momenta = _momenta(model)
+        return {"momenta": [None if m is None else float(m) for m in momenta]}
+
+    def reference(self):
+        return set_accumulation_momentum
+
+    def judge(self, spec, outputs, expected):
+        n = spec["accum_steps"]
+        if outputs.get("raised") == "none_momentum":
+            raise Failure(
+                "Your function failed on a BatchNorm with momentum=None: that layer keeps a "
+                "cumulative average over all batches, with no momentum to correct. Leave it "
+                "alone (skip layers whose momentum is None).",
+                "none_momentum_not_skipped",
+            )
+        momenta = outputs.get("momenta")
+        if not isinstance(momenta, list) or len(momenta) != len(expected["momenta"]):
+            raise Failure("Change the momenta of the model's own BatchNorm layers, in place.")
+        if momenta[-1] is not None:
+            raise Failure(
+                f"The BatchNorm with momentum=None now has momentum {momenta[-1]}: None means a "
+                "cumulative average, which needs no correction. Leave it as it is.",
+                "none_momentum_changed",
+            )
+        original = spec["momenta"]
+        patterns = {
+            "divided_by_n": [m / n for m in original],
+            "power_not_root": [1 - (1 - m) ** n for m in original],
+        }
+        wrong = [
+            i
+            for i, (got, want) in enumerate(
+                zip(momenta[:-1], expected["momenta"][:-1], strict=True)
+            )
+            if not (isinstance(got, float) and abs(got - want) <= 1e-12)
+        ]
+        if not wrong:
+            return
+        setting = f"(accum_steps = {n}, original momenta {original})"
+        for mistake, pattern in patterns.items():
+            if n > 1 and all(
+                isinstance(g, float) and abs(g - p) <= 1e-12
+                for g, p in zip(momenta[:-1], pattern, strict=True)
+            ):
+                raise Failure(f"{MOMENTUM_MESSAGES[mistake].format(n=n)} {setting}", mistake)
+        unchanged = [i for i in wrong if momenta[i] == original[i]]
+        if unchanged and len(unchanged) < 3:
+            places = ", ".join(MOMENTUM_PLACES[i] for i in unchanged)
+            raise Failure(
+                f"Some BatchNorm layers kept their momentum: {places}. Walk every module "
+                "(model.modules()) and every kind of BatchNorm (1d and 2d), nested ones too "
+                f"{setting}.",
+                "layer_missed",
+            )
+        i = wrong[0]
+        raise Failure(
+            f"{MOMENTUM_PLACES[i].capitalize()} has momentum {momenta[i]}, expected "
+            f"{expected['momenta'][i]:.6g} = 1 - (1 - {original[i]}) ** (1 / {n}) {setting}."
+        )
+
+
+MOMENTUM_MESSAGES = {
+    "divided_by_n": (
+        "You divided each momentum by {n}. That is close for small momenta but not right: "
+        "after {n} updates with m/{n}, the newest window weighs 1 - (1 - m/{n})**{n}, not m. "
+        "Solve (1 - m')**{n} = 1 - m for m'."
+    ),
+    "power_not_root": (
+        "You used 1 - (1 - m)**{n}: that is the weight the window gets with the original "
+        "momentum, {n} updates in a row. The corrected momentum inverts it: "
+        "1 - (1 - m)**(1 / {n})."
+    ),
+}
+
+
+# ---------------------------------------------------------------- to_group_norm
+
+
+def _bn_model(spec) -> nn.Module:
+    """BatchNorm 1d and 2d, nested, with non-trivial affine values (as after training)."""
+    generator = torch.Generator().manual_seed(spec["seed"])
+    width = spec["width"]
+    model = nn.Sequential(
+        nn.Conv2d(1, width, 3, padding=1),
+        nn.BatchNorm2d(width),
+        nn.ReLU(),
+        nn.Sequential(nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width)),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(2 * width, 4 * width),
+        nn.BatchNorm1d(4 * width),
+        nn.Tanh(),
+        nn.Linear(4 * width, 3),
+    ).double()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator, dtype=torch.float64))
+    return model
+
+
+NESTED_NORM = 1  # in _bn_model's module order, the BatchNorm inside a nested Sequential
+
+
+def _describe(model: nn.Module) -> list:
+    """Each normalisation layer, in order: its kind, groups, channels and affine values."""
+    layers = []
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            layers.append({"kind": type(module).__name__, "channels": module.num_features})
+        elif isinstance(module, nn.GroupNorm):
+            layers.append(
+                {
+                    "kind": "GroupNorm",
+                    "groups": module.num_groups,
+                    "channels": module.num_channels,
+                    "weight": tensor_list(module.weight) if module.affine else None,
+                    "bias": tensor_list(module.bias) if module.affine else None,
+                }
+            )
+        elif isinstance(module, (nn.LayerNorm, nn.InstanceNorm1d, nn.InstanceNorm2d)):
+            layers.append({"kind": type(module).__name__})
+    return layers
+
+
+@register
+class ToGroupNorm(Question):
+    name = "to_group_norm"
+    module = MODULE
+    points = 3
+
+    def public_specs(self):
+        return [
+            {"seed": 1, "width": 4, "num_groups": 2},
+            {"seed": 2, "width": 8, "num_groups": 4},
+            {"seed": 3, "width": 6, "num_groups": 1},
+        ]
+
+    def hidden_specs(self, rng):
+        specs = []
+        for _ in range(2):
+            width = rng.choice([4, 6, 8, 12])
+            groups = rng.choice([g for g in (2, 3, 4) if width % g == 0])
+            specs.append({"seed": rng.randrange(10**6), "width": width, "num_groups": groups})
+        return specs
+
+    def run(self, fn, spec):
+        model = _bn_model(spec)
+        returned = fn(model, spec["num_groups"])
+        if not isinstance(returned, nn.Module):
+            return {"returned": type(returned).__name__}
+        images = torch.randn(
+            3, 1, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64
+        )
+        try:
+            out = returned(images)
+            ran = list(out.shape) == [3, 3]
+        except Exception:  # a layer of the wrong size: reported from the description below
+            ran = False
+        return {"layers": _describe(returned), "runs": ran, "weights": weights_of(returned)}
+
+    def reference(self):
+        return convert_batchnorm
+
+    def judge(self, spec, outputs, expected):
+        setting = f"(num_groups = {spec['num_groups']})"
+        if "returned" in outputs:
+            raise Failure(
+                f"Your function returned {outputs['returned']}: return the model (it may be "
+                "the same object you changed in place).",
+                "model_not_returned",
+            )
+        layers = outputs.get("layers")
+        if not isinstance(layers, list) or not all(isinstance(x, dict) for x in layers):
+            raise Failure("Your model's normalisation layers could not be read.")
+        wanted = expected["layers"]
+        left = [i for i, x in enumerate(layers) if str(x.get("kind", "")).startswith("BatchNorm")]
+        if left:
+            nested_only = left == [NESTED_NORM]
+            raise Failure(
+                f"{len(left)} BatchNorm layer(s) are still in the model"
+                + (
+                    ": the one inside a nested Sequential. Recurse into every child (or walk "
+                    "model.named_modules() and replace through the parent)."
+                    if nested_only
+                    else ". Replace every BatchNorm1d and BatchNorm2d."
+                ),
+                "batchnorm_left",
+            )
+        if len(layers) != len(wanted) or not all(x.get("kind") == "GroupNorm" for x in layers):
+            kinds = sorted({str(x.get("kind")) for x in layers})
+            raise Failure(
+                f"Expected {len(wanted)} GroupNorm layers, one per BatchNorm; found {kinds}. "
+                "GroupNorm with num_groups groups works on (N, C) and (N, C, H, W) alike.",
+                "wrong_layer",
+            )
+        for got, want in zip(layers, wanted, strict=True):
+            if (got.get("groups"), got.get("channels")) != (want["groups"], want["channels"]):
+                raise Failure(
+                    f"A GroupNorm has {got.get('groups')} groups over {got.get('channels')} "
+                    f"channels; it should be GroupNorm({want['groups']}, {want['channels']}) "
+                    f"{setting}.",
+                    "wrong_groups",
+                )
+            if got.get("weight") != want["weight"] or got.get("bias") != want["bias"]:
+                raise Failure(
+                    "The GroupNorm layers do not carry the BatchNorms' learned weight and bias "
+                    "(a trained model would lose its scale and shift). Copy them across.",
+                    "affine_not_copied",
+                )
+        if outputs.get("runs") is not True:
+            raise Failure("The converted model does not run on a batch of images.")
+        weights = number_list(outputs, "weights", "the model's weights")
+        if relative_gap(weights, expected["weights"]) > 0:
+            raise Failure(
+                "The norm layers are right, but other weights of the model changed: convert "
+                "the norm layers only."
+            )
+
+
+# ---------------------------------------------------------------- grad_cache_step
+
+
+def _pairs_problem(spec):
+    encoder = tiny_encoder(in_features=6, out_features=4, seed=spec["seed"], dtype=torch.float64)
+    queries, keys = make_pairs(
+        spec["n_pairs"], in_features=6, seed=spec["seed"] + 1, dtype=torch.float64
+    )
+    return encoder, queries, keys
+
+
+class _Forwards:
+    """Records each forward pass of the encoder: its size and whether grad mode was on."""
+
+    def __init__(self, model: nn.Module):
+        self.calls: list[tuple[int, bool]] = []
+        model.register_forward_pre_hook(self._record)
+
+    def _record(self, _module, args) -> None:
+        if args and torch.is_tensor(args[0]):
+            self.calls.append((len(args[0]), torch.is_grad_enabled()))
+
+
+def _variant_gradient(spec, variant):
+    encoder, queries, keys = _pairs_problem(spec)
+    micro, temperature = spec["micro_batch_size"], spec["temperature"]
+    if variant == "negatives_per_micro_batch":
+        naive_accumulation(encoder, queries, keys, micro, temperature)
+    elif variant == "keys_not_backpropagated":
+        with torch.no_grad():
+            query_cache = torch.cat([encoder(q) for q in queries.split(micro)])
+            key_cache = torch.cat([encoder(k) for k in keys.split(micro)])
+        query_cache.requires_grad_(True)
+        info_nce(query_cache, key_cache, temperature).backward()
+        for chunk, gradient in zip(
+            queries.split(micro), query_cache.grad.split(micro), strict=True
+        ):
+            encoder(chunk).backward(gradient)
+    return flat_gradient(encoder.parameters()).tolist()
+
+
+GRAD_CACHE_MESSAGES = {
+    "negatives_per_micro_batch": (
+        "Your gradient is plain accumulation of each micro-batch's own InfoNCE loss: every "
+        "query met only its micro-batch's keys as negatives. That is another, easier loss. "
+        "Embed all micro-batches first (no graph), compute the loss over all embeddings, then "
+        "push each slice of the embeddings' gradient back through its micro-batch."
+    ),
+    "keys_not_backpropagated": (
+        "Only the queries' cached gradients were pushed back through the encoder: the keys "
+        "are embedded by the same encoder, and their gradient counts too. Run the second "
+        "pass over the keys' micro-batches as well."
+    ),
+}
+
+
+@register
+class GradCacheStep(Question):
+    name = "grad_cache_step"
+    module = MODULE
+    points = 4
+
+    def public_specs(self):
+        return [
+            {"seed": 1, "n_pairs": 16, "micro_batch_size": 4, "temperature": 0.1},
+            {"seed": 2, "n_pairs": 12, "micro_batch_size": 3, "temperature": 0.5},
+            {"seed": 3, "n_pairs": 10, "micro_batch_size": 4, "temperature": 0.1},  # 4, 4, 2
+            {"seed": 4, "n_pairs": 8, "micro_batch_size": 8, "temperature": 0.2},  # one chunk
+        ]
+
+    def hidden_specs(self, rng):
+        specs = []
+        for _ in range(3):
+            micro = rng.randint(2, 6)
+            specs.append(
+                {
+                    "seed": rng.randrange(10**6),
+                    "n_pairs": micro * rng.randint(2, 5) + rng.randint(0, micro - 1),
+                    "micro_batch_size": micro,
+                    "temperature": rng.choice([0.05, 0.1, 0.3]),
+                }
+            )
+        return specs
+
+    def run(self, fn, spec):
+        encoder, queries, keys = _pairs_problem(spec)
+        forwards = _Forwards(encoder)
+        start = weights_of(encoder)
+        returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+        try:
+            loss = float(returned.detach() if torch.is_tensor(returned) else returned)
+        except (TypeError, ValueError, RuntimeError):
+            loss = repr(returned)[:200]
+        return {
+            "grad": tensor_list(flat_gradient(encoder.parameters())),
+            "loss": loss,
+            "largest_forward": max((size for size, _ in forwards.calls), default=0),
+            "forwards_without_grad": sum(1 for _, grad in forwards.calls if not grad),
+            "weights_moved": weights_of(encoder) != start,
+        }
+
+    def reference(self):
+        return grad_cache_step
+
+    def judge(self, spec, outputs, expected):
+        micro, n = spec["micro_batch_size"], spec["n_pairs"]
+        setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
+        largest = outputs.get("largest_forward")
+        if isinstance(largest, int) and largest > micro:
+            raise Failure(
+                f"The encoder ran on {largest} inputs at once, more than a micro-batch of "
+                f"{micro} {setting}: both passes must go one micro-batch at a time, or the "
+                "memory is a full batch's again.",
+                "whole_batch_forward",
+            )
+        if outputs.get("weights_moved") is True:
+            raise Failure(
+                "Your function changed the weights: leave the gradient in .grad; the "
+                "optimizer steps outside.",
+                "stepped_in_window",
+            )
+        if outputs.get("grad") is None:
+            raise Failure("No parameter has a gradient after your function.", "no_backward")
+        actual = number_list(outputs, "grad", "a gradient for every parameter")
+        wanted = expected["grad"]
+        if relative_gap(actual, wanted) > TOLERANCE:
+            self._diagnose(spec, actual, wanted, setting)
+        if n > micro and outputs.get("forwards_without_grad") == 0:
+            raise Failure(
+                "The gradient is right, but no embedding was computed without a graph: every "
+                "micro-batch's activations stayed alive until the loss's backward, as in one "
+                "big batch. Compute the first pass under torch.no_grad(), then re-embed each "
+                "micro-batch with a graph in the second pass.",
+                "graph_kept_for_all_micro_batches",
+            )
+        loss = outputs.get("loss")
+        if not isinstance(loss, float) or abs(loss - expected["loss"]) > 1e-9 * abs(
+            expected["loss"]
+        ):
+            raise Failure(
+                f"The gradient is right, but return the full-batch InfoNCE loss as a float: "
+                f"expected {expected['loss']:.6g}, got {loss} {setting}.",
+                "loss_wrong",
+            )
+
+    def _diagnose(self, spec, actual, wanted, setting):
+        if spec["n_pairs"] > spec["micro_batch_size"]:
+            for mistake in GRAD_CACHE_MESSAGES:
+                if relative_gap(actual, _variant_gradient(spec, mistake)) <= 1e-9:
+                    raise Failure(f"{GRAD_CACHE_MESSAGES[mistake]} {setting}", mistake)
+        k = scale_of(actual, wanted)
+        if k is not None:
+            raise Failure(
+                f"Your gradient is {k:.4g} times the full-batch gradient {setting}: the cached "
+                "gradients are already the full loss's; push them back unscaled.",
+                "wrong_scale",
+            )
+        raise Failure(
+            f"Your gradient differs from the full-batch InfoNCE gradient by "
+            f"{relative_gap(actual, wanted):.2e} (relative) {setting}."
+        )

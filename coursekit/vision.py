@@ -1,0 +1,50 @@
+"""Training a small image classifier with accumulation, and measuring it on held-out images."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from coursekit.data import split_micro_batches
+from coursekit.training import train_accumulated
+
+
+@dataclass
+class ClassifierRun:
+    """What one training run logged: a loss per optimizer step, an accuracy per epoch."""
+
+    step_losses: list[float] = field(default_factory=list)
+    test_accuracy: list[float] = field(default_factory=list)
+
+
+def accuracy(model: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """Share of ``images`` classified right, in eval mode (BatchNorm uses running stats)."""
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        right = (model(images).argmax(dim=1) == labels).double().mean()
+    model.train(was_training)
+    return float(right)
+
+
+def train_classifier(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    train: tuple[torch.Tensor, torch.Tensor],
+    test: tuple[torch.Tensor, torch.Tensor],
+    micro_batch_size: int,
+    accum_steps: int,
+    epochs: int,
+) -> ClassifierRun:
+    """``epochs`` passes of accumulated training (coursekit's loop), testing after each."""
+    run = ClassifierRun()
+    micro_batches = split_micro_batches(*train, micro_batch_size)
+    for _ in range(epochs):
+        model.train()
+        run.step_losses += train_accumulated(
+            model, optimizer, nn.CrossEntropyLoss(), micro_batches, accum_steps
+        )
+        run.test_accuracy.append(accuracy(model, *test))
+    return run

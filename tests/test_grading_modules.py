@@ -1,0 +1,120 @@
+"""The batch grader on modules 2 and up: the reference runs in the sandbox, a right hand-in
+gets full marks, and every mistake a student makes is named in the feedback, as the
+notebook's checks name it. (Module 1 has its own, larger corpus: test_grading_corpus.py.)"""
+
+import contextlib
+import io
+import json
+
+import pytest
+
+from coursekit.checks import questions_of
+from coursekit.cli import main
+from tests import student_code
+from tests.handins import REPO, notebook
+
+pytestmark = pytest.mark.grading
+# assignment -> student -> {question: variant}; questions not named get the right answer.
+HAND_INS = {
+    "02_loss_scaling": {
+        "ada": {},
+        "ben": {
+            "loss_scales": "mean_of_means",
+            "accumulate_tokens": "padding_counted",
+            "amp_window": "unscale_every_micro_batch",
+            "train_scheduled": "scheduler_every_micro_batch",
+        },
+        "cyd": {
+            "loss_scales": "sum_divided_by_count",
+            "accumulate_tokens": "mean_of_means",
+            "amp_window": "clipped_before_unscale",
+            "train_scheduled": "scheduler_never_stepped",
+        },
+        "dev": {
+            "loss_scales": "correct_with_numpy",
+            "accumulate_tokens": "correct_with_coursekit_helpers",
+            "amp_window": "update_every_micro_batch",
+            "train_scheduled": "last_window_scaled_by_n",
+        },
+    },
+    "03_batch_dependence": {
+        "ada": {},
+        "ben": {
+            "accumulation_momentum": "divided_by_n",
+            "to_group_norm": "batchnorm_left",
+            "grad_cache_step": "negatives_per_micro_batch",
+        },
+        "cyd": {
+            "accumulation_momentum": "none_momentum_not_skipped",
+            "to_group_norm": "affine_not_copied",
+            "grad_cache_step": "graph_kept_for_all_micro_batches",
+        },
+        "dev": {
+            "accumulation_momentum": "correct_with_explicit_classes",
+            "to_group_norm": "correct_via_named_modules",
+            "grad_cache_step": "keys_not_backpropagated",
+        },
+    },
+}
+
+
+def cells_of(assignment: str, variants: dict[str, str]) -> list[str]:
+    cells = ["import torch\nfrom torch import nn\nimport coursekit"]
+    for question in questions_of(assignment):
+        variant = variants.get(question.name, "correct")
+        source = student_code.BY_QUESTION[question.name][variant]
+        cells.append(f"# Question: {question.name}\n{source}")
+    return cells
+
+
+@pytest.fixture(scope="module", params=sorted(HAND_INS))
+def graded(request, tmp_path_factory):
+    assignment = request.param
+    base = tmp_path_factory.mktemp(f"grading-{assignment}")
+    for student, variants in HAND_INS[assignment].items():
+        folder = base / "hand-ins" / student
+        folder.mkdir(parents=True)
+        (folder / f"{assignment}.ipynb").write_text(
+            notebook(cells_of(assignment, variants), assignment)
+        )
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        status = main(
+            [
+                "grade",
+                str(base / "hand-ins"),
+                "--assignment",
+                assignment,
+                "--json",
+                "--workers",
+                "2",
+                "--gradebook",
+                str(base / "gradebook.sqlite"),
+                "--root",
+                str(REPO),
+            ]
+        )
+    assert status == 0
+    results = [json.loads(line) for line in stdout.getvalue().splitlines()]
+    return assignment, {result["student"]: result for result in results}
+
+
+def test_a_right_hand_in_gets_full_marks(graded):
+    assignment, results = graded
+    result = results["ada"]
+    assert result["error"] is None
+    assert result["score"] == result["max_score"] == sum(q.points for q in questions_of(assignment))
+
+
+@pytest.mark.parametrize("student", ["ben", "cyd", "dev"])
+def test_each_mistake_is_named_and_costs_only_its_question(graded, student):
+    assignment, results = graded
+    by_name = {q["name"]: q for q in results[student]["questions"]}
+    for question in questions_of(assignment):
+        variant = HAND_INS[assignment][student].get(question.name, "correct")
+        graded_question = by_name[question.name]
+        if variant.startswith("correct"):
+            assert graded_question["score"] == question.points, graded_question
+        else:
+            assert student_code.mistake_of(variant) in graded_question["mistakes"], graded_question
+            assert graded_question["score"] < question.points
