@@ -34,14 +34,20 @@ def test_the_readme_lists_every_module_with_a_colab_link():
 
 
 def test_the_repository_address_is_written_only_in_course_py():
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     hand_written = [
-        p
-        for p in REPO.rglob("*")
-        if p.is_file()
-        and p.suffix in {".py", ".toml", ".md", ".ipynb", ""}
-        and not {".git", ".venv", "exercises", "solutions", "golden"} & set(p.parts)
-        and p.name != "README.md"
-        and "egg-info" not in str(p)
+        REPO / name
+        for name in listed
+        if (REPO / name).is_file()
+        and (REPO / name).suffix in {".py", ".toml", ".md", ".ipynb", ""}
+        and not {"exercises", "solutions", "golden"} & set((REPO / name).parts)
+        and (REPO / name).name != "README.md"
     ]
     holders = [p for p in hand_written if course.REPOSITORY in p.read_text(errors="ignore")]
     assert holders == [REPO / "coursekit" / "course.py"]
