@@ -1,0 +1,115 @@
+"""Memory per device under ZeRO, and DeepSpeed's batch-size arithmetic.
+
+ZeRO (Rajbhandari et al., SC'20, arXiv:1910.02054) shards the model states of data-parallel
+training. With mixed-precision Adam each parameter costs 2 bytes (fp16 weights) + 2 bytes
+(fp16 gradients) + K = 12 bytes (fp32 master weights, momentum and variance). Stage 1
+shards the K bytes over the Nd devices, stage 2 the gradients too, stage 3 everything:
+
+    stage 0: (2 + 2 + K) psi        stage 2: 2 psi + (2 + K) psi / Nd
+    stage 1: 4 psi + K psi / Nd     stage 3: (2 + 2 + K) psi / Nd
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ADAM_MIXED_PRECISION_K = 12  # fp32 weights, momentum and variance: 4 + 4 + 4 bytes
+
+
+def zero_bytes_per_device(
+    n_parameters: float, stage: int, world_size: int, k: int = ADAM_MIXED_PRECISION_K
+) -> float:
+    """Bytes of model states (weights, gradients, optimizer state) on one device.
+
+    Activations and temporary buffers are not included, as in the paper's table.
+
+    Example (the paper's 7.5B parameters on 64 devices, in GB):
+        >>> [round(zero_bytes_per_device(7.5e9, s, 64) / 1e9, 1) for s in range(4)]
+        [120.0, 31.4, 16.6, 1.9]
+    """
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3; got {stage}.")
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1; got {world_size}.")
+    psi, nd = float(n_parameters), world_size
+    weights, gradients, states = 2 * psi, 2 * psi, k * psi
+    if stage >= 1:
+        states /= nd
+    if stage >= 2:
+        gradients /= nd
+    if stage >= 3:
+        weights /= nd
+    return weights + gradients + states
+
+
+@dataclass(frozen=True)
+class BatchConfig:
+    """DeepSpeed's three batch settings, consistent with each other and the world size."""
+
+    train_batch_size: int
+    train_micro_batch_size_per_gpu: int
+    gradient_accumulation_steps: int
+    world_size: int
+
+
+def resolve_batch_config(
+    world_size: int,
+    train_batch_size: int | None = None,
+    train_micro_batch_size_per_gpu: int | None = None,
+    gradient_accumulation_steps: int | None = None,
+) -> BatchConfig:
+    """Fill in the missing one of DeepSpeed's batch settings, or check all three.
+
+    DeepSpeed requires ``train_batch_size == train_micro_batch_size_per_gpu x
+    gradient_accumulation_steps x world_size`` and derives the third from any two.
+
+    Example:
+        >>> config = resolve_batch_config(4, train_batch_size=256, train_micro_batch_size_per_gpu=8)
+        >>> config.gradient_accumulation_steps
+        8
+    """
+    given = {
+        "train_batch_size": train_batch_size,
+        "train_micro_batch_size_per_gpu": train_micro_batch_size_per_gpu,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+    }
+    if world_size < 1:
+        raise ValueError(f"world_size must be at least 1; got {world_size}.")
+    for name, value in given.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            raise ValueError(f"{name} must be a positive whole number; got {value!r}.")
+    missing = [name for name, value in given.items() if value is None]
+    if len(missing) > 1:
+        raise ValueError(
+            f"Give at least two of the three batch settings; {' and '.join(missing)} are missing."
+        )
+    total, micro, accum = (
+        train_batch_size,
+        train_micro_batch_size_per_gpu,
+        gradient_accumulation_steps,
+    )
+    if total is None:
+        total = micro * accum * world_size
+    elif micro is None:
+        micro, remainder = divmod(total, accum * world_size)
+        if remainder or micro == 0:
+            raise ValueError(
+                f"train_batch_size {total} is not a multiple of gradient_accumulation_steps x "
+                f"world_size = {accum} x {world_size} = {accum * world_size}."
+            )
+    elif accum is None:
+        accum, remainder = divmod(total, micro * world_size)
+        if remainder or accum == 0:
+            raise ValueError(
+                f"train_batch_size {total} is not a multiple of train_micro_batch_size_per_gpu "
+                f"x world_size = {micro} x {world_size} = {micro * world_size}."
+            )
+    elif total != micro * accum * world_size:
+        raise ValueError(
+            f"Inconsistent batch settings: train_batch_size {total} != "
+            f"train_micro_batch_size_per_gpu x gradient_accumulation_steps x world_size = "
+            f"{micro} x {accum} x {world_size} = {micro * accum * world_size}."
+        )
+    return BatchConfig(total, micro, accum, world_size)
