@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullLocator
 
 from coursekit.memory import LinearFit
 from coursekit.units import format_bytes
@@ -80,13 +81,17 @@ def plot_lines(
     title: str = "",
     logx: bool = False,
     logy: bool = False,
+    xticks: list | None = None,
 ):
-    """A few labelled lines with markers: ``{label: (xs, ys)}``."""
+    """A few labelled lines with markers: ``{label: (xs, ys)}``; ``xticks`` labels those x."""
     figure, axes = plt.subplots(figsize=(6, 3.5))
     for label, (xs, ys) in series.items():
         axes.plot(xs, ys, "o-", label=label, lw=1.5, ms=4)
     axes.set_xscale("log" if logx else "linear")
     axes.set_yscale("log" if logy else "linear")
+    if xticks is not None:
+        axes.set_xticks(xticks, [str(x) for x in xticks])
+        axes.xaxis.set_minor_locator(NullLocator())
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     if title:
@@ -158,10 +163,13 @@ def plot_training_runs(runs: dict):
     loss_axes.set_xlabel("optimizer step")
     loss_axes.set_ylabel("training loss")
     loss_axes.set_yscale("log")
+    longest = max((len(run.test_accuracy) for run in runs.values()), default=1)
+    accuracy_axes.set_xticks(range(1, longest + 1))
     accuracy_axes.set_xlabel("epoch")
     accuracy_axes.set_ylabel("test accuracy (%)")
+    accuracy_axes.set_ylim(0, 100)
     accuracy_axes.axhline(25, color="grey", linestyle=":", lw=1)
-    accuracy_axes.text(1, 26, "chance", color="grey", fontsize=8)
+    accuracy_axes.text(longest, 21, "chance (4 classes) ", color="grey", fontsize=8, ha="right")
     accuracy_axes.legend()
     figure.tight_layout()
     return figure

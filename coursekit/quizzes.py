@@ -103,12 +103,12 @@ _LOSS_SCALING = [
     QuizQuestion(
         "The same mistake under Adam (no weight decay). What changes?",
         (
-            "Every step is 8 times longer.",
             "Almost nothing: Adam divides by the root of its squared-gradient average, so the "
             "factor cancels except against epsilon, which acts as epsilon / 8.",
+            "Every step is 8 times longer.",
             "Every step is 8 times shorter.",
         ),
-        1,
+        0,
         "m grows 8 times and sqrt(v) grows 8 times; only epsilon does not. With "
         "Adam(weight_decay=...) the decay also acts 8 times weaker.",
     ),
@@ -126,11 +126,11 @@ _LOSS_SCALING = [
         "loss by?",
         (
             "Its own window's real tokens.",
+            "The padded length of its batch.",
             "The real tokens of all ranks' windows together (an all_reduce of the counts), "
             "then multiply by world_size because DDP averages the gradients.",
-            "The padded length of its batch.",
         ),
-        1,
+        2,
         "Each rank's own count is the mean of means again, across ranks (transformers #34242).",
     ),
     QuizQuestion(
@@ -148,11 +148,11 @@ _LOSS_SCALING = [
     QuizQuestion(
         "One micro-batch of a window overflows to inf under a GradScaler. What happens?",
         (
-            "The bad micro-batch is dropped and the step uses the others.",
             "The whole window's step is skipped and update() halves the scale.",
+            "The bad micro-batch is dropped and the step uses the others.",
             "The step runs with the inf and the weights become NaN.",
         ),
-        1,
+        0,
         "The inf reaches the summed gradient; scaler.step sees it after unscale_ and skips "
         "the step, and update() lowers the scale for the next window.",
     ),
@@ -175,13 +175,13 @@ _BATCH_DEPENDENCE = [
     QuizQuestion(
         "Which normalisation layer pairs cleanly with gradient accumulation, and why?",
         (
-            "BatchNorm, because it makes training stable at any batch size.",
             "GroupNorm (or LayerNorm): it normalises each sample over its own features, so a "
             "sample's loss does not depend on the other samples, and accumulated micro-batches "
             "give exactly the full-batch gradient.",
+            "BatchNorm, because it makes training stable at any batch size.",
             "None: every normalisation layer breaks accumulation.",
         ),
-        1,
+        0,
         "Accumulation is exact when every sample's loss depends on that sample alone. "
         "GroupNorm and LayerNorm keep that; BatchNorm in train mode does not.",
     ),
@@ -212,12 +212,12 @@ _BATCH_DEPENDENCE = [
         "loop calls model.train() at the start of each epoch. What happens?",
         (
             "Nothing: eval() is permanent.",
-            "The BatchNorm layers are back in train mode, using micro-batch statistics again.",
             "model.train() raises an error.",
+            "The BatchNorm layers are back in train mode, using micro-batch statistics again.",
         ),
-        1,
-        "train() sets every submodule's mode. Freeze again after it, or use a module that has "
-        "no train mode (such as detectron2's FrozenBatchNorm2d).",
+        2,
+        "train() sets every submodule's mode. Freeze again after it, or use a module whose "
+        "forward always uses stored statistics (such as torchvision's FrozenBatchNorm2d).",
     ),
     QuizQuestion(
         "Why does plain accumulation change a contrastive loss with in-batch negatives?",

@@ -29,6 +29,16 @@ def accumulation_momentum(model, accum_steps):
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
             module.momentum = 1 - (1 - module.momentum) ** (1 / accum_steps)
 """,
+    "nothing_changed": """
+import copy
+import torch
+def accumulation_momentum(model, accum_steps):
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.momentum:
+            module.momentum = 1 - (1 - module.momentum) ** (1 / accum_steps)
+    return model
+""",
     "none_momentum_changed": """
 import torch
 def accumulation_momentum(model, accum_steps):
@@ -79,6 +89,7 @@ def to_group_norm(model, num_groups):
     return model
 """,
     "batchnorm_left": _convert(recurse="pass"),
+    "wrong_dtype": _convert().replace(".to(child.weight.dtype)", ""),
     "affine_not_copied": _convert(copy="pass"),
     "wrong_groups": _convert(groups="child.num_features"),
     "model_not_returned": _convert().replace("    return model\n", "    return None\n"),
@@ -111,6 +122,32 @@ def _cache(
 
 GRAD_CACHE_STEP = {
     "correct": _cache(),
+    "correct_with_detach_in_the_first_pass": _cache(
+        first_pass=(
+            "query_cache = torch.cat([encoder(q).detach() for q in "
+            "queries.split(micro_batch_size)])\n"
+            "    key_cache = torch.cat([encoder(k).detach() for k in keys.split(micro_batch_size)])"
+        )
+    ),
+    "correct_queries_and_keys_in_one_backward": """
+import torch
+from coursekit.contrastive import info_nce
+def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
+    with torch.no_grad():
+        q_cache = torch.cat([encoder(q) for q in queries.split(micro_batch_size)])
+        k_cache = torch.cat([encoder(k) for k in keys.split(micro_batch_size)])
+    q_cache.requires_grad_(True)
+    k_cache.requires_grad_(True)
+    loss = info_nce(q_cache, k_cache, temperature)
+    loss.backward()
+    chunks = zip(
+        queries.split(micro_batch_size), keys.split(micro_batch_size),
+        q_cache.grad.split(micro_batch_size), k_cache.grad.split(micro_batch_size),
+    )
+    for q, k, gq, gk in chunks:
+        torch.autograd.backward([encoder(q), encoder(k)], [gq, gk])
+    return loss
+""",
     "negatives_per_micro_batch": """
 from coursekit.contrastive import info_nce
 def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
@@ -131,6 +168,39 @@ def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
     loss.backward()
     return loss.item()
 """,
+    "all_graphs_then_one_backward": """
+import torch
+from coursekit.contrastive import info_nce
+def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
+    with torch.no_grad():
+        q_cache = torch.cat([encoder(q) for q in queries.split(micro_batch_size)])
+        k_cache = torch.cat([encoder(k) for k in keys.split(micro_batch_size)])
+    q_cache.requires_grad_(True)
+    k_cache.requires_grad_(True)
+    loss = info_nce(q_cache, k_cache, temperature)
+    loss.backward()
+    outputs, grads = [], []
+    for inputs, cache in ((queries, q_cache), (keys, k_cache)):
+        for chunk, grad in zip(inputs.split(micro_batch_size), cache.grad.split(micro_batch_size)):
+            outputs.append(encoder(chunk))
+            grads.append(grad)
+    torch.autograd.backward(outputs, grads)
+    return loss.item()
+""",
+    "keys_with_graph": """
+import torch
+from coursekit.contrastive import info_nce
+def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
+    with torch.no_grad():
+        q_cache = torch.cat([encoder(q) for q in queries.split(micro_batch_size)])
+    q_cache.requires_grad_(True)
+    k_all = torch.cat([encoder(k) for k in keys.split(micro_batch_size)])
+    loss = info_nce(q_cache, k_all, temperature)
+    loss.backward()
+    for chunk, grad in zip(queries.split(micro_batch_size), q_cache.grad.split(micro_batch_size)):
+        encoder(chunk).backward(grad)
+    return loss.item()
+""",
     "graph_kept_for_all_micro_batches": """
 import torch
 from coursekit.contrastive import info_nce
@@ -147,4 +217,10 @@ BY_QUESTION = {
     "accumulation_momentum": ACCUMULATION_MOMENTUM,
     "to_group_norm": TO_GROUP_NORM,
     "grad_cache_step": GRAD_CACHE_STEP,
+}
+
+# Variants whose mistake is named after another one that shows first.
+NAMED_AS = {
+    "all_graphs_then_one_backward": "graph_kept_for_all_micro_batches",
+    "keys_with_graph": "graph_kept_for_all_micro_batches",
 }

@@ -7,6 +7,8 @@ gradients with the full batch's and watches forward passes, like module 1's wind
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -131,7 +133,14 @@ class AccumulationMomentum(Question):
             ):
                 raise Failure(f"{MOMENTUM_MESSAGES[mistake].format(n=n)} {setting}", mistake)
         unchanged = [i for i in wrong if momenta[i] == original[i]]
-        if unchanged and len(unchanged) < 3:
+        if len(unchanged) == 3 and n > 1:
+            raise Failure(
+                "No BatchNorm's momentum changed. Change the layers of the model you were "
+                "given, in place (a copy's layers do not count), for every BatchNorm whose "
+                f"momentum is not None {setting}.",
+                "nothing_changed",
+            )
+        if unchanged:
             places = ", ".join(MOMENTUM_PLACES[i] for i in unchanged)
             raise Failure(
                 f"Some BatchNorm layers kept their momentum: {places}. Walk every module "
@@ -141,7 +150,8 @@ class AccumulationMomentum(Question):
             )
         i = wrong[0]
         raise Failure(
-            f"{MOMENTUM_PLACES[i].capitalize()} has momentum {momenta[i]}, expected "
+            f"{MOMENTUM_PLACES[i][0].upper()}{MOMENTUM_PLACES[i][1:]} has momentum {momenta[i]}, "
+            f"expected "
             f"{expected['momenta'][i]:.6g} = 1 - (1 - {original[i]}) ** (1 / {n}) {setting}."
         )
 
@@ -201,6 +211,7 @@ def _describe(model: nn.Module) -> list:
                     "kind": "GroupNorm",
                     "groups": module.num_groups,
                     "channels": module.num_channels,
+                    "dtype": str(module.weight.dtype) if module.affine else None,
                     "weight": tensor_list(module.weight) if module.affine else None,
                     "bias": tensor_list(module.bias) if module.affine else None,
                 }
@@ -275,9 +286,10 @@ class ToGroupNorm(Question):
                 "batchnorm_left",
             )
         if len(layers) != len(wanted) or not all(x.get("kind") == "GroupNorm" for x in layers):
-            kinds = sorted({str(x.get("kind")) for x in layers})
+            kinds = ", ".join(sorted({str(x.get("kind")) for x in layers})) or "none at all"
             raise Failure(
-                f"Expected {len(wanted)} GroupNorm layers, one per BatchNorm; found {kinds}. "
+                f"Expected {len(wanted)} GroupNorm layers, one per BatchNorm; found these "
+                f"normalisation layers: {kinds}. "
                 "GroupNorm with num_groups groups works on (N, C) and (N, C, H, W) alike.",
                 "wrong_layer",
             )
@@ -288,6 +300,13 @@ class ToGroupNorm(Question):
                     f"channels; it should be GroupNorm({want['groups']}, {want['channels']}) "
                     f"{setting}.",
                     "wrong_groups",
+                )
+            if got.get("dtype") != want["dtype"]:
+                raise Failure(
+                    f"A GroupNorm's parameters are {got.get('dtype')}, but the model is "
+                    f"{want['dtype']}: build it with dtype=child.weight.dtype (or "
+                    ".to(child.weight.dtype)), as the BatchNorm it replaces.",
+                    "wrong_dtype",
                 )
             if got.get("weight") != want["weight"] or got.get("bias") != want["bias"]:
                 raise Failure(
@@ -316,16 +335,58 @@ def _pairs_problem(spec):
     return encoder, queries, keys
 
 
-class _Forwards:
-    """Records each forward pass of the encoder: its size and whether grad mode was on."""
+class _Box:
+    """What autograd stores for a saved tensor while the counter below watches it."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+class _LiveGraphs:
+    """Counts the encoder's forward graphs that are alive at once (their saved activations).
+
+    Each forward run with autograd on gets an id; every tensor autograd saves during it is
+    boxed, and a finaliser notices when autograd lets go of the box (after backward, or when
+    the graph is dropped, e.g. by ``.detach()``). ``peak`` is the most graphs alive at once:
+    1 or 2 for GradCache's second pass (a query and a key micro-batch may share one
+    backward), many when micro-batches' graphs are kept until a late backward.
+    """
 
     def __init__(self, model: nn.Module):
-        self.calls: list[tuple[int, bool]] = []
-        model.register_forward_pre_hook(self._record)
+        self.current: int | None = None
+        self.next_id = 0
+        self.live: dict[int, int] = {}
+        self.peak = 0
+        self.largest_forward = 0
+        model.register_forward_pre_hook(self._start)
+        model.register_forward_hook(self._end)
 
-    def _record(self, _module, args) -> None:
+    def _start(self, _module, args) -> None:
         if args and torch.is_tensor(args[0]):
-            self.calls.append((len(args[0]), torch.is_grad_enabled()))
+            self.largest_forward = max(self.largest_forward, len(args[0]))
+        if torch.is_grad_enabled():
+            self.current, self.next_id = self.next_id, self.next_id + 1
+
+    def _end(self, _module, _args, _output) -> None:
+        self.current = None
+
+    def pack(self, tensor: torch.Tensor) -> _Box:
+        box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph alive
+        if self.current is not None:
+            forward = self.current
+            self.live[forward] = self.live.get(forward, 0) + 1
+            self.peak = max(self.peak, len(self.live))
+            weakref.finalize(box, self._release, forward)
+        return box
+
+    def _release(self, forward: int) -> None:
+        self.live[forward] -= 1
+        if not self.live[forward]:
+            del self.live[forward]
+
+    @staticmethod
+    def unpack(box: _Box) -> torch.Tensor:
+        return box.tensor
 
 
 def _variant_gradient(spec, variant):
@@ -391,9 +452,10 @@ class GradCacheStep(Question):
 
     def run(self, fn, spec):
         encoder, queries, keys = _pairs_problem(spec)
-        forwards = _Forwards(encoder)
+        graphs = _LiveGraphs(encoder)
         start = weights_of(encoder)
-        returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+        with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
+            returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
         try:
             loss = float(returned.detach() if torch.is_tensor(returned) else returned)
         except (TypeError, ValueError, RuntimeError):
@@ -401,8 +463,8 @@ class GradCacheStep(Question):
         return {
             "grad": tensor_list(flat_gradient(encoder.parameters())),
             "loss": loss,
-            "largest_forward": max((size for size, _ in forwards.calls), default=0),
-            "forwards_without_grad": sum(1 for _, grad in forwards.calls if not grad),
+            "largest_forward": graphs.largest_forward,
+            "peak_live_graphs": graphs.peak,
             "weights_moved": weights_of(encoder) != start,
         }
 
@@ -416,8 +478,9 @@ class GradCacheStep(Question):
         if isinstance(largest, int) and largest > micro:
             raise Failure(
                 f"The encoder ran on {largest} inputs at once, more than a micro-batch of "
-                f"{micro} {setting}: both passes must go one micro-batch at a time, or the "
-                "memory is a full batch's again.",
+                f"{micro} {setting}: both passes must go one micro-batch at a time (queries "
+                "and keys in separate calls, at most micro_batch_size inputs each), or the "
+                "memory grows with the batch again.",
                 "whole_batch_forward",
             )
         if outputs.get("weights_moved") is True:
@@ -432,12 +495,14 @@ class GradCacheStep(Question):
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > TOLERANCE:
             self._diagnose(spec, actual, wanted, setting)
-        if n > micro and outputs.get("forwards_without_grad") == 0:
+        peak = outputs.get("peak_live_graphs")
+        if isinstance(peak, int) and peak > 2:
             raise Failure(
-                "The gradient is right, but no embedding was computed without a graph: every "
-                "micro-batch's activations stayed alive until the loss's backward, as in one "
-                "big batch. Compute the first pass under torch.no_grad(), then re-embed each "
-                "micro-batch with a graph in the second pass.",
+                f"The gradient is right, but at one point the graphs (saved activations) of "
+                f"{peak} encoder forward passes were alive at once {setting}: as much memory "
+                "as the micro-batches together, which GradCache exists to avoid. Compute the "
+                "first pass under torch.no_grad(), and in the second pass call backward on "
+                "each micro-batch's embeddings before embedding the next.",
                 "graph_kept_for_all_micro_batches",
             )
         loss = outputs.get("loss")
