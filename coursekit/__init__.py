@@ -44,6 +44,8 @@ _EXPORTS = {
     "train_classifier": "coursekit.vision",
     "batchnorm_explorer": "coursekit.widgets",
     "loss_scaling_explorer": "coursekit.widgets",
+    "pipeline_view": "coursekit.widgets",
+    "zero_calculator": "coursekit.widgets",
     "memory_planner": "coursekit.widgets",
     "uses_your": "coursekit.notebook",
     "quiz": "coursekit.quizzes",

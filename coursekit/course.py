@@ -56,6 +56,13 @@ MODULES: tuple[Module, ...] = (
         "to GroupNorm or frozen BatchNorm, and accumulate contrastive losses with GradCache.",
         75,
     ),
+    Module(
+        "04_distributed",
+        "Accumulation with data parallelism, ZeRO and FSDP",
+        "Run DDP with no_sync on real processes, size ZeRO stages, measure what DDP, ZeRO-1 "
+        "and FSDP communicate per step, and see the pipeline bubble shrink.",
+        75,
+    ),
 )
 
 

@@ -233,11 +233,62 @@ _BATCH_DEPENDENCE = [
     ),
 ]
 
+_DISTRIBUTED = [
+    QuizQuestion(
+        "4 GPUs, micro-batches of 8, gradient_accumulation_steps = 4. What is DeepSpeed's "
+        "train_batch_size?",
+        ("32", "128", "16"),
+        1,
+        "micro-batch x accumulation steps x world size = 8 x 4 x 4 = 128.",
+    ),
+    QuizQuestion(
+        "Under DDP you wrap only loss.backward() of the first N - 1 micro-batches in "
+        "model.no_sync(); the forward runs outside. How many all-reduces per optimizer step?",
+        (
+            "N: DDP decides during the forward whether the backward synchronises.",
+            "1, as intended.",
+            "0: nothing is synchronised.",
+        ),
+        0,
+        "The DDP docs say it: the forward pass must be inside the context manager, or the "
+        "gradients are still synchronised. The result is right, just N times the traffic.",
+    ),
+    QuizQuestion(
+        "7.5B parameters, mixed-precision Adam, 64 GPUs, ZeRO stage 2. About how much memory "
+        "do the model states take per GPU?",
+        ("120 GB", "31.4 GB", "16.6 GB", "1.9 GB"),
+        2,
+        "2 psi of fp16 weights stay whole (15 GB); gradients and optimizer state are sharded: "
+        "(2 + 12) x 7.5e9 / 64 bytes = 1.6 GB.",
+    ),
+    QuizQuestion(
+        "Why does DeepSpeed's no_sync() refuse ZeRO stages 2 and 3?",
+        (
+            "Because those stages keep only a shard of the gradients: they cannot let "
+            "gradients wait whole on each device, so they reduce-scatter every micro-batch.",
+            "Because no_sync() is only for the optimizer step.",
+            "Because ZeRO-2 and ZeRO-3 never communicate.",
+        ),
+        0,
+        "Skipping the reduce-scatter would need the whole gradient on every device: the "
+        "memory those stages exist to save. FSDP's gradient-sync switch makes that trade.",
+    ),
+    QuizQuestion(
+        "A GPipe pipeline has 4 stages. How many micro-batches per step bring the bubble "
+        "under 10%?",
+        ("4", "16", "28"),
+        2,
+        "(p - 1) / (m + p - 1) = 3 / (m + 3) < 0.1 needs m > 27: 28 micro-batches give 9.7%; "
+        "16 give 15.8%.",
+    ),
+]
+
 QUIZZES = {
     "00_welcome": Quiz("Quick quiz: module 0", _WELCOME),
     "01_accumulation": Quiz("Quiz: accumulating gradients", _ACCUMULATION),
     "02_loss_scaling": Quiz("Quiz: scaling the loss", _LOSS_SCALING),
     "03_batch_dependence": Quiz("Quiz: when samples depend on each other", _BATCH_DEPENDENCE),
+    "04_distributed": Quiz("Quiz: data parallelism, ZeRO and pipelines", _DISTRIBUTED),
 }
 
 

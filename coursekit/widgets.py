@@ -179,3 +179,85 @@ def batchnorm_explorer():
         control.observe(update, names="value")
     update()
     return widgets.VBox([micro, accum, norm, corrected, view])
+
+
+def zero_html(n_parameters: float, stage: int, world_size: int, accum_steps: int) -> str:
+    """The ZeRO calculator's view: model-state memory per device, and communication per step."""
+    from coursekit.zero import COMMUNICATION, communication_per_step, zero_bytes_per_device
+
+    memory = zero_bytes_per_device(n_parameters, stage, world_size)
+    setup = {0: "ddp_no_sync", 1: "zero1_no_sync", 2: "zero2", 3: "fsdp"}[stage]
+    volume = communication_per_step(setup, accum_steps) if world_size > 1 else 0.0
+    return (
+        f"<p><b>model states per device</b> (fp16 weights and gradients, fp32 Adam state): "
+        f"{memory / 1e9:,.1f} GB</p>"
+        f"<p><b>communication per optimizer step</b>: {volume:g} x the model "
+        f"({volume * 2 * n_parameters / 1e9:,.1f} GB in fp16): {COMMUNICATION[setup][2]}</p>"
+    )
+
+
+def zero_calculator():
+    """Parameters, ZeRO stage, world size and accum_steps; memory and traffic update live."""
+    import ipywidgets as widgets
+
+    sizes = {"125M": 1.25e8, "1.3B": 1.3e9, "7.5B": 7.5e9, "13B": 1.3e10, "70B": 7e10}
+    parameters = widgets.SelectionSlider(options=list(sizes), value="7.5B", description="model")
+    stage = widgets.IntSlider(value=0, min=0, max=3, description="ZeRO stage")
+    world = widgets.SelectionSlider(
+        options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 1024], value=64, description="devices"
+    )
+    accum = widgets.IntSlider(value=4, min=1, max=32, description="accum_steps")
+    view = widgets.HTML()
+
+    def update(_change=None):
+        view.value = zero_html(sizes[parameters.value], stage.value, world.value, accum.value)
+
+    for control in (parameters, stage, world, accum):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([parameters, stage, world, accum, view])
+
+
+def pipeline_html(stages: int, micro_batches: int) -> str:
+    """The GPipe schedule as a grid: a row per stage, a column per time slot."""
+    from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+
+    slots = gpipe_schedule(stages, micro_batches)
+    length = max(slot.time for slot in slots) + 1
+    grid = {(slot.stage, slot.time): slot for slot in slots}
+    rows = []
+    for stage in range(stages):
+        cells = []
+        for time in range(length):
+            slot = grid.get((stage, time))
+            if slot is None:
+                cells.append("<td style='background:#eee;width:18px'></td>")
+            else:
+                colour = "#4c72b0" if slot.kind == "F" else "#dd8452"
+                cells.append(
+                    f"<td style='background:{colour};color:white;width:18px;text-align:center;"
+                    f"font-size:10px'>{slot.kind}{slot.micro_batch}</td>"
+                )
+        rows.append(f"<tr><td>stage {stage}&nbsp;</td>{''.join(cells)}</tr>")
+    return (
+        f"<table style='border-collapse:separate;border-spacing:1px'>{''.join(rows)}</table>"
+        f"<p>idle (grey): {measured_bubble(slots, stages):.1%} of the device time; "
+        f"(p - 1) / (m + p - 1) = {bubble_fraction(stages, micro_batches):.1%}</p>"
+    )
+
+
+def pipeline_view():
+    """Stages and micro-batches; the GPipe schedule and its bubble update live."""
+    import ipywidgets as widgets
+
+    stages = widgets.IntSlider(value=4, min=1, max=8, description="stages p")
+    micro = widgets.IntSlider(value=4, min=1, max=16, description="micro-batches m")
+    view = widgets.HTML()
+
+    def update(_change=None):
+        view.value = pipeline_html(stages.value, micro.value)
+
+    stages.observe(update, names="value")
+    micro.observe(update, names="value")
+    update()
+    return widgets.VBox([stages, micro, view])

@@ -113,3 +113,36 @@ def resolve_batch_config(
             f"{micro} x {accum} x {world_size} = {micro * accum * world_size}."
         )
     return BatchConfig(total, micro, accum, world_size)
+
+
+#: Communication per optimizer step with N micro-batches, in units of the model's size psi:
+#: (per micro-batch, per step, how it arises). ZeRO-2 is DeepSpeed's; the rest run in module 4.
+COMMUNICATION = {
+    "ddp": (2, 0, "an all-reduce (2 psi) in every micro-batch's backward"),
+    "ddp_no_sync": (0, 2, "one all-reduce, in the last micro-batch's backward"),
+    "zero1_no_sync": (0, 3, "one all-reduce, then each rank broadcasts its updated shard"),
+    "zero2": (1, 1, "a reduce-scatter every micro-batch, one all-gather of the weights"),
+    "fsdp": (3, 0, "all-gather for forward and for backward, reduce-scatter: every micro-batch"),
+    "fsdp_no_sync": (2, 1, "the all-gathers every micro-batch, one reduce-scatter at the end"),
+}
+
+
+def communication_formula(setup: str) -> str:
+    """The volume per step as a formula in N, e.g. ``"2N + 1"``."""
+    per_micro_batch, per_step, _ = COMMUNICATION[setup]
+    terms = [f"{per_micro_batch}N" if per_micro_batch > 1 else "N"] if per_micro_batch else []
+    terms += [str(per_step)] if per_step else []
+    return " + ".join(terms)
+
+
+def communication_per_step(setup: str, accum_steps: int) -> float:
+    """Data moved per optimizer step, in multiples of the model's size (see COMMUNICATION).
+
+    Example:
+        >>> [communication_per_step(s, 4) for s in ("ddp", "ddp_no_sync", "fsdp")]
+        [8.0, 2.0, 12.0]
+    """
+    if setup not in COMMUNICATION:
+        raise ValueError(f"setup must be one of {', '.join(COMMUNICATION)}; got {setup!r}.")
+    per_micro_batch, per_step, _ = COMMUNICATION[setup]
+    return float(per_micro_batch * accum_steps + per_step)

@@ -6,6 +6,7 @@ from coursekit.checks import (  # noqa: F401  (importing registers the questions
     module02_scaling,
     module02_steps,
     module03,
+    module04,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of

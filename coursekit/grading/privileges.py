@@ -65,6 +65,27 @@ def isolate_network_and_ipc() -> bool:
     return libc.unshare(flags) == 0
 
 
+def loopback_up() -> bool:
+    """Bring up the loopback device of this (new, empty) network namespace.
+
+    It reaches only this namespace, so nothing leaves it; torch.distributed's gloo backend
+    needs it even for a one-process group, which module 4's checks run. False on failure.
+    """
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
+            request = struct.pack("16sH", b"lo", 0)
+            flags = struct.unpack("16sH", fcntl.ioctl(handle, siocgifflags, request)[:18])[1]
+            fcntl.ioctl(handle, siocsifflags, struct.pack("16sH", b"lo", flags | iff_up))
+    except OSError:
+        return False
+    return True
+
+
 _CGROUP_MOUNT = Path("/sys/fs/cgroup")
 # controller -> (v1 limit file, v2 limit file)
 _LIMIT_FILES = {"pids": ("pids.max", "pids.max"), "memory": ("memory.limit_in_bytes", "memory.max")}

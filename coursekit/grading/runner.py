@@ -79,6 +79,8 @@ def confine(job: dict) -> dict:
 
     # Own network (no way out, not even UDP) and System V IPC (gone with the hand-in).
     applied["namespaces"] = privileges.isolate_network_and_ipc()
+    if applied["namespaces"]:  # loopback only, inside the new namespace: for gloo
+        applied["loopback"] = privileges.loopback_up()
     if os.getuid() == 0:  # root ignores RLIMIT_NPROC and could lift limits: give that up
         applied["cgroups"] = privileges.join_cgroups(
             limits["max_processes"], limits["memory_bytes"]

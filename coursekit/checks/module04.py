@@ -1,0 +1,387 @@
+"""Checks for module 4 (04_distributed): batch arithmetic, DDP's no_sync, ZeRO memory.
+
+``ddp_window`` runs in this process, in a one-process gloo group: with one process DDP's
+all-reduce is a copy, but DDP still decides when it would communicate, and that is what a
+communication hook counts. The notebook then runs the same function on two processes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from coursekit.checks.instruments import SINGLE_BACKWARD, Watch, tensor_list, weights_of
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.registry import register
+from coursekit.data import make_regression, split_micro_batches
+from coursekit.distributed import CollectiveCounter, ensure_single_process_group
+from coursekit.distributed_workers import reference_ddp_window
+from coursekit.gradients import flat_gradient
+from coursekit.models import tiny_mlp
+from coursekit.zero import resolve_batch_config, zero_bytes_per_device
+
+MODULE = "04_distributed"
+
+# ---------------------------------------------------------------- resolve_batch_config
+
+_SETTINGS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
+
+
+def _reference_resolve(world_size, train_batch_size=None, micro=None, accum=None):
+    config = resolve_batch_config(world_size, train_batch_size, micro, accum)
+    return (
+        config.train_batch_size,
+        config.train_micro_batch_size_per_gpu,
+        config.gradient_accumulation_steps,
+    )
+
+
+def _case(world_size, total=None, micro=None, accum=None, label=""):
+    return {"world_size": world_size, "given": [total, micro, accum], "label": label}
+
+
+@register
+class ResolveBatchConfig(Question):
+    name = "resolve_batch_config"
+    module = MODULE
+    points = 2
+
+    def public_specs(self):
+        return [
+            _case(4, 256, 8, None, "total and micro-batch given"),
+            _case(4, 256, None, 8, "total and accumulation given"),
+            _case(8, None, 4, 2, "micro-batch and accumulation given"),
+            _case(2, 64, 8, 4, "all three, consistent"),
+            _case(4, 128, 8, 8, "all three, inconsistent"),
+            _case(4, 100, 8, None, "a total that does not divide"),
+            _case(4, 256, None, None, "only one given"),
+        ]
+
+    def hidden_specs(self, rng):
+        world, micro, accum = rng.choice([2, 4, 8, 16]), rng.randint(1, 16), rng.randint(1, 16)
+        total = world * micro * accum
+        return [
+            _case(world, total, micro, None, "drawn: accumulation missing"),
+            _case(world, total, None, accum, "drawn: micro-batch missing"),
+            _case(world, total + world, micro, accum, "drawn: inconsistent"),
+            _case(world, total + 1, None, accum, "drawn: does not divide"),
+        ]
+
+    def run(self, fn, spec):
+        total, micro, accum = spec["given"]
+        try:
+            answer = fn(spec["world_size"], total, micro, accum)
+        except NotImplementedError:
+            raise
+        except Exception as exc:  # which exception is part of the answer
+            return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+        try:
+            return {"answer": [int(v) for v in answer]}
+        except (TypeError, ValueError):
+            return {"answer": repr(answer)[:200]}
+
+    def reference(self):
+        return _reference_resolve
+
+    def judge(self, spec, outputs, expected):
+        world = spec["world_size"]
+        total, micro, accum = spec["given"]
+        setting = (
+            f"({spec['label']}: world_size={world}, train_batch_size={total}, "
+            f"train_micro_batch_size_per_gpu={micro}, gradient_accumulation_steps={accum})"
+        )
+        raised = outputs.get("raised")
+        if "raised" in expected:
+            if raised == "ValueError":
+                message = str(outputs.get("message", ""))
+                if len(message) < 20:
+                    raise Failure(
+                        f"You raised ValueError, but its message ({message!r}) does not say what "
+                        f"is wrong: name the settings and show the arithmetic {setting}.",
+                        "message_too_short",
+                    )
+                return
+            if raised:
+                raise Failure(
+                    f"Raise ValueError for settings that do not fit together; you raised "
+                    f"{raised} {setting}.",
+                    "wrong_exception",
+                )
+            mistake = "inconsistent_accepted" if None not in spec["given"] else "remainder_ignored"
+            if spec["given"].count(None) > 1:
+                mistake = "too_few_accepted"
+            raise Failure(
+                f"These settings cannot all hold, and you returned {outputs.get('answer')}: "
+                f"raise ValueError with a message that shows the arithmetic {setting}.",
+                mistake,
+            )
+        if raised:
+            raise Failure(
+                f"You raised {raised} ({outputs.get('message', '')[:120]}), but the settings fit "
+                f"together: expected {tuple(expected['answer'])} {setting}."
+            )
+        answer = outputs.get("answer")
+        if answer == expected["answer"]:
+            return
+        if isinstance(answer, list) and len(answer) == 3:
+            without_world = _reference_resolve(1, total, micro, accum) if world > 1 else None
+            if without_world is not None and answer == list(without_world):
+                raise Failure(
+                    f"You returned {tuple(answer)}: the world size is missing from the "
+                    "arithmetic. train_batch_size = micro-batch x accumulation steps x "
+                    f"world_size {setting}.",
+                    "world_size_ignored",
+                )
+        raise Failure(
+            f"Expected (train_batch_size, train_micro_batch_size_per_gpu, "
+            f"gradient_accumulation_steps) = {tuple(expected['answer'])}; got {answer} {setting}."
+        )
+
+
+# ---------------------------------------------------------------- ddp_window
+
+
+class _SyncWatch:
+    """Counts DDP's synchronisations, the micro-batch each happened in, and no_sync use."""
+
+    def __init__(self, ddp: nn.parallel.DistributedDataParallel):
+        self.counter = CollectiveCounter()
+        self.forwards = 0
+        self.forwards_inside_no_sync = 0
+        self.no_sync_entries = 0
+        self.sync_at: list[int] = []
+        ddp.register_comm_hook(None, self._hook)
+        ddp.register_forward_pre_hook(self._forward)
+        original = ddp.no_sync
+
+        def counted_no_sync(*args, **kwargs):
+            self.no_sync_entries += 1
+            return original(*args, **kwargs)
+
+        ddp.no_sync = counted_no_sync
+        self.ddp = ddp
+
+    def _forward(self, _module, _args) -> None:
+        self.forwards += 1
+        if not self.ddp.require_backward_grad_sync:
+            self.forwards_inside_no_sync += 1
+
+    def _hook(self, state, bucket):
+        self.sync_at.append(self.forwards)
+        return self.counter.ddp_hook(state, bucket)
+
+
+def _ddp_problem(spec):
+    ensure_single_process_group()
+    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=torch.float64)
+    n, micro = spec["accum_steps"], spec["micro_batch_size"]
+    inputs, targets = make_regression(
+        n * micro, in_features=5, seed=spec["seed"] + 1, dtype=torch.float64
+    )
+    ddp = nn.parallel.DistributedDataParallel(model)
+    return ddp, split_micro_batches(inputs, targets, micro)
+
+
+DDP_MISTAKES = {
+    "no_sync_missing": (
+        "DDP all-reduced the gradients after every micro-batch ({syncs} times for {n}): "
+        "no_sync() was never used. Run forward and backward of every micro-batch but the last "
+        "inside `with model.no_sync():`, so the gradients are all-reduced once."
+    ),
+    "forward_outside_no_sync": (
+        "DDP still all-reduced after every micro-batch ({syncs} times for {n}): the forward "
+        "pass ran outside no_sync(). DDP decides during the forward whether the backward will "
+        "synchronise (its docs: 'The forward pass should be included inside the context "
+        "manager, or else gradients will still be synchronized'). Put forward and backward "
+        "inside."
+    ),
+    "off_by_one_boundary": (
+        "The gradients were all-reduced once, but during micro-batch {at} of {n}: every "
+        "micro-batch after it added local gradients that the other ranks never see. "
+        "Synchronise on the last micro-batch only."
+    ),
+    "never_synced": (
+        "The gradients were never all-reduced: every micro-batch ran inside no_sync(), so each "
+        "rank would step on its own gradients and the replicas drift apart. Run the last "
+        "micro-batch outside no_sync()."
+    ),
+}
+
+
+@register
+class DdpWindow(Question):
+    name = "ddp_window"
+    module = MODULE
+    points = 4
+
+    def public_specs(self):
+        return [
+            {"seed": 1, "accum_steps": 4, "micro_batch_size": 3},
+            {"seed": 2, "accum_steps": 2, "micro_batch_size": 5},
+            {"seed": 3, "accum_steps": 1, "micro_batch_size": 4},
+        ]
+
+    def hidden_specs(self, rng):
+        return [
+            {
+                "seed": rng.randrange(10**6),
+                "accum_steps": rng.randint(3, 8),
+                "micro_batch_size": rng.randint(2, 6),
+            }
+            for _ in range(2)
+        ]
+
+    def run(self, fn, spec):
+        ddp, micro_batches = _ddp_problem(spec)
+        watch = _SyncWatch(ddp)
+        backward = Watch(ddp.module)
+        start = weights_of(ddp.module)
+        fn(ddp, nn.MSELoss(), micro_batches)
+        return {
+            "grad": tensor_list(flat_gradient(ddp.module.parameters())),
+            "sync_at": watch.sync_at,
+            "no_sync_entries": watch.no_sync_entries,
+            "forwards_inside_no_sync": watch.forwards_inside_no_sync,
+            "largest_forward": max(backward.forward_sizes, default=0),
+            "backward_passes": backward.backward_passes,
+            "weights_moved": weights_of(ddp.module) != start,
+        }
+
+    def reference(self):
+        return reference_ddp_window
+
+    def judge(self, spec, outputs, expected):
+        n, micro = spec["accum_steps"], spec["micro_batch_size"]
+        setting = f"({n} micro-batches of {micro})"
+        largest = outputs.get("largest_forward")
+        if isinstance(largest, int) and largest > micro:
+            raise Failure(
+                f"A forward pass ran on {largest} samples, more than a micro-batch of {micro} "
+                f"{setting}: run one micro-batch at a time.",
+                "whole_batch_forward",
+            )
+        if outputs.get("weights_moved") is True:
+            raise Failure(
+                "Your function changed the weights: leave the gradients in .grad; the "
+                "optimizer steps outside.",
+                "stepped_in_window",
+            )
+        sync_at = outputs.get("sync_at")
+        if isinstance(sync_at, list) and all(type(s) is int for s in sync_at):
+            mistake = self._sync_mistake(outputs, sync_at, n)
+            if mistake:
+                message = DDP_MISTAKES[mistake].format(
+                    syncs=len(sync_at), n=n, at=sync_at[0] if sync_at else 0
+                )
+                raise Failure(f"{message} {setting}", mistake)
+        if outputs.get("grad") is None:
+            raise Failure("No parameter has a gradient after your function.", "no_backward")
+        actual = number_list(outputs, "grad", "a gradient for every parameter")
+        wanted = expected["grad"]
+        if relative_gap(actual, wanted) > 1e-10:
+            k = scale_of(actual, wanted)
+            if k is not None and abs(k - n) < 1e-6 and n > 1:
+                raise Failure(
+                    f"Your gradient is {n} times the window's mean: divide each micro-batch's "
+                    f"loss by the number of micro-batches {setting}.",
+                    "loss_not_divided",
+                )
+            raise Failure(
+                f"The synchronisation is right, but the gradient differs from the window's "
+                f"mean gradient by {relative_gap(actual, wanted):.2e} (relative) {setting}."
+            )
+        passes = outputs.get("backward_passes")
+        if isinstance(passes, int) and passes < n:
+            raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")
+
+    @staticmethod
+    def _sync_mistake(outputs, sync_at: list[int], n: int) -> str | None:
+        if not sync_at:
+            return "never_synced"
+        if len(sync_at) == 1:
+            return None if sync_at[0] == n else "off_by_one_boundary"
+        if outputs.get("no_sync_entries") == 0:
+            return "no_sync_missing"
+        if outputs.get("forwards_inside_no_sync") == 0:
+            return "forward_outside_no_sync"
+        return "no_sync_missing" if len(sync_at) >= n else "off_by_one_boundary"
+
+
+# ---------------------------------------------------------------- zero_memory
+
+
+def _zero_patterns(psi: float, stage: int, nd: int) -> dict[str, float]:
+    """What the usual slips compute, to name them."""
+    return {
+        "world_size_ignored": 16 * psi,
+        "everything_sharded": 16 * psi / nd if stage else 16 * psi,
+        "fp32_master_weights_forgotten": zero_bytes_per_device(psi, stage, nd, k=8),
+        "stages_shifted": zero_bytes_per_device(psi, min(stage + 1, 3), nd),
+    }
+
+
+ZERO_MESSAGES = {
+    "world_size_ignored": (
+        "You returned 16 bytes per parameter whatever the stage: nothing is divided by the "
+        "world size. Each stage shards more of the 2 + 2 + K bytes over the devices."
+    ),
+    "everything_sharded": (
+        "You divided all 16 bytes per parameter by the world size: that is stage 3. Stage 1 "
+        "shards only the K = 12 optimizer bytes, stage 2 the gradients too."
+    ),
+    "fp32_master_weights_forgotten": (
+        "You used K = 8 (Adam's momentum and variance). Mixed-precision Adam also keeps an "
+        "fp32 copy of the weights: K = 4 + 4 + 4 = 12 bytes per parameter."
+    ),
+    "stages_shifted": (
+        "Your numbers are the next stage's: stage 1 shards the optimizer state only, stage 2 "
+        "adds the gradients, stage 3 the fp16 weights."
+    ),
+}
+
+
+@register
+class ZeroMemory(Question):
+    name = "zero_memory"
+    module = MODULE
+    points = 2
+
+    def public_specs(self):
+        return [{"n_parameters": 7.5e9, "stage": stage, "world_size": 64} for stage in range(4)] + [
+            {"n_parameters": 1e9, "stage": 2, "world_size": 1}
+        ]
+
+    def hidden_specs(self, rng):
+        psi = rng.choice([1.3e8, 3.5e9, 7e10])
+        world = rng.choice([2, 8, 32, 256])
+        return [{"n_parameters": psi, "stage": stage, "world_size": world} for stage in (1, 2, 3)]
+
+    def run(self, fn, spec):
+        answer = fn(spec["n_parameters"], spec["stage"], spec["world_size"])
+        try:
+            return {"bytes": float(answer)}
+        except (TypeError, ValueError):
+            return {"bytes": repr(answer)[:100]}
+
+    def reference(self):
+        return zero_bytes_per_device
+
+    def judge(self, spec, outputs, expected):
+        psi, stage, nd = spec["n_parameters"], spec["stage"], spec["world_size"]
+        setting = f"({psi:.3g} parameters, stage {stage}, {nd} devices)"
+        answer, wanted = outputs.get("bytes"), expected["bytes"]
+        if not isinstance(answer, float):
+            raise Failure(f"Return the number of bytes as a number; got {answer} {setting}.")
+        if abs(answer - wanted) <= 1e-9 * wanted:
+            return
+        if abs(answer * 1e9 - wanted) <= 1e-6 * wanted:
+            raise Failure(
+                f"You returned {answer:.4g}: gigabytes, it seems. Return bytes {setting}.",
+                "not_bytes",
+            )
+        for mistake, pattern in _zero_patterns(psi, stage, nd).items():
+            if abs(pattern - wanted) > 1e-9 * wanted and abs(answer - pattern) <= 1e-9 * pattern:
+                raise Failure(f"{ZERO_MESSAGES[mistake]} {setting}", mistake)
+        raise Failure(
+            f"Expected {wanted / 1e9:.4g} GB ({wanted:.6g} bytes); got {answer:.6g} {setting}."
+        )
