@@ -1,6 +1,7 @@
 """The batch grader on modules 2 and up: the reference runs in the sandbox, a right hand-in
 gets full marks, and every mistake a student makes is named in the feedback, as the
-notebook's checks name it. (Module 1 has its own, larger corpus: test_grading_corpus.py.)"""
+notebook's checks name it. Module 4's checks run a one-process gloo group inside the
+sandbox. (Module 1 has its own, larger corpus: test_grading_corpus.py.)"""
 
 import contextlib
 import io
@@ -53,6 +54,24 @@ HAND_INS = {
             "accumulation_momentum": "correct_with_explicit_classes",
             "to_group_norm": "correct_via_named_modules",
             "grad_cache_step": "keys_not_backpropagated",
+        },
+    },
+    "04_distributed": {
+        "ada": {},
+        "ben": {
+            "resolve_batch_config": "inconsistent_accepted",
+            "ddp_window": "no_sync_missing",
+            "zero_memory": "fp32_master_weights_forgotten",
+        },
+        "cyd": {
+            "resolve_batch_config": "wrong_exception",
+            "ddp_window": "off_by_one_boundary",
+            "zero_memory": "not_bytes",
+        },
+        "dev": {
+            "resolve_batch_config": "remainder_ignored",
+            "ddp_window": "correct_with_if_else",
+            "zero_memory": "world_size_ignored",
         },
     },
 }

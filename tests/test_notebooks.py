@@ -106,6 +106,13 @@ HAND_INS = {
             "grad_cache_step": "whole_batch_forward",
         },
     ],
+    "04_distributed": [
+        {
+            "resolve_batch_config": "world_size_ignored",
+            "ddp_window": "forward_outside_no_sync",
+            "zero_memory": "everything_sharded",
+        },
+    ],
 }
 
 

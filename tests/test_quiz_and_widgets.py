@@ -108,3 +108,24 @@ def test_the_batchnorm_explorer_follows_its_controls():
     assert "the same gradient" in view.value and "none" in view.value
     accum.value, micro.value = 1, 8
     assert "the same gradient" in view.value
+
+
+def test_the_zero_calculator_and_the_pipeline_view_follow_their_controls():
+    from coursekit.widgets import pipeline_view, zero_calculator
+
+    parameters, stage, world, accum, view = zero_calculator().children
+    assert "120.0 GB" in view.value  # 7.5B, stage 0
+    stage.value = 3
+    assert "1.9 GB" in view.value and "12 x the model" in view.value  # 3N with N = 4
+    world.value = 1
+    assert "0 x the model" in view.value
+    stages, micro, view = pipeline_view().children
+    stages.value, micro.value = 4, 4
+    assert "42.9%" in view.value and view.value.count("<tr>") == 4
+    micro.value = 16
+    assert "15.8%" in view.value
+
+
+def test_module_4_quiz_checks_the_arithmetic_it_teaches():
+    text = quiz("04_distributed").as_text()
+    assert "train_batch_size" in text and "16.6 GB" in text and "28" in text

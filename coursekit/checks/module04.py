@@ -65,6 +65,7 @@ class ResolveBatchConfig(Question):
             _case(world, total, None, accum, "drawn: micro-batch missing"),
             _case(world, total + world, micro, accum, "drawn: inconsistent"),
             _case(world, total + 1, None, accum, "drawn: does not divide"),
+            _case(world, None, micro, None, "drawn: only one given"),
         ]
 
     def run(self, fn, spec):

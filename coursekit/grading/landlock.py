@@ -68,13 +68,15 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
-def restrict(read_paths: Iterable[str], write_paths: Iterable[str]) -> int:
+def restrict(read_paths: Iterable[str], write_paths: Iterable[str], block_tcp: bool = True) -> int:
     """Confine this process and its future children; return the ABI used.
 
     ``read_paths`` may be read (and executed); ``write_paths`` may also be written, created
-    in and deleted from. Everything else on the file system is off limits, as are TCP (ABI 4+)
-    and signals to processes outside the sandbox (ABI 6+). Paths that do not exist are
-    skipped. Raises OSError when the kernel refuses.
+    in and deleted from. Everything else on the file system is off limits, as are TCP (ABI 4+,
+    unless ``block_tcp`` is False: inside a network namespace of its own, TCP reaches only
+    that namespace's loopback, which torch.distributed's gloo needs) and signals to processes
+    outside the sandbox (ABI 6+). Paths that do not exist are skipped. Raises OSError when the
+    kernel refuses.
     """
     abi = abi_version()
     if abi < 1:
@@ -83,7 +85,7 @@ def restrict(read_paths: Iterable[str], write_paths: Iterable[str]) -> int:
     attr = _RulesetAttr(handled_access_fs=handled)
     size = ctypes.sizeof(ctypes.c_uint64)
     if abi >= 4:
-        attr.handled_access_net = _NET_BIND_TCP | _NET_CONNECT_TCP
+        attr.handled_access_net = (_NET_BIND_TCP | _NET_CONNECT_TCP) if block_tcp else 0
         size = 2 * ctypes.sizeof(ctypes.c_uint64)
     if abi >= 6:
         attr.scoped = _SCOPE_ABSTRACT_UNIX_SOCKET | _SCOPE_SIGNAL

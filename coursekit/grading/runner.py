@@ -96,7 +96,10 @@ def confine(job: dict) -> dict:
 
         if landlock.abi_version() >= 1:
             writable = [scratch, job["out"], "/dev/null"]
-            applied["landlock"] = landlock.restrict(_readable_paths(), writable)
+            own_loopback = bool(applied["namespaces"] and applied.get("loopback"))
+            applied["landlock"] = landlock.restrict(
+                _readable_paths(), writable, block_tcp=not own_loopback
+            )
     # RLIMIT_NPROC counts every process and thread of the user, so leave room for the ones
     # that user already runs (the grader's own, when not run as root).
     applied["unix_sockets"] = "forbidden" if privileges.forbid_unix_sockets() else "allowed"

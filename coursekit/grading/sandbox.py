@@ -109,6 +109,9 @@ def _clean_env(home: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
         MKL_NUM_THREADS="1",
+        # the hand-in's network namespace has only a loopback device: gloo must use it
+        # rather than the interface the host name resolves to
+        GLOO_SOCKET_IFNAME="lo",
     )
     return env
 

@@ -1,0 +1,118 @@
+"""Module 4's library: gloo processes from Python, collectives counted, the pipeline bubble.
+
+Each test that starts processes pays for their start-up once (about 3 s on 2 cores), so the
+communication experiment runs all its setups in one start.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from coursekit.distributed import CollectiveCounter, ensure_single_process_group, run_workers
+from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+from coursekit.zero import COMMUNICATION, communication_formula, communication_per_step
+
+pytestmark = pytest.mark.module4
+
+WRONG_WINDOW = """
+import contextlib
+def ddp_window(model, loss_fn, micro_batches):
+    for i, (inputs, targets) in enumerate(micro_batches):
+        loss = loss_fn(model(inputs), targets) / len(micro_batches)
+        with contextlib.nullcontext() if i == len(micro_batches) - 1 else model.no_sync():
+            loss.backward()
+"""
+
+
+def test_workers_meet_in_one_group_and_return_their_results_in_rank_order():
+    results = run_workers("coursekit.distributed_workers.hello", world_size=2)
+    assert results == [{"rank": 0, "sum_of_ranks": 1}, {"rank": 1, "sum_of_ranks": 1}]
+
+
+def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank():
+    right = run_workers("coursekit.distributed_workers.ddp_window_run", 2, accum_steps=4)
+    wrong = run_workers(
+        "coursekit.distributed_workers.ddp_window_run", 2, accum_steps=4, source=WRONG_WINDOW
+    )
+    assert [r["all_reduces"] for r in right] == [1, 1]
+    assert [r["all_reduces"] for r in wrong] == [4, 4]  # forward outside no_sync
+    assert all(r["gap_to_full_batch"] < 1e-12 for r in right + wrong)
+
+
+def test_measured_communication_and_memory_follow_the_derivation():
+    accum_steps = 3
+    (rank0, _) = run_workers(
+        "coursekit.distributed_workers.communication_run", 2, accum_steps=accum_steps
+    )
+    for setup, measured in rank0.items():
+        moved = sum(measured["bytes"].values()) / measured["parameter_bytes"]
+        assert moved == pytest.approx(communication_per_step(setup, accum_steps), rel=0.02), setup
+    held = {s: m["gradient_bytes_held"] / m["parameter_bytes"] for s, m in rank0.items()}
+    assert held["fsdp"] == pytest.approx(0.5, rel=0.02)  # a shard, of 2
+    assert held["fsdp_no_sync"] == pytest.approx(1.0, rel=0.02)  # whole, waiting
+    assert held["ddp"] == held["ddp_no_sync"] == pytest.approx(1.0)
+    state = {s: m["optimizer_state_bytes"] for s, m in rank0.items()}
+    assert state["zero1_no_sync"] < state["ddp"]
+
+
+def test_torchrun_runs_the_same_experiment_as_a_script():
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "-m",
+            "coursekit.torchrun_demo",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "rank 1 (gloo): 1 all-reduce(s) for 4 micro-batches" in done.stdout
+
+
+def test_the_counter_counts_an_all_reduce_twice_the_tensor_and_restores_dist():
+    ensure_single_process_group()
+    ensure_single_process_group()  # a second call keeps the group
+    original = dist.all_reduce
+    with CollectiveCounter() as counter:
+        dist.all_reduce(torch.ones(10))
+        dist.broadcast(torch.ones(4), src=0)
+    assert counter.bytes == {"all_reduce": 2 * 40, "broadcast": 16}
+    assert counter.calls == {"all_reduce": 1, "broadcast": 1}
+    assert dist.all_reduce is original
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4, 7])
+@pytest.mark.parametrize("micro_batches", [1, 3, 8])
+def test_the_gpipe_schedule_is_complete_ordered_and_has_the_formula_s_bubble(stages, micro_batches):
+    slots = gpipe_schedule(stages, micro_batches)
+    assert len(slots) == 2 * stages * micro_batches
+    assert len({(s.stage, s.time) for s in slots}) == len(slots)  # one thing at a time
+    when = {(s.kind, s.stage, s.micro_batch): s.time for s in slots}
+    for j in range(micro_batches):
+        for s in range(1, stages):
+            assert when["F", s, j] > when["F", s - 1, j]  # forward flows down the stages
+            assert when["B", s - 1, j] > when["B", s, j]  # backward flows back up
+        assert when["B", stages - 1, j] > max(
+            when["F", stages - 1, k] for k in range(micro_batches)
+        )
+    assert measured_bubble(slots, stages) == pytest.approx(bubble_fraction(stages, micro_batches))
+
+
+def test_communication_formulas_read_as_the_notebook_writes_them():
+    assert [communication_formula(s) for s in COMMUNICATION] == [
+        "2N",
+        "2",
+        "3",
+        "N + 1",
+        "3N",
+        "2N + 1",
+    ]
+    with pytest.raises(ValueError, match="setup must be one of"):
+        communication_per_step("zero4", 2)
