@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -96,6 +97,24 @@ def ensure_single_process_group() -> None:
     """
     if dist.is_initialized():
         return
+    try:
+        _init_one_process()
+    except RuntimeError:
+        # gloo uses the interface the host name resolves to; where that is not a local
+        # address (some containers and laptops), the loopback device does for one process
+        loopback = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
+        previous = os.environ.get("GLOO_SOCKET_IFNAME")
+        os.environ["GLOO_SOCKET_IFNAME"] = loopback
+        try:
+            _init_one_process()
+        finally:
+            if previous is None:
+                del os.environ["GLOO_SOCKET_IFNAME"]
+            else:
+                os.environ["GLOO_SOCKET_IFNAME"] = previous
+
+
+def _init_one_process() -> None:
     store = dist.FileStore(tempfile.mktemp(prefix="coursekit-store-"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
 

@@ -181,14 +181,20 @@ def batchnorm_explorer():
     return widgets.VBox([micro, accum, norm, corrected, view])
 
 
-def zero_html(n_parameters: float, stage: int, world_size: int, accum_steps: int) -> str:
-    """The ZeRO calculator's view: model-state memory per device, and communication per step."""
+def zero_html(
+    n_parameters: float, stage: int, world_size: int, accum_steps: int, micro_batch_size: int = 8
+) -> str:
+    """The ZeRO calculator's view: the effective batch, model-state memory per device, and
+    communication per optimizer step. (Activations come on top, per micro-batch: module 1.)"""
     from coursekit.zero import COMMUNICATION, communication_per_step, zero_bytes_per_device
 
     memory = zero_bytes_per_device(n_parameters, stage, world_size)
     setup = {0: "ddp_no_sync", 1: "zero1_no_sync", 2: "zero2", 3: "fsdp"}[stage]
     volume = communication_per_step(setup, accum_steps) if world_size > 1 else 0.0
+    effective = micro_batch_size * accum_steps * world_size
     return (
+        f"<p><b>effective batch</b> = {micro_batch_size} x {accum_steps} x {world_size} = "
+        f"{effective:,} samples per optimizer step</p>"
         f"<p><b>model states per device</b> (fp16 weights and gradients, fp32 Adam state): "
         f"{memory / 1e9:,.1f} GB</p>"
         f"<p><b>communication per optimizer step</b>: {volume:g} x the model "
@@ -197,7 +203,8 @@ def zero_html(n_parameters: float, stage: int, world_size: int, accum_steps: int
 
 
 def zero_calculator():
-    """Parameters, ZeRO stage, world size and accum_steps; memory and traffic update live."""
+    """Model size, ZeRO stage, devices, accum_steps and micro-batch; the effective batch,
+    memory and traffic update live."""
     import ipywidgets as widgets
 
     sizes = {"125M": 1.25e8, "1.3B": 1.3e9, "7.5B": 7.5e9, "13B": 1.3e10, "70B": 7e10}
@@ -207,15 +214,20 @@ def zero_calculator():
         options=[1, 2, 4, 8, 16, 32, 64, 128, 256, 1024], value=64, description="devices"
     )
     accum = widgets.IntSlider(value=4, min=1, max=32, description="accum_steps")
+    micro = widgets.SelectionSlider(
+        options=[1, 2, 4, 8, 16, 32], value=8, description="micro-batch"
+    )
     view = widgets.HTML()
 
     def update(_change=None):
-        view.value = zero_html(sizes[parameters.value], stage.value, world.value, accum.value)
+        view.value = zero_html(
+            sizes[parameters.value], stage.value, world.value, accum.value, micro.value
+        )
 
-    for control in (parameters, stage, world, accum):
+    for control in (parameters, stage, world, accum, micro):
         control.observe(update, names="value")
     update()
-    return widgets.VBox([parameters, stage, world, accum, view])
+    return widgets.VBox([parameters, stage, world, accum, micro, view])
 
 
 def pipeline_html(stages: int, micro_batches: int) -> str:

@@ -113,8 +113,9 @@ def test_the_batchnorm_explorer_follows_its_controls():
 def test_the_zero_calculator_and_the_pipeline_view_follow_their_controls():
     from coursekit.widgets import pipeline_view, zero_calculator
 
-    parameters, stage, world, accum, view = zero_calculator().children
+    parameters, stage, world, accum, micro, view = zero_calculator().children
     assert "120.0 GB" in view.value  # 7.5B, stage 0
+    assert "8 x 4 x 64 = 2,048 samples" in view.value
     stage.value = 3
     assert "1.9 GB" in view.value and "12 x the model" in view.value  # 3N with N = 4
     world.value = 1
