@@ -1,4 +1,5 @@
-"""Wall seconds to execute each solution notebook (budget: 60 s each on 2 cores).
+"""Wall seconds to execute each solution notebook (budget: 60 s each on 2 cores, 90 s for
+module 4, whose processes take seconds to start).
 
 Run: .venv/bin/python benchmarks/notebook_times.py
 Prints one line per notebook and exits non-zero if any notebook fails to run (not if it is
@@ -15,11 +16,12 @@ from pathlib import Path
 import papermill
 
 BUDGET_S = 60.0
+BUDGETS_S = {"04_distributed.ipynb": 90.0}  # issue 6: two gloo processes start several times
 REPO = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    print(f"{'notebook':<28} {'seconds':>8}  budget {BUDGET_S:.0f} s")
+    print(f"{'notebook':<28} {'seconds':>8}  budget")
     failed = False
     with tempfile.TemporaryDirectory() as scratch:
         for path in sorted((REPO / "solutions").glob("*.ipynb")):
@@ -36,8 +38,9 @@ def main() -> int:
             except papermill.PapermillExecutionError as error:
                 failed, status = True, f"  FAILED: {error.ename}: {error.evalue}"
             seconds = time.perf_counter() - start
-            over = "  over budget" if seconds > BUDGET_S else ""
-            print(f"{path.name:<28} {seconds:8.1f}{over}{status}")
+            budget = BUDGETS_S.get(path.name, BUDGET_S)
+            over = "  OVER BUDGET" if seconds > budget else ""
+            print(f"{path.name:<28} {seconds:8.1f}  {budget:.0f} s{over}{status}")
     return 1 if failed else 0
 
 

@@ -9,9 +9,11 @@ a temporary folder (no ports to collide) and use gloo, which runs on any CPU.
 
 from __future__ import annotations
 
+import datetime
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -89,6 +91,24 @@ class CollectiveCounter:
         return sum(self.bytes.values())
 
 
+def _loopback_if_needed() -> dict[str, str]:
+    """``{"GLOO_SOCKET_IFNAME": <loopback>}`` when gloo's default choice would fail, else {}.
+
+    gloo binds to the address the host name resolves to. In some containers and laptops that
+    address is not on this machine; all processes here are local, so the loopback device
+    serves them.
+    """
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return {}
+    try:
+        with socket.socket() as probe:
+            probe.bind((socket.gethostbyname(socket.gethostname()), 0))
+        return {}
+    except OSError:
+        loopback = next((n for _, n in socket.if_nameindex() if n.startswith("lo")), "lo")
+        return {"GLOO_SOCKET_IFNAME": loopback}
+
+
 def ensure_single_process_group() -> None:
     """A one-process gloo group in this process, if none exists (for checks in a notebook).
 
@@ -97,26 +117,18 @@ def ensure_single_process_group() -> None:
     """
     if dist.is_initialized():
         return
+    settings = _loopback_if_needed()
+    os.environ.update(settings)
     try:
-        _init_one_process()
-    except RuntimeError:
-        # gloo uses the interface the host name resolves to; where that is not a local
-        # address (some containers and laptops), the loopback device does for one process
-        loopback = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), "lo")
-        previous = os.environ.get("GLOO_SOCKET_IFNAME")
-        os.environ["GLOO_SOCKET_IFNAME"] = loopback
-        try:
-            _init_one_process()
-        finally:
-            if previous is None:
-                del os.environ["GLOO_SOCKET_IFNAME"]
-            else:
-                os.environ["GLOO_SOCKET_IFNAME"] = previous
+        store = dist.FileStore(os.path.join(_STORE_FOLDER, f"single-{os.getpid()}"), 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=_TIMEOUT)
+    finally:
+        for name in settings:
+            del os.environ[name]
 
 
-def _init_one_process() -> None:
-    store = dist.FileStore(tempfile.mktemp(prefix="coursekit-store-"), 1)
-    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+_STORE_FOLDER = tempfile.mkdtemp(prefix="coursekit-store-")
+_TIMEOUT = datetime.timedelta(seconds=120)  # a stuck collective fails in minutes, not 30
 
 
 def _entry(rank: int, world_size: int, folder: str, worker: str, settings: dict) -> None:
@@ -125,15 +137,21 @@ def _entry(rank: int, world_size: int, folder: str, worker: str, settings: dict)
 
     torch.set_num_threads(1)
     store = dist.FileStore(os.path.join(folder, "store"), world_size)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=_TIMEOUT)
     try:
         module_name, _, function_name = worker.rpartition(".")
         function = getattr(importlib.import_module(module_name), function_name)
         result = function(rank, world_size, **settings)
         with open(os.path.join(folder, f"result-{rank}.pickle"), "wb") as handle:
             pickle.dump(result, handle)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
+    # gloo's threads can abort the interpreter's own shutdown now and then ("terminate
+    # called without an active exception"); the result is saved, so leave at once.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_workers(worker: str, world_size: int = 2, **settings) -> list:
@@ -150,14 +168,20 @@ def run_workers(worker: str, world_size: int = 2, **settings) -> list:
     """
     import torch.multiprocessing as mp
 
+    interface = _loopback_if_needed()
     with tempfile.TemporaryDirectory(prefix="coursekit-workers-") as folder:
         started = time.perf_counter()
-        mp.start_processes(
-            _entry,
-            args=(world_size, folder, worker, settings),
-            nprocs=world_size,
-            start_method="spawn",
-        )
+        os.environ.update(interface)  # the children inherit it
+        try:
+            mp.start_processes(
+                _entry,
+                args=(world_size, folder, worker, settings),
+                nprocs=world_size,
+                start_method="spawn",
+            )
+        finally:
+            for name in interface:
+                del os.environ[name]
         results = []
         for rank in range(world_size):
             results.append(pickle.loads(Path(folder, f"result-{rank}.pickle").read_bytes()))
@@ -171,3 +195,31 @@ _last_run_seconds = [0.0]
 def last_run_seconds() -> float:
     """Wall seconds of the last :func:`run_workers` call, process start-up included."""
     return _last_run_seconds[0]
+
+
+def function_source(function: Callable) -> str:
+    """``function``'s source, preceded by imports for the names it takes from its globals.
+
+    A worker process runs this text: a function defined in a notebook cell may use
+    ``ExitStack`` or ``F`` imported in another cell, and the worker must import them too.
+    Modules, and classes or functions importable from a module, are carried over.
+    """
+    import inspect
+    import types
+
+    names: set[str] = set()
+    codes = [function.__code__]
+    while codes:
+        code = codes.pop()
+        names.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    lines = []
+    for name in sorted(names):
+        value = function.__globals__.get(name)
+        if isinstance(value, types.ModuleType):
+            lines.append(f"import {value.__name__} as {name}")
+        elif callable(value) and getattr(value, "__module__", None) not in (None, "__main__"):
+            qualname = getattr(value, "__qualname__", "")
+            if qualname.isidentifier():
+                lines.append(f"from {value.__module__} import {qualname} as {name}")
+    return "\n".join([*lines, "", inspect.getsource(function)])

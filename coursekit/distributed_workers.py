@@ -37,8 +37,19 @@ def reference_ddp_window(model, loss_fn, micro_batches) -> None:
 
 
 def _function_from_source(source: str, name: str):
+    """The function ``name`` defined by ``source`` (see coursekit.distributed.function_source).
+
+    A name the source uses but does not import fails here, with a hint, not deep in a
+    multi-process traceback.
+    """
     namespace = {"torch": torch, "nn": nn, "contextlib": contextlib}
-    exec(compile(source, f"<your {name}>", "exec"), namespace)  # the student's own cell
+    try:
+        exec(compile(source, f"<your {name}>", "exec"), namespace)  # the student's own cell
+    except (ImportError, NameError) as error:
+        raise RuntimeError(
+            f"Your {name} could not be rebuilt in a worker process ({error}): import what it "
+            "uses inside the function, or in the same cell."
+        ) from None
     return namespace[name]
 
 

@@ -189,7 +189,7 @@ def zero_html(
     from coursekit.zero import COMMUNICATION, communication_per_step, zero_bytes_per_device
 
     memory = zero_bytes_per_device(n_parameters, stage, world_size)
-    setup = {0: "ddp_no_sync", 1: "zero1_no_sync", 2: "zero2", 3: "fsdp"}[stage]
+    setup = {0: "ddp_no_sync", 1: "zero1", 2: "zero2", 3: "fsdp"}[stage]
     volume = communication_per_step(setup, accum_steps) if world_size > 1 else 0.0
     effective = micro_batch_size * accum_steps * world_size
     return (

@@ -116,11 +116,13 @@ def resolve_batch_config(
 
 
 #: Communication per optimizer step with N micro-batches, in units of the model's size psi:
-#: (per micro-batch, per step, how it arises). ZeRO-2 is DeepSpeed's; the rest run in module 4.
+#: (per micro-batch, per step, how it arises). "zero1" and "zero2" are the paper's and
+#: DeepSpeed's; "zero1_no_sync" is PyTorch's ZeroRedundancyOptimizer under DDP with no_sync.
 COMMUNICATION = {
     "ddp": (2, 0, "an all-reduce (2 psi) in every micro-batch's backward"),
     "ddp_no_sync": (0, 2, "one all-reduce, in the last micro-batch's backward"),
-    "zero1_no_sync": (0, 3, "one all-reduce, then each rank broadcasts its updated shard"),
+    "zero1": (0, 2, "a reduce-scatter of the gradients, an all-gather of the new weights"),
+    "zero1_no_sync": (0, 3, "PyTorch's ZeroRedundancyOptimizer: an all-reduce, then broadcasts"),
     "zero2": (1, 1, "a reduce-scatter every micro-batch, one all-gather of the weights"),
     "fsdp": (3, 0, "all-gather for forward and for backward, reduce-scatter: every micro-batch"),
     "fsdp_no_sync": (2, 1, "the all-gathers every micro-batch, one reduce-scatter at the end"),

@@ -223,7 +223,11 @@ BY_QUESTION = {
     **student_code_04.BY_QUESTION,
 }
 # Variants whose mistake is named after another one that shows first.
-NAMED_AS = {**student_code_02.AMP_WINDOW_NAMED_AS, **student_code_03.NAMED_AS}
+NAMED_AS = {
+    **student_code_02.AMP_WINDOW_NAMED_AS,
+    **student_code_03.NAMED_AS,
+    **student_code_04.NAMED_AS,
+}
 
 
 def mistake_of(variant: str) -> str:

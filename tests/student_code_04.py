@@ -44,6 +44,11 @@ RESOLVE_BATCH_CONFIG = {
     "inconsistent_accepted": _resolve(check_consistent="False and "),
     "wrong_exception": _resolve(too_few='raise TypeError("give at least two settings")'),
     "message_too_short": _resolve(too_few='raise ValueError("bad")'),
+    "correct_with_a_value_error_subclass": """
+class BatchConfigError(ValueError):
+    pass
+"""
+    + _resolve(too_few='raise BatchConfigError("give at least two of the three settings")'),
 }
 
 _DDP = """
@@ -82,6 +87,22 @@ def ddp_window(model, loss_fn, micro_batches):
     "off_by_one_boundary": _ddp(sync="i % n == 0"),
     "never_synced": _ddp(sync="False"),
     "loss_not_divided": _ddp(loss="loss_fn(model(inputs), targets)"),
+    "ddp_bypassed": """
+def ddp_window(model, loss_fn, micro_batches):
+    for i, (x, y) in enumerate(micro_batches):
+        net = model if i == len(micro_batches) - 1 else model.module
+        (loss_fn(net(x), y) / len(micro_batches)).backward()
+""",
+    "synced_by_hand": """
+import torch.distributed as dist
+def ddp_window(model, loss_fn, micro_batches):
+    with model.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+""",
 }
 
 _ZERO = """
@@ -107,6 +128,9 @@ ZERO_MEMORY = {
     "fp32_master_weights_forgotten": _zero(k=8),
     "everything_sharded": _zero(grad_stage=1, weight_stage=1),
     "not_bytes": _zero(result="(weights + gradients + states) / 1e9"),
+    "not_bytes_but_rounded_gibibytes": _zero(
+        result="round((weights + gradients + states) / 2**30, 1)"
+    ),
     "world_size_ignored": """
 def zero_memory(n_parameters, stage, world_size):
     return 16 * n_parameters
@@ -118,3 +142,6 @@ BY_QUESTION = {
     "ddp_window": DDP_WINDOW,
     "zero_memory": ZERO_MEMORY,
 }
+
+# Variants whose mistake is named after another one that shows first.
+NAMED_AS = {"not_bytes_but_rounded_gibibytes": "not_bytes"}

@@ -109,6 +109,7 @@ def test_communication_formulas_read_as_the_notebook_writes_them():
     assert [communication_formula(s) for s in COMMUNICATION] == [
         "2N",
         "2",
+        "2",
         "3",
         "N + 1",
         "3N",

@@ -54,6 +54,7 @@ class ResolveBatchConfig(Question):
             _case(2, 64, 8, 4, "all three, consistent"),
             _case(4, 128, 8, 8, "all three, inconsistent"),
             _case(4, 100, 8, None, "a total that does not divide"),
+            _case(4, 100, None, 8, "a total that does not divide, micro-batch missing"),
             _case(4, 256, None, None, "only one given"),
         ]
 
@@ -75,7 +76,8 @@ class ResolveBatchConfig(Question):
         except NotImplementedError:
             raise
         except Exception as exc:  # which exception is part of the answer
-            return {"raised": type(exc).__name__, "message": str(exc)[:300]}
+            kind = "ValueError" if isinstance(exc, ValueError) else type(exc).__name__
+            return {"raised": kind, "message": str(exc)[:300]}
         try:
             return {"answer": [int(v) for v in answer]}
         except (TypeError, ValueError):
@@ -147,12 +149,14 @@ class _SyncWatch:
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel):
         self.counter = CollectiveCounter()
-        self.forwards = 0
+        self.forwards = 0  # of the model inside DDP: the micro-batches, however they ran
+        self.ddp_forwards = 0  # through the DDP wrapper, which alone can synchronise
         self.forwards_inside_no_sync = 0
         self.no_sync_entries = 0
         self.sync_at: list[int] = []
         ddp.register_comm_hook(None, self._hook)
-        ddp.register_forward_pre_hook(self._forward)
+        ddp.register_forward_pre_hook(self._ddp_forward)
+        ddp.module.register_forward_pre_hook(self._forward)
         original = ddp.no_sync
 
         def counted_no_sync(*args, **kwargs):
@@ -162,10 +166,13 @@ class _SyncWatch:
         ddp.no_sync = counted_no_sync
         self.ddp = ddp
 
-    def _forward(self, _module, _args) -> None:
-        self.forwards += 1
+    def _ddp_forward(self, _module, _args) -> None:
+        self.ddp_forwards += 1
         if not self.ddp.require_backward_grad_sync:
             self.forwards_inside_no_sync += 1
+
+    def _forward(self, _module, _args) -> None:
+        self.forwards += 1
 
     def _hook(self, state, bucket):
         self.sync_at.append(self.forwards)
@@ -237,8 +244,12 @@ class DdpWindow(Question):
         watch = _SyncWatch(ddp)
         backward = Watch(ddp.module)
         start = weights_of(ddp.module)
-        fn(ddp, nn.MSELoss(), micro_batches)
+        with CollectiveCounter() as by_hand:
+            fn(ddp, nn.MSELoss(), micro_batches)
         return {
+            "ddp_forwards": watch.ddp_forwards,
+            "forwards": watch.forwards,
+            "collectives_by_hand": sum(by_hand.calls.values()),
             "grad": tensor_list(flat_gradient(ddp.module.parameters())),
             "sync_at": watch.sync_at,
             "no_sync_entries": watch.no_sync_entries,
@@ -266,6 +277,21 @@ class DdpWindow(Question):
                 "Your function changed the weights: leave the gradients in .grad; the "
                 "optimizer steps outside.",
                 "stepped_in_window",
+            )
+        ddp_forwards, forwards = outputs.get("ddp_forwards"), outputs.get("forwards")
+        if isinstance(ddp_forwards, int) and isinstance(forwards, int) and ddp_forwards < forwards:
+            raise Failure(
+                f"{forwards - ddp_forwards} of {forwards} forward passes called model.module "
+                "directly, around DDP: only a forward through the DDP model can set up the "
+                f"gradient synchronisation. Call model(inputs) {setting}.",
+                "ddp_bypassed",
+            )
+        if outputs.get("collectives_by_hand"):
+            raise Failure(
+                "You called torch.distributed collectives yourself. DDP does it for you, "
+                "bucket by bucket while the last backward runs (overlapping with it): run "
+                f"the last micro-batch outside no_sync() and let DDP all-reduce {setting}.",
+                "synced_by_hand",
             )
         sync_at = outputs.get("sync_at")
         if isinstance(sync_at, list) and all(type(s) is int for s in sync_at):
@@ -375,11 +401,12 @@ class ZeroMemory(Question):
             raise Failure(f"Return the number of bytes as a number; got {answer} {setting}.")
         if abs(answer - wanted) <= 1e-9 * wanted:
             return
-        if abs(answer * 1e9 - wanted) <= 1e-6 * wanted:
-            raise Failure(
-                f"You returned {answer:.4g}: gigabytes, it seems. Return bytes {setting}.",
-                "not_bytes",
-            )
+        for unit, size in (("gigabytes", 1e9), ("gibibytes", 2**30)):
+            if abs(answer * size - wanted) <= 0.05 * wanted:
+                raise Failure(
+                    f"You returned {answer:.4g}: {unit}, it seems. Return bytes {setting}.",
+                    "not_bytes",
+                )
         for mistake, pattern in _zero_patterns(psi, stage, nd).items():
             if abs(pattern - wanted) > 1e-9 * wanted and abs(answer - pattern) <= 1e-9 * pattern:
                 raise Failure(f"{ZERO_MESSAGES[mistake]} {setting}", mistake)
