@@ -1,6 +1,6 @@
 """Module 4's DDP experiment as a script, for ``torchrun`` on real GPUs (or CPUs).
 
-    torchrun --nproc-per-node=2 -m coursekit.torchrun_demo
+    torchrun --standalone --nproc-per-node=2 -m coursekit.torchrun_demo
 
 torchrun starts one process per device and tells each its rank through environment
 variables; this script joins the group (NCCL on GPUs, gloo otherwise) and runs the same

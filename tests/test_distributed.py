@@ -64,6 +64,7 @@ def test_torchrun_runs_the_same_experiment_as_a_script():
             sys.executable,
             "-m",
             "torch.distributed.run",
+            "--standalone",
             "--nproc-per-node=2",
             "-m",
             "coursekit.torchrun_demo",
