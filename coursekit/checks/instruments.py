@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from coursekit.checks.question import Failure
+
 
 def tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
     """A tensor as a plain list (JSON travels between the hand-in and the grader)."""
@@ -85,3 +87,38 @@ def keeps_graph(values) -> bool:
         return any(torch.is_tensor(v) and v.requires_grad for v in values)
     except TypeError:
         return False
+
+
+def judge_micro_batches_and_weights(
+    outputs: dict, micro_batch_size: int, setting: str, unit: str = "samples", hint: str = ""
+) -> None:
+    """The first verdicts of every window check, from the instruments' records.
+
+    Raises :class:`Failure` when a forward pass ran on more than one micro-batch at once
+    (the memory accumulation saves is gone) or when the weights moved (a window only adds
+    gradients up; the loop steps).
+    """
+    largest = outputs.get("largest_forward")
+    if isinstance(largest, int) and largest > micro_batch_size:
+        raise Failure(
+            f"A forward pass ran on {largest} {unit} at once, more than a micro-batch of "
+            f"{micro_batch_size} {setting}: run the model on one micro-batch at a time, which "
+            f"is what keeps the memory small.{hint}",
+            "whole_batch_forward",
+        )
+    if outputs.get("weights_moved") is True:
+        raise Failure(
+            "Your function changed the weights: it should only leave the gradients in .grad; "
+            "stepping the optimizer is the training loop's job.",
+            "stepped_in_window",
+        )
+
+
+def require_gradient(outputs: dict) -> None:
+    """A Failure when the student's function left no gradient at all."""
+    if outputs.get("grad") is None:
+        raise Failure(
+            "No parameter has a gradient after your function: call backward() on each "
+            "micro-batch's scaled loss, and do not clear the gradients at the end.",
+            "no_backward",
+        )

@@ -15,7 +15,9 @@ from coursekit.checks.instruments import (
     StepCounter,
     Watch,
     as_floats,
+    judge_micro_batches_and_weights,
     keeps_graph,
+    require_gradient,
     tensor_list,
     weights_of,
 )
@@ -94,26 +96,9 @@ class AccumulateWindow(Question):
 
     def judge(self, spec, outputs, expected):
         micro, n = spec["micro_batch_size"], spec["accum_steps"]
-        largest = outputs.get("largest_forward")
-        if isinstance(largest, int) and largest > micro:
-            raise Failure(
-                f"A forward pass ran on {largest} samples at once, but a micro-batch has "
-                f"{micro}. Accumulation runs one micro-batch at a time: that is what keeps the "
-                "memory small.",
-                "whole_batch_forward",
-            )
-        if outputs.get("weights_moved") is True:
-            raise Failure(
-                "Your function changed the weights. It should only let the gradients add up; "
-                "stepping the optimizer is the loop's job (exercise 1.2).",
-                "stepped_in_window",
-            )
-        if outputs.get("grad") is None:
-            raise Failure(
-                "No parameter has a gradient after your function: call backward() on each "
-                "micro-batch's loss, and do not zero the gradients at the end.",
-                "no_backward",
-            )
+        setting = f"({n} micro-batches of {micro})"
+        judge_micro_batches_and_weights(outputs, micro, setting)
+        require_gradient(outputs)
         actual = number_list(outputs, "grad", "a gradient for every parameter")
         wanted = expected["grad"]
         gap = relative_gap(actual, wanted)

@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import torch
 
-from coursekit.checks.instruments import SINGLE_BACKWARD, Watch, tensor_list, weights_of
+from coursekit.checks.instruments import (
+    SINGLE_BACKWARD,
+    Watch,
+    judge_micro_batches_and_weights,
+    require_gradient,
+    tensor_list,
+    weights_of,
+)
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.gradients import flat_gradient
@@ -260,25 +267,8 @@ class AccumulateTokens(Question):
         _, micro_batches = _token_problem(spec)
         counts = [count_tokens(labels) for _, labels in micro_batches]
         setting = f"(micro-batches of {sizes} sequences holding {counts} real tokens)"
-        largest = outputs.get("largest_forward")
-        if isinstance(largest, int) and largest > max(sizes):
-            raise Failure(
-                f"A forward pass ran on {largest} sequences at once, more than any micro-batch "
-                f"{setting}: run the model on one micro-batch at a time.",
-                "whole_batch_forward",
-            )
-        if outputs.get("weights_moved") is True:
-            raise Failure(
-                "Your function changed the weights: it should only leave the gradients in "
-                ".grad. Stepping is the training loop's job.",
-                "stepped_in_window",
-            )
-        if outputs.get("grad") is None:
-            raise Failure(
-                "No parameter has a gradient after your function: call backward() on each "
-                "micro-batch's scaled loss.",
-                "no_backward",
-            )
+        judge_micro_batches_and_weights(outputs, max(sizes), setting, unit="sequences")
+        require_gradient(outputs)
         actual = number_list(outputs, "grad", "a gradient for every parameter")
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > TOLERANCE:

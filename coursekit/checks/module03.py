@@ -13,7 +13,12 @@ import torch
 from torch import nn
 
 from coursekit.batch_norm import convert_batchnorm, set_accumulation_momentum
-from coursekit.checks.instruments import tensor_list, weights_of
+from coursekit.checks.instruments import (
+    judge_micro_batches_and_weights,
+    require_gradient,
+    tensor_list,
+    weights_of,
+)
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.contrastive import (
@@ -474,23 +479,14 @@ class GradCacheStep(Question):
     def judge(self, spec, outputs, expected):
         micro, n = spec["micro_batch_size"], spec["n_pairs"]
         setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
-        largest = outputs.get("largest_forward")
-        if isinstance(largest, int) and largest > micro:
-            raise Failure(
-                f"The encoder ran on {largest} inputs at once, more than a micro-batch of "
-                f"{micro} {setting}: both passes must go one micro-batch at a time (queries "
-                "and keys in separate calls, at most micro_batch_size inputs each), or the "
-                "memory grows with the batch again.",
-                "whole_batch_forward",
-            )
-        if outputs.get("weights_moved") is True:
-            raise Failure(
-                "Your function changed the weights: leave the gradient in .grad; the "
-                "optimizer steps outside.",
-                "stepped_in_window",
-            )
-        if outputs.get("grad") is None:
-            raise Failure("No parameter has a gradient after your function.", "no_backward")
+        judge_micro_batches_and_weights(
+            outputs,
+            micro,
+            setting,
+            unit="inputs",
+            hint=" Both passes count: embed queries and keys in separate calls.",
+        )
+        require_gradient(outputs)
         actual = number_list(outputs, "grad", "a gradient for every parameter")
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > TOLERANCE:

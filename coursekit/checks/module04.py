@@ -10,7 +10,14 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coursekit.checks.instruments import SINGLE_BACKWARD, Watch, tensor_list, weights_of
+from coursekit.checks.instruments import (
+    SINGLE_BACKWARD,
+    Watch,
+    judge_micro_batches_and_weights,
+    require_gradient,
+    tensor_list,
+    weights_of,
+)
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.data import make_regression, split_micro_batches
@@ -265,19 +272,7 @@ class DdpWindow(Question):
     def judge(self, spec, outputs, expected):
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
         setting = f"({n} micro-batches of {micro})"
-        largest = outputs.get("largest_forward")
-        if isinstance(largest, int) and largest > micro:
-            raise Failure(
-                f"A forward pass ran on {largest} samples, more than a micro-batch of {micro} "
-                f"{setting}: run one micro-batch at a time.",
-                "whole_batch_forward",
-            )
-        if outputs.get("weights_moved") is True:
-            raise Failure(
-                "Your function changed the weights: leave the gradients in .grad; the "
-                "optimizer steps outside.",
-                "stepped_in_window",
-            )
+        judge_micro_batches_and_weights(outputs, micro, setting)
         ddp_forwards, forwards = outputs.get("ddp_forwards"), outputs.get("forwards")
         if isinstance(ddp_forwards, int) and isinstance(forwards, int) and ddp_forwards < forwards:
             raise Failure(
@@ -301,8 +296,7 @@ class DdpWindow(Question):
                     syncs=len(sync_at), n=n, at=sync_at[0] if sync_at else 0
                 )
                 raise Failure(f"{message} {setting}", mistake)
-        if outputs.get("grad") is None:
-            raise Failure("No parameter has a gradient after your function.", "no_backward")
+        require_gradient(outputs)
         actual = number_list(outputs, "grad", "a gradient for every parameter")
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > 1e-10:
