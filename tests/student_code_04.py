@@ -87,6 +87,8 @@ def ddp_window(model, loss_fn, micro_batches):
     "off_by_one_boundary": _ddp(sync="i % n == 0"),
     "never_synced": _ddp(sync="False"),
     "loss_not_divided": _ddp(loss="loss_fn(model(inputs), targets)"),
+    "divided_by_world_size": "import torch.distributed as dist\n"
+    + _ddp(loss="loss_fn(model(inputs), targets) / (n * dist.get_world_size())"),
     "ddp_bypassed": """
 def ddp_window(model, loss_fn, micro_batches):
     for i, (x, y) in enumerate(micro_batches):

@@ -8,6 +8,7 @@ communication hook counts. The notebook then runs the same function on two proce
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from coursekit.checks.instruments import (
@@ -186,6 +187,11 @@ class _SyncWatch:
         return self.counter.ddp_hook(state, bucket)
 
 
+# The check runs one process, but answers dist.get_world_size() with 2, so a loss divided by
+# the world size (DDP divides already) shows up as half the gradient.
+PRETENDED_WORLD_SIZE = 2
+
+
 def _ddp_problem(spec):
     ensure_single_process_group()
     model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=torch.float64)
@@ -251,8 +257,17 @@ class DdpWindow(Question):
         watch = _SyncWatch(ddp)
         backward = Watch(ddp.module)
         start = weights_of(ddp.module)
-        with CollectiveCounter() as by_hand:
-            fn(ddp, nn.MSELoss(), micro_batches)
+        real_world_size = dist.get_world_size
+
+        def pretend_two(group=None):  # DDP asks about its own group: it gets the truth
+            return PRETENDED_WORLD_SIZE if group is None else real_world_size(group)
+
+        dist.get_world_size = pretend_two
+        try:
+            with CollectiveCounter() as by_hand:
+                fn(ddp, nn.MSELoss(), micro_batches)
+        finally:
+            dist.get_world_size = real_world_size
         return {
             "ddp_forwards": watch.ddp_forwards,
             "forwards": watch.forwards,
@@ -301,6 +316,14 @@ class DdpWindow(Question):
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > 1e-10:
             k = scale_of(actual, wanted)
+            if k is not None and abs(k * PRETENDED_WORLD_SIZE - 1) < 1e-6:
+                raise Failure(
+                    "Your gradient is half the window's mean: the check told your code "
+                    f"dist.get_world_size() = {PRETENDED_WORLD_SIZE}, and you divided by it. "
+                    "DDP already averages over the processes (its all-reduce divides by the "
+                    f"world size): divide only by the number of micro-batches {setting}.",
+                    "divided_by_world_size",
+                )
             if k is not None and abs(k - n) < 1e-6 and n > 1:
                 raise Failure(
                     f"Your gradient is {n} times the window's mean: divide each micro-batch's "
