@@ -44,6 +44,9 @@ RESOLVE_BATCH_CONFIG = {
     "inconsistent_accepted": _resolve(check_consistent="False and "),
     "wrong_exception": _resolve(too_few='raise TypeError("give at least two settings")'),
     "message_too_short": _resolve(too_few='raise ValueError("bad")'),
+    "correct_with_terse_messages": _resolve(too_few='raise ValueError("need 2 of 3")').replace(
+        'f"inconsistent: ', 'f"'
+    ),
     "correct_with_a_value_error_subclass": """
 class BatchConfigError(ValueError):
     pass

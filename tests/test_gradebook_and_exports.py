@@ -4,6 +4,7 @@ import csv
 import json
 import multiprocessing
 import stat
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -18,6 +19,7 @@ from coursekit.grading.grader import GradeResult
 from coursekit.grading.handin import HandInError, read_hand_in
 
 pytestmark = pytest.mark.grading
+REPO = Path(__file__).resolve().parents[1]
 
 
 def result(student, score, sha, assignment="01_accumulation", error=None, feedback="ok"):
@@ -246,3 +248,12 @@ def test_code_that_reaches_into_the_graders_instruments_is_flagged():
     )
     assert suspicious([tamper]) == ["__self__", "_forward_pre_hooks"]
     assert suspicious(["import coursekit\ncoursekit.activation_bytes(model, x)"]) == []
+
+
+def test_grading_an_unknown_assignment_lists_the_graded_ones(tmp_path, capsys):
+    hand_in = write_notebook(tmp_path / "ada" / "02_loss_scalin.ipynb")
+    status = main(["grade", str(hand_in), "--assignment", "02_loss_scalin", "--root", str(REPO)])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "no graded assignment named '02_loss_scalin'" in err
+    assert "02_loss_scaling" in err and "Running the reference" not in err

@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from coursekit.checks import questions_of
+from coursekit.course import MODULES
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
 from coursekit.grading.handin import read_hand_in, student_name
@@ -47,6 +49,14 @@ def run_grade(
     limits: Limits,
     regrade: bool = False,
 ) -> int:
+    known = [m.name for m in MODULES if questions_of(m.name)]
+    if assignment not in known:
+        print(
+            f"coursekit grade: no graded assignment named {assignment!r}. "
+            f"Graded assignments: {', '.join(known)}.",
+            file=sys.stderr,
+        )
+        return 2
     paths = expand(hand_ins)
     if not paths:
         print("coursekit grade: no hand-ins found in the paths given.", file=sys.stderr)
@@ -123,6 +133,8 @@ def run_grade(
                     print(json.dumps({k: v for k, v in grade.result.items() if k != "notes"}))
         elif not as_json:
             _print_table(book, assignment)
+    if not as_json:
+        print(f"Gradebook: {gradebook_path.resolve()}", file=sys.stderr)
     return 0
 
 
