@@ -81,6 +81,14 @@ def as_floats(values) -> list[float] | str:
         return type(values).__name__
 
 
+def as_float(value) -> float | str:
+    """A returned loss as a float (a tensor is read, not kept); its repr when it is no number."""
+    try:
+        return float(value.detach() if torch.is_tensor(value) else value)
+    except (TypeError, ValueError, RuntimeError):
+        return repr(value)[:200]
+
+
 def keeps_graph(values) -> bool:
     """Whether any returned value is a tensor that still holds its autograd graph."""
     try:

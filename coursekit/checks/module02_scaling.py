@@ -12,6 +12,7 @@ import torch
 from coursekit.checks.instruments import (
     SINGLE_BACKWARD,
     Watch,
+    as_float,
     judge_micro_batches_and_weights,
     require_gradient,
     tensor_list,
@@ -246,10 +247,7 @@ class AccumulateTokens(Question):
         model, micro_batches = _token_problem(spec)
         watch = Watch(model)
         returned = fn(model, micro_batches)
-        try:
-            loss = float(returned.detach() if torch.is_tensor(returned) else returned)
-        except (TypeError, ValueError, RuntimeError):
-            loss = repr(returned)[:200]
+        loss = as_float(returned)
         return {
             "grad": tensor_list(flat_gradient(model.parameters())),
             "loss": loss,

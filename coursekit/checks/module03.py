@@ -14,6 +14,7 @@ from torch import nn
 
 from coursekit.batch_norm import convert_batchnorm, set_accumulation_momentum
 from coursekit.checks.instruments import (
+    as_float,
     judge_micro_batches_and_weights,
     require_gradient,
     tensor_list,
@@ -461,10 +462,7 @@ class GradCacheStep(Question):
         start = weights_of(encoder)
         with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
             returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
-        try:
-            loss = float(returned.detach() if torch.is_tensor(returned) else returned)
-        except (TypeError, ValueError, RuntimeError):
-            loss = repr(returned)[:200]
+        loss = as_float(returned)
         return {
             "grad": tensor_list(flat_gradient(encoder.parameters())),
             "loss": loss,
