@@ -14,6 +14,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from coursekit.distributed import leave_now
 from coursekit.distributed_workers import ddp_window_run
 
 
@@ -35,6 +36,7 @@ def main() -> None:
     finally:
         dist.barrier()  # let every rank finish its collectives before the group goes
         dist.destroy_process_group()
+    leave_now()
 
 
 if __name__ == "__main__":
