@@ -12,6 +12,23 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "plan_accumulation": "coursekit.budget",
+    "largest_micro_batch": "coursekit.budget",
+    "fit_micro_batch": "coursekit.budget",
+    "training_step_bytes": "coursekit.budget",
+    "NothingFits": "coursekit.budget",
+    "peak_live_bytes": "coursekit.memory",
+    "Checkpointed": "coursekit.checkpointing",
+    "checkpoint_costs": "coursekit.checkpointing",
+    "tiny_gpt": "coursekit.gpt",
+    "generate": "coursekit.gpt",
+    "make_lines": "coursekit.text",
+    "line_batches": "coursekit.text",
+    "decode": "coursekit.text",
+    "recipe_window": "coursekit.recipe",
+    "train_recipe": "coursekit.recipe",
+    "autocast_dtype": "coursekit.recipe",
+    "warmup_cosine": "coursekit.schedules",
     "CheckResult": "coursekit.checks",
     "check": "coursekit.checks",
     "evaluate": "coursekit.checks",

@@ -63,6 +63,13 @@ MODULES: tuple[Module, ...] = (
         "and FSDP communicate per step, and see the pipeline bubble shrink.",
         75,
     ),
+    Module(
+        "05_capstone",
+        "Putting it together",
+        "Fit a memory budget, trade memory for compute with checkpointing, train a tiny GPT "
+        "with the full recipe, and compare with HF Accelerate, Lightning and the HF Trainer.",
+        90,
+    ),
 )
 
 

@@ -8,11 +8,14 @@ each part so the notebooks can show that trade with numbers instead of claims.
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from coursekit.units import format_bytes
 
@@ -142,6 +145,62 @@ def track_cuda_peak(device: torch.device | str | None = None) -> Iterator[CudaPe
     yield result
     torch.cuda.synchronize(device)
     result.peak_bytes = int(torch.cuda.max_memory_allocated(device))
+
+
+class _LiveTensors(TorchDispatchMode):
+    """Adds up the storages every operator creates and subtracts each one when it is freed.
+
+    A storage's Python object lives exactly as long as the storage itself (PyTorch keeps it
+    alive while C++ holds the storage), so a finalizer on it fires when the memory goes back.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.live = 0
+        self.peak = 0
+        self._seen: set[tuple[str, int]] = set()
+
+    def _freed(self, key: tuple[str, int], n_bytes: int) -> None:
+        self._seen.discard(key)
+        self.live -= n_bytes
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        given = {
+            _storage_key(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
+        for value in tree_flatten(out)[0]:
+            if not isinstance(value, torch.Tensor):
+                continue
+            storage = value.untyped_storage()
+            key = _storage_key(value)
+            if key in self._seen or key in given or storage.nbytes() == 0:
+                continue  # a view or an in-place result: memory that exists already
+            self._seen.add(key)
+            self.live += storage.nbytes()
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(storage, self._freed, key, storage.nbytes())
+        return out
+
+
+def peak_live_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes of the tensors that ``fn()`` creates and holds at once, on any device.
+
+    Every operator's output storage counts from its creation until it is freed; tensors that
+    existed before (the weights, the input batch) do not. Run a forward and backward pass in
+    ``fn`` and this is the memory the training step adds: saved activations, gradients and
+    the temporaries of backward, which is what activation checkpointing trades for compute.
+    Memory that operators allocate internally and free before returning is not seen.
+
+    Example:
+        >>> x = torch.zeros(64, 256)
+        >>> peak_live_bytes(lambda: x * 2)  # the product: 64 x 256 float32
+        65536
+    """
+    tracker = _LiveTensors()
+    with tracker:
+        fn()
+    return tracker.peak
 
 
 # Optimizer state tensors per parameter element, before the first step creates them.

@@ -173,3 +173,28 @@ def plot_training_runs(runs: dict):
     accuracy_axes.legend()
     figure.tight_layout()
     return figure
+
+
+def plot_run_comparison(losses: dict[str, list[float]], reference: str):
+    """Loss per optimizer step of each run (left), and each run's gap to ``reference`` (right).
+
+    The right panel is on a log scale: float32 rounding shows as ~1e-7, a real difference in
+    what was trained as anything from 1e-3 up.
+    """
+    figure, (curves, gaps) = plt.subplots(1, 2, figsize=(11, 3.5))
+    base = losses[reference]
+    for label, values in losses.items():
+        steps = range(1, len(values) + 1)
+        curves.plot(steps, values, label=label, lw=1.2)
+        if label != reference:
+            gap = [max(abs(a - b), 1e-9) for a, b in zip(values, base, strict=False)]
+            gaps.plot(steps[: len(gap)], gap, label=label, lw=1.2)
+    curves.set_xlabel("optimizer step")
+    curves.set_ylabel("loss per token")
+    curves.legend()
+    gaps.set_yscale("log")
+    gaps.set_xlabel("optimizer step")
+    gaps.set_ylabel(f"|loss - {reference}|")
+    gaps.legend()
+    figure.tight_layout()
+    return figure

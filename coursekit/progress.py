@@ -1,4 +1,5 @@
-"""A one-line progress bar on stderr (a line per step when stderr is not a terminal)."""
+"""A one-line progress bar on stderr, redrawn in place in a terminal or a notebook (a line per
+step only when stderr is a file or a pipe, as in CI logs)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ class Progress:
         self.total, self.label, self.done = total, label, 0
         self.stream = stream or sys.stderr
         self.started = time.monotonic()
-        self.live = self.stream.isatty()
+        # Jupyter front ends honour a carriage return in a stream, as a terminal does
+        in_kernel = type(self.stream).__module__.startswith("ipykernel")
+        self.live = in_kernel or self.stream.isatty()
 
     def step(self, note: str = "") -> None:
         self.done += 1

@@ -283,12 +283,175 @@ _DISTRIBUTED = [
     ),
 ]
 
+_FINAL = [
+    QuizQuestion(
+        "8 micro-batches per epoch, accum_steps = 4, each loss divided by 4, and the window's end "
+        "tested with `if i % accum_steps == 0:` (i counts from 0 each epoch), then step() and "
+        "zero_grad(). Which micro-batches does each step learn from?",
+        (
+            "0-3, then 4-7, as intended.",
+            "0-4, then 5-7.",
+            "0 alone (a quarter of its gradient), then 1-4; 5-7 stay in .grad and join the "
+            "first step of the next epoch.",
+        ),
+        2,
+        "i % 4 == 0 is true at i = 0 and i = 4, so the first window is one micro-batch and "
+        "nothing steps or clears the last three. The end of a window is (i + 1) % accum_steps "
+        "== 0, plus one more step for a last, shorter window.",
+    ),
+    QuizQuestion(
+        "4 epochs of 1,010 micro-batches, accum_steps = 8, a warm-up then cosine schedule. How "
+        "long should the schedule be, and when does scheduler.step() run?",
+        (
+            "505 steps (4,040 / 8), after every optimizer step.",
+            "508 steps, after every optimizer step.",
+            "4,040 steps, after every optimizer step.",
+            "508 steps, after every micro-batch.",
+        ),
+        1,
+        "Each epoch has ceil(1010 / 8) = 127 windows, the last one of 2 micro-batches: 4 x 127 "
+        "= 508 optimizer steps. 505 forgets the short last windows and ends 3 steps early; "
+        "4,040 stepped per optimizer step gets only about an eighth of the way; stepped per "
+        "micro-batch, 508 steps are over in half an epoch.",
+    ),
+    QuizQuestion(
+        "The weights stay float32 and the forward runs under torch.autocast(..., "
+        "dtype=torch.bfloat16), with 8 micro-batches per step. What does accumulation need "
+        "beyond the usual loop?",
+        (
+            "Nothing more: .grad is float32 and bf16 needs no GradScaler.",
+            "A float32 buffer, because autocast makes .grad bf16.",
+            "A GradScaler, with unscale_() and update() once per window, as for fp16.",
+        ),
+        0,
+        "Under autocast the parameters, and so their .grad, stay float32; only some operations "
+        "compute in bf16. bf16 has float32's 8 exponent bits, so gradients do not underflow "
+        "as in fp16. The float32 buffer is for a model cast with model.to(torch.bfloat16), "
+        "whose .grad is bf16 and rounds on every addition.",
+    ),
+    QuizQuestion(
+        "You fine-tune a pretrained CNN with BatchNorm, micro-batches of 4 and accum_steps = 8. "
+        "Which change makes the 8 micro-batches give exactly the gradient that one batch of "
+        "the same 32 images would give through the same model?",
+        (
+            "Set every BatchNorm's momentum to 1 - 0.9 ** (1 / 8) = 0.013.",
+            "Freeze the BatchNorm layers in eval mode (again after every model.train()), or "
+            "replace them with GroupNorm.",
+            "Divide each micro-batch's loss by 8.",
+        ),
+        1,
+        "In train mode BatchNorm normalises with each micro-batch's statistics, so the forward "
+        "pass itself differs. Frozen BatchNorm and GroupNorm make each sample's loss depend on "
+        "that sample alone. The momentum fix corrects only the running statistics used in eval "
+        "mode: the gradient is unchanged. Dividing by 8 is needed anyway, but it only sets the "
+        "scale.",
+    ),
+    QuizQuestion(
+        "DDP on 8 GPUs, micro-batches of 4 sequences, and a recipe that wants 512 sequences per "
+        "step. You run forward and backward of every micro-batch but the last inside "
+        "model.no_sync(). What is accum_steps, and how often are the gradients all-reduced "
+        "per optimizer step?",
+        (
+            "128, once.",
+            "16, 16 times.",
+            "16, once.",
+        ),
+        2,
+        "512 = 4 x accum_steps x 8 gives 16. With the forward inside no_sync() only the last "
+        "backward synchronises. 128 forgets the world size; 16 all-reduces is what you get with "
+        "the forward outside no_sync() (or no no_sync() at all): the same gradient, 16 times "
+        "the traffic.",
+    ),
+    QuizQuestion(
+        "FSDP (ZeRO-3) with 8 micro-batches per step: you turn gradient sync off for the first "
+        "7. Counting in model sizes psi as module 4 did, what changes per device and optimizer "
+        "step?",
+        (
+            "It sends 17 psi instead of 24 psi, and holds the whole, unsharded gradient until "
+            "the last micro-batch instead of a shard.",
+            "It sends 2 psi instead of 24 psi, as no_sync() does for DDP, at no memory cost.",
+            "It sends less and holds less, since nothing waits to be reduce-scattered.",
+        ),
+        0,
+        "Each micro-batch all-gathers the weights for forward and backward (2 psi) and "
+        "reduce-scatters the gradients (psi): 3 x 8 = 24 psi. Sync off skips 7 reduce-scatters, "
+        "(2 x 8 + 1) psi = 17 psi, but the weights are still gathered every time, and the "
+        "gradients wait whole: the memory sharding was meant to save.",
+    ),
+    QuizQuestion(
+        "You want 100 samples per optimizer step, and you measured that at most 32 fit in "
+        "memory at once. Which micro-batch size and accum_steps?",
+        (
+            "32 and 3.",
+            "32 and 4.",
+            "20 and 5.",
+            "25 and 4.",
+        ),
+        3,
+        "25 is the largest divisor of 100 that fits, and 4 passes is the fewest any plan can "
+        "make (ceil(100 / 32) = 4). 32 x 3 steps on 96 samples, 32 x 4 on 128; 20 x 5 is right "
+        "but takes a fifth pass with smaller, less efficient micro-batches.",
+    ),
+    QuizQuestion(
+        "You wrap each transformer block of the tiny GPT in torch.utils.checkpoint, so "
+        "micro-batches of 32 fit where 8 did. What does it cost?",
+        (
+            "Accuracy: recomputed activations only approximate the stored ones.",
+            "Compute: each block keeps only its input and runs its forward again during "
+            "backward, up to one more forward pass per micro-batch; the gradient is the same.",
+            "Nothing: it moves activations to the CPU.",
+            "Accumulation: checkpointed micro-batches cannot be accumulated.",
+        ),
+        1,
+        "Backward costs about two forwards, so one more forward is up to a third more compute "
+        "(PyTorch's default checkpoint may stop recomputing early). Dropout gets the same masks "
+        "(the random state is restored), and checkpointed micro-batches accumulate to the "
+        "full-batch gradient like any others: fewer, larger micro-batches can win back the "
+        "time. Measure both.",
+    ),
+    QuizQuestion(
+        "An epoch of 22 batches with Accelerator(gradient_accumulation_steps=8) and "
+        "accelerator.backward(loss). What does the last step of the epoch follow?",
+        (
+            "The mean gradient of its 6 batches: Accelerate syncs at the end of the dataloader.",
+            "Nothing: the last 6 batches are dropped.",
+            "The mean of its 6 batches and the first 2 of the next epoch.",
+            "3/4 of the mean gradient of its 6 batches.",
+        ),
+        3,
+        "Windows of 8, 8 and 6. Accelerate does step at the end of the dataloader, but "
+        "backward() divides every loss by 8, the last window's too: 6/8 of the mean. Under SGD "
+        "that step is a quarter too short. Multiply the last window's losses by 8/6, so "
+        "that each weighs 1/6, its share of the window.",
+    ),
+    QuizQuestion(
+        "A window of the HF Trainer has two micro-batches, with 300 and 100 real label tokens. "
+        "Until October 2024 each micro-batch's mean loss was divided by "
+        "gradient_accumulation_steps = 2. What did the fix (num_items_in_batch) change?",
+        (
+            "Only the logged loss; the gradients were already right.",
+            "Each micro-batch's mean loss is weighted by its share of the window's sequences.",
+            "Each micro-batch's summed loss is divided by 400, the window's real label tokens: "
+            "every token weighs 1/400, where before a token weighed 1/600 in the first "
+            "micro-batch and 1/200 in the second.",
+        ),
+        2,
+        "The mean of means gives a token 1/(N x T_k), so the loss and the gradient changed "
+        "with gradient_accumulation_steps at the same effective batch. num_items_in_batch "
+        "counts the window's labels that are not -100 (with average_tokens_across_devices, "
+        "those of all ranks). Weighting by "
+        "sequences is the rule for one value per sample; a language model's loss is a mean "
+        "over tokens.",
+    ),
+]
+
 QUIZZES = {
     "00_welcome": Quiz("Quick quiz: module 0", _WELCOME),
     "01_accumulation": Quiz("Quiz: accumulating gradients", _ACCUMULATION),
     "02_loss_scaling": Quiz("Quiz: scaling the loss", _LOSS_SCALING),
     "03_batch_dependence": Quiz("Quiz: when samples depend on each other", _BATCH_DEPENDENCE),
     "04_distributed": Quiz("Quiz: data parallelism, ZeRO and pipelines", _DISTRIBUTED),
+    "05_capstone": Quiz("Final quiz: the whole course", _FINAL),
 }
 
 

@@ -45,3 +45,36 @@ def warmup_linear_decay(
         return max(0.0, (total_steps - step) / (total_steps - warmup_steps))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def warmup_cosine(
+    optimizer: torch.optim.Optimizer,
+    warmup_steps: int,
+    total_steps: int,
+    final_fraction: float = 0.1,
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up over ``warmup_steps``, then a cosine from the peak down to
+    ``final_fraction`` of it at ``total_steps``: nanoGPT's schedule. Counts optimizer steps.
+
+    Example:
+        >>> model = torch.nn.Linear(1, 1)
+        >>> optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        >>> scheduler = warmup_cosine(optimizer, warmup_steps=2, total_steps=6)
+        >>> [round(f(s), 3) for f in scheduler.lr_lambdas for s in range(6)]
+        [0.5, 1.0, 1.0, 0.775, 0.325, 0.1]
+    """
+    if not 0 <= warmup_steps < total_steps:
+        raise ValueError(
+            f"Need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}."
+        )
+    if not 0.0 <= final_fraction <= 1.0:
+        raise ValueError(f"final_fraction must be in [0, 1], got {final_fraction}.")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        decayed = min(step - warmup_steps, total_steps - 1 - warmup_steps)
+        progress = decayed / max(1, total_steps - 1 - warmup_steps)
+        return final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

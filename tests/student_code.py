@@ -4,7 +4,7 @@ Source text, not functions, because the same code is injected into exercise note
 test that the notebook run names the mistake too (tests/test_notebooks.py).
 """
 
-from tests import student_code_02, student_code_03, student_code_04
+from tests import student_code_02, student_code_03, student_code_04, student_code_05
 
 ACCUMULATE_WINDOW = {
     "correct": """
@@ -221,12 +221,14 @@ BY_QUESTION = {
     **student_code_02.BY_QUESTION,
     **student_code_03.BY_QUESTION,
     **student_code_04.BY_QUESTION,
+    **student_code_05.BY_QUESTION,
 }
 # Variants whose mistake is named after another one that shows first.
 NAMED_AS = {
     **student_code_02.AMP_WINDOW_NAMED_AS,
     **student_code_03.NAMED_AS,
     **student_code_04.NAMED_AS,
+    **student_code_05.NAMED_AS,
 }
 
 

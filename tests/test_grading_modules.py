@@ -74,6 +74,18 @@ HAND_INS = {
             "zero_memory": "world_size_ignored",
         },
     },
+    "05_capstone": {
+        "ada": {},
+        "ben": {"plan_accumulation": "rounded_up", "recipe_window": "mean_of_means"},
+        "cyd": {
+            "plan_accumulation": "wrong_exception",
+            "recipe_window": "scheduler_every_micro_batch",
+        },
+        "dev": {
+            "plan_accumulation": "correct_full_micro_batches_then_the_rest",
+            "recipe_window": "zero_grad_missing",
+        },
+    },
 }
 
 

@@ -113,6 +113,9 @@ HAND_INS = {
             "zero_memory": "everything_sharded",
         },
     ],
+    "05_capstone": [
+        {"plan_accumulation": "remainder_dropped", "recipe_window": "clip_every_micro_batch"},
+    ],
 }
 
 

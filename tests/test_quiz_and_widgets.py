@@ -130,3 +130,23 @@ def test_the_zero_calculator_and_the_pipeline_view_follow_their_controls():
 def test_module_4_quiz_checks_the_arithmetic_it_teaches():
     text = quiz("04_distributed").as_text()
     assert "train_batch_size" in text and "16.6 GB" in text and "28" in text
+
+
+def test_the_final_quiz_spans_the_whole_course():
+    final = quiz("05_capstone")
+    assert len(final.questions) == 10
+    text = final.as_text()
+    for topic in (
+        "i % accum_steps == 0",  # module 1: the window's end
+        "508 steps",  # module 2: schedules in optimizer steps
+        "bfloat16",  # module 2: bf16 under autocast
+        "GroupNorm",  # module 3
+        "no_sync()",  # module 4
+        "17 psi",  # module 4: FSDP with gradient sync off
+        "25 and 4",  # capstone: planning the micro-batch
+        "checkpoint",  # capstone: activation checkpointing
+        "Accelerator(gradient_accumulation_steps=8)",  # capstone: the frameworks
+        "num_items_in_batch",
+    ):
+        assert topic in text
+    assert len({q.answer for q in final.questions}) == 4  # the right answer moves around

@@ -7,6 +7,7 @@ from coursekit.checks import (  # noqa: F401  (importing registers the questions
     module02_steps,
     module03,
     module04,
+    module05,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of
