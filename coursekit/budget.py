@@ -12,6 +12,7 @@ dropped remainder or a rounded-up batch.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,6 +68,16 @@ class AccumulationPlan:
         )
 
 
+def _whole(name: str, value) -> int:
+    """``value`` as an int (NumPy and torch integers too); a named error for anything else."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(
+            f"{name} must be a whole number of samples, got {value!r} ({type(value).__name__})."
+        ) from None
+
+
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
@@ -86,12 +97,20 @@ def plan_accumulation(
         >>> plan_accumulation(101, 32).sizes
         (26, 25, 25, 25)
     """
+    target_batch, max_micro_batch, world_size = (
+        _whole(name, value)
+        for name, value in (
+            ("target_batch", target_batch),
+            ("max_micro_batch", max_micro_batch),
+            ("world_size", world_size),
+        )
+    )
     for name, value in (("target_batch", target_batch), ("world_size", world_size)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
-    if not isinstance(max_micro_batch, int) or max_micro_batch < 1:
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1, got {value}.")
+    if max_micro_batch < 1:
         raise NothingFits(
-            f"The largest micro-batch that fits is {max_micro_batch!r}: not even one sample "
+            f"The largest micro-batch that fits is {max_micro_batch}: not even one sample "
             f"fits, and no number of accumulation steps changes that. Try {WHEN_NOTHING_FITS}."
         )
     if target_batch % world_size:
@@ -116,8 +135,9 @@ def largest_micro_batch(fits: Callable[[int], bool], limit: int) -> int:
     micro-batch, so ``fits`` is assumed to be true up to some size and false after it.
     Raises :class:`NothingFits` when even a micro-batch of 1 does not fit.
     """
-    if not isinstance(limit, int) or limit < 1:
-        raise ValueError(f"limit must be a positive whole number, got {limit!r}.")
+    limit = _whole("limit", limit)
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}.")
     if not fits(1):
         raise NothingFits(f"Not even a micro-batch of 1 fits. Try {WHEN_NOTHING_FITS}.")
     good = 1
@@ -147,9 +167,11 @@ def training_step_bytes(
     """Peak bytes one micro-batch's forward and backward pass adds, measured.
 
     On a GPU it is the CUDA allocator's peak above what was allocated before (activations,
-    gradients, temporaries). On the CPU, where no allocator keeps a peak, it is the peak of
-    live tensors the step creates, counted by watching every allocation
-    (:func:`coursekit.memory.peak_live_bytes`). The gradients are cleared afterwards.
+    gradients, temporaries), after one unmeasured step: a device's first matrix product
+    allocates cuBLAS's workspace (megabytes), which is not a cost of the micro-batch. On the
+    CPU, where no allocator keeps a peak, it is the peak of live tensors the step creates,
+    counted by watching every allocation (:func:`coursekit.memory.peak_live_bytes`). The
+    gradients are cleared afterwards.
     """
     inputs, targets = make_batch(size)
 
@@ -158,6 +180,8 @@ def training_step_bytes(
 
     try:
         if inputs.device.type == "cuda":
+            step()  # warm-up: library workspaces and lazily made buffers appear now
+            model.zero_grad(set_to_none=True)
             before = torch.cuda.memory_allocated(inputs.device)
             with track_cuda_peak(inputs.device) as peak:
                 step()

@@ -45,8 +45,9 @@ class Checkpointed(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.segments == 1 or not torch.is_grad_enabled():
             return self.model(inputs)
-        # use_reentrant=False: the variant PyTorch recommends; it also works with DDP and with
-        # inputs that do not require grad (the reentrant one breaks both: PyTorch #24005).
+        # use_reentrant=False: the variant PyTorch recommends. The reentrant one gives no
+        # gradients when no input requires grad (torch.utils.checkpoint's documentation) and
+        # fails under DDP in some set-ups ("mark a variable ready only once", PyTorch #24005).
         return checkpoint_sequential(self.model, self.segments, inputs, use_reentrant=False)
 
 

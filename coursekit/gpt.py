@@ -1,7 +1,7 @@
 """A tiny GPT: the decoder-only transformer of real language models, small enough for a CPU.
 
 Token and position embeddings, pre-norm blocks of causal self-attention and an MLP, a final
-LayerNorm and a linear head: the shape of GPT-2 and nanoGPT, with a few thousand parameters.
+LayerNorm and a linear head: the shape of GPT-2 and nanoGPT, with some 30 000 parameters.
 LayerNorm normalises each position on its own, so unlike BatchNorm it makes a micro-batch's
 gradient independent of the other samples: accumulation can match the big batch exactly.
 """

@@ -190,7 +190,9 @@ def peak_live_bytes(fn: Callable[[], object]) -> int:
     existed before (the weights, the input batch) do not. Run a forward and backward pass in
     ``fn`` and this is the memory the training step adds: saved activations, gradients and
     the temporaries of backward, which is what activation checkpointing trades for compute.
-    Memory that operators allocate internally and free before returning is not seen.
+    Memory that operators allocate internally and free before returning is not seen, nor is
+    memory added to an existing tensor (``out=`` arguments, ``resize_``): training steps
+    create their tensors, so neither changes what this measures for them.
 
     Example:
         >>> x = torch.zeros(64, 256)

@@ -52,14 +52,14 @@ def recipe_window(
     """Train on one window of token micro-batches; return its mean loss per real token."""
     window_tokens = sum(count_tokens(labels) for _, labels in window)
     device_type = next(model.parameters()).device.type
-    logged = torch.zeros(())
+    logged = torch.zeros((), device=next(model.parameters()).device)
     for inputs, labels in window:
         with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
             logits = model(inputs)
         # the loss in float32, whatever autocast computed the logits in
         loss = lm_loss(logits.float(), labels, "sum") / window_tokens
         loss.backward()
-        logged = logged + loss.detach().cpu()  # no .item(): no wait for the GPU per micro-batch
+        logged += loss.detach()  # stays on the device: no wait for the GPU per micro-batch
     nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     scheduler.step()

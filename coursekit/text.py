@@ -2,8 +2,8 @@
 
 The capstone trains a language model on text, and the course downloads nothing: the lines
 come from a little grammar, seeded, so every run sees the same corpus. Lines differ in
-length (from a few words to a dozen), which is what makes padding, and with it token-count
-normalisation, matter. Characters are the tokens: no tokenizer to install.
+length (one clause of 5 to 10 words, or two joined), which is what makes padding, and with it
+token-count normalisation, matter. Characters are the tokens: no tokenizer to install.
 """
 
 from __future__ import annotations

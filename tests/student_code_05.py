@@ -136,6 +136,22 @@ def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
     return total.item()
 """,
     "logged_loss_wrong": _recipe(logged="lm_loss(logits, labels).item() / len(window)"),
+    "autocast_missing": _recipe().replace(
+        'torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)', "torch.enable_grad()"
+    ),
+    "autocast_without_dtype": _recipe().replace(
+        'torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)',
+        'torch.autocast("cpu", dtype=dtype or torch.bfloat16)',
+    ),
+    "zero_grad_at_window_start": _recipe(after_step="scheduler.step()").replace(
+        "    logged = 0.0\n", "    optimizer.zero_grad()\n    logged = 0.0\n"
+    ),
+    "correct_with_zero_grad_keeping_zeros": _recipe(
+        after_step="scheduler.step()\n    optimizer.zero_grad(set_to_none=False)"
+    ),
+    "correct_with_the_loss_as_mean_times_tokens": _recipe(
+        loss="lm_loss(logits.float(), labels) * count_tokens(labels) / window_tokens"
+    ),
 }
 
 BY_QUESTION = {"plan_accumulation": PLAN_ACCUMULATION, "recipe_window": RECIPE_WINDOW}

@@ -144,6 +144,9 @@ VOCAB = 12
 SEQ_LEN = 10
 TOLERANCE = 1e-5  # float32 throughout: rounding moves the weights by ~1e-7 relative
 MISTAKE_GAP = 1e-4  # a mistake is named only when it moves the weights this much
+# bf16 autocast: the same operations in the same order give the same bits; a loss computed in
+# bf16 instead of float32, or a sum in another order, moves the weights by ~1e-5 to 1e-4
+BF16_TOLERANCE = 1e-3
 
 RECIPE_MISTAKES = {
     "mean_of_means": (
@@ -198,6 +201,7 @@ def _recipe_problem(spec):
 def _recipe_variant(spec, mistake: str):
     """The two windows with one mistake (or none): final weights and logged losses."""
     model, optimizer, scheduler, windows = _recipe_problem(spec)
+    dtype = getattr(torch, spec["dtype"]) if spec.get("dtype") else None
     parameters = list(model.parameters())
     lrs, losses = [], []
     for window in windows:
@@ -205,7 +209,8 @@ def _recipe_variant(spec, mistake: str):
         positions = sum(labels.numel() for _, labels in window)
         logged = 0.0
         for inputs, labels in window:
-            logits = model(inputs)
+            with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+                logits = model(inputs).float()
             if mistake == "mean_of_means":
                 loss = lm_loss(logits, labels) / len(window)
             elif mistake == "padding_counted":
@@ -232,8 +237,8 @@ def _recipe_variant(spec, mistake: str):
     return {"weights": weights_of(model), "lrs": lrs, "losses": losses}
 
 
-def _reference_recipe(model, optimizer, scheduler, window, max_norm):
-    return recipe_window(model, optimizer, scheduler, window, max_norm)
+def _reference_recipe(model, optimizer, scheduler, window, max_norm, dtype=None):
+    return recipe_window(model, optimizer, scheduler, window, max_norm, dtype)
 
 
 @register
@@ -245,9 +250,11 @@ class RecipeWindow(Question):
     def public_specs(self):
         return [
             # never clips: a gradient of the wrong scale shows in the weights
-            {"seed": 2, "windows": [[2, 4], [4, 2]], "max_norm": 100.0, "lr": 0.5},
+            {"seed": 2, "windows": [[2, 4, 1], [4, 2]], "max_norm": 100.0, "lr": 0.5},
             {"seed": 1, "windows": [[3, 3, 2], [2, 1]], "max_norm": 0.2, "lr": 0.5},  # clips
             {"seed": 3, "windows": [[1, 2, 3, 2], [3]], "max_norm": 0.5, "lr": 1.0},
+            # bf16 autocast on the CPU, as the recipe runs where bf16 is supported
+            {"seed": 4, "windows": [[3, 2], [2]], "max_norm": 0.5, "lr": 0.5, "dtype": "bfloat16"},
         ]
 
     def hidden_specs(self, rng):
@@ -256,7 +263,7 @@ class RecipeWindow(Question):
         for max_norm in (100.0, 0.1, rng.choice([0.05, 0.2])):
             n = rng.randint(2, 4)
             first = [rng.randint(1, 4) for _ in range(n)]
-            last = [rng.randint(1, 4) for _ in range(rng.randint(1, n))]
+            last = [rng.randint(1, 4) for _ in range(rng.randint(1, n - 1))]  # shorter
             specs.append(
                 {
                     "seed": rng.randrange(10**6),
@@ -265,6 +272,7 @@ class RecipeWindow(Question):
                     "lr": rng.choice([0.5, 1.0]),
                 }
             )
+        specs[-1]["dtype"] = "bfloat16"
         return specs
 
     def run(self, fn, spec):
@@ -279,8 +287,16 @@ class RecipeWindow(Question):
 
         scheduler.step = counted_step
         watch = Watch(model)
+        autocast = []  # per forward: the autocast dtype in force on the CPU, or None
+        model.register_forward_pre_hook(
+            lambda *_: autocast.append(
+                str(torch.get_autocast_dtype("cpu")) if torch.is_autocast_enabled("cpu") else None
+            )
+        )
+        dtype = getattr(torch, spec["dtype"]) if spec.get("dtype") else None
+        extra = (dtype,) if dtype is not None else ()
         losses = [
-            as_float(fn(model, optimizer, scheduler, window, spec["max_norm"]))
+            as_float(fn(model, optimizer, scheduler, window, spec["max_norm"], *extra))
             for window in windows
         ]
         return {
@@ -290,6 +306,8 @@ class RecipeWindow(Question):
             "optimizer_steps": counter.steps,
             "scheduler_steps": scheduler_steps[0],
             "grad_left": any(p.grad is not None and bool(p.grad.any()) for p in model.parameters()),
+            "zero_grads": counter.zero_grads,
+            "autocast": autocast,
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
         }
@@ -302,7 +320,7 @@ class RecipeWindow(Question):
         n_micro = sum(len(window) for window in windows)
         setting = (
             f"(two windows of micro-batches of {windows[0]} and {windows[1]} sequences, "
-            f"max_norm {spec['max_norm']})"
+            f"max_norm {spec['max_norm']}, dtype {spec.get('dtype') or 'None'})"
         )
         largest = outputs.get("largest_forward")
         if isinstance(largest, int) and largest > max(max(w) for w in windows):
@@ -312,8 +330,10 @@ class RecipeWindow(Question):
                 "whole_batch_forward",
             )
         self._judge_counts(outputs, len(windows), n_micro, setting)
+        self._judge_autocast(spec, outputs, setting)
         weights = number_list(outputs, "weights", "the model's weights")
-        if relative_gap(weights, expected["weights"]) > TOLERANCE:
+        tolerance = BF16_TOLERANCE if spec.get("dtype") else TOLERANCE
+        if relative_gap(weights, expected["weights"]) > tolerance:
             self._diagnose(spec, weights, expected, setting)
         passes = outputs.get("backward_passes")
         if isinstance(passes, int) and passes < n_micro:
@@ -323,6 +343,15 @@ class RecipeWindow(Question):
                 "single_backward",
             )
         if outputs.get("grad_left") is True:
+            if outputs.get("zero_grads"):
+                raise Failure(
+                    "The weights are right, but the window ends with its gradients still in "
+                    ".grad: you cleared them before the window instead of after the step. "
+                    "Clear them after optimizer.step() with zero_grad(set_to_none=True), so "
+                    "their memory is free between windows and the next window starts from zero "
+                    "whoever runs it.",
+                    "zero_grad_at_window_start",
+                )
             raise Failure(
                 "The weights are right, but gradients are left in .grad after the window: "
                 "call optimizer.zero_grad(set_to_none=True) after the step, so the next window "
@@ -357,6 +386,26 @@ class RecipeWindow(Question):
                 f"{setting}. The schedule counts optimizer steps: step it once per window, "
                 "never per micro-batch (HF Accelerate #963).",
                 "scheduler_every_micro_batch",
+            )
+
+    def _judge_autocast(self, spec, outputs, setting):
+        forwards = outputs.get("autocast")
+        if not isinstance(forwards, list):
+            return
+        if spec.get("dtype"):
+            if any(state != "torch.bfloat16" for state in forwards):
+                raise Failure(
+                    f"With dtype=torch.bfloat16, a forward pass ran without bf16 autocast "
+                    f"{setting}: run each micro-batch's forward inside "
+                    "torch.autocast(device_type, dtype=dtype, enabled=dtype is not None).",
+                    "autocast_missing",
+                )
+        elif any(state is not None for state in forwards):
+            raise Failure(
+                f"With dtype=None, a forward pass still ran under autocast {setting}: "
+                "torch.autocast('cpu') turns bf16 on by default. Pass enabled=dtype is not None, "
+                "so None means float32.",
+                "autocast_without_dtype",
             )
 
     def _diagnose(self, spec, weights, expected, setting):

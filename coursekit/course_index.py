@@ -1,0 +1,162 @@
+"""The course index: every module, its exercises, and which of them pass their public checks.
+
+Progress is read from what the student's notebooks show, as saved: the verdict each
+``check(...)`` cell printed the last time it ran. Nothing is executed and no state is kept
+elsewhere, so the index can never disagree with the notebooks the student sees and hands in
+(and a notebook not yet saved shows its previous state, which the index says).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from coursekit.authoring.markup import question_name
+from coursekit.course import MODULES, Module
+
+INDEX_NOTEBOOK = "index.ipynb"
+#: The first line a check prints: ``[passed] accumulate_window: 6 of 6 public checks pass.``
+VERDICT = re.compile(r"^\[(passed|failed|not attempted|error)\] (\w+):", re.MULTILINE)
+
+
+def saved_verdicts(notebook: dict) -> dict[str, str]:
+    """``{question: "passed" | "failed" | "not attempted" | "error"}`` from saved outputs.
+
+    Only ``check(...)`` cells' printed verdicts count; a question whose check never ran (or
+    whose output was cleared) is absent. The last verdict of a question wins.
+    """
+    verdicts: dict[str, str] = {}
+    for cell in notebook.get("cells", []):
+        if cell.get("cell_type") != "code":
+            continue
+        for output in cell.get("outputs", []):
+            if output.get("output_type") != "stream":
+                continue
+            text = output.get("text", "")
+            text = "".join(text) if isinstance(text, list) else str(text)
+            for status, question in VERDICT.findall(text):
+                verdicts[question] = status
+    return verdicts
+
+
+def exercise_questions(path: Path) -> list[str]:
+    """The graded questions of a notebook, in order, from its ``# Question: NAME`` cells."""
+    notebook = nbformat.read(path, as_version=4)
+    return [name for cell in notebook.cells if (name := question_name(cell)) is not None]
+
+
+@dataclass
+class ModuleProgress:
+    """One module as the student's copy shows it."""
+
+    module: Module
+    notebook: Path | None  # the student's copy; None before it exists
+    questions: list[str]
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> int:
+        return sum(self.verdicts.get(q) == "passed" for q in self.questions)
+
+    def status(self, question: str) -> str:
+        return self.verdicts.get(question, "not run")
+
+
+def course_progress(root: Path, work: Path) -> list[ModuleProgress]:
+    """Progress of every module: questions from ``root/exercises``, verdicts from ``work``."""
+    rows = []
+    for module in MODULES:
+        exercise = root / "exercises" / f"{module.name}.ipynb"
+        questions = exercise_questions(exercise) if exercise.exists() else []
+        copy = work / f"{module.name}.ipynb"
+        verdicts = {}
+        if copy.exists():
+            try:
+                verdicts = saved_verdicts(json.loads(copy.read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                verdicts = {}  # a notebook being written, or damaged: shown as not run
+        rows.append(ModuleProgress(module, copy if copy.exists() else None, questions, verdicts))
+    return rows
+
+
+def summary_lines(rows: list[ModuleProgress]) -> list[str]:
+    """One plain-text line per module, for the terminal ``coursekit start`` runs in."""
+    lines = []
+    for row in rows:
+        number = row.module.name[:2]
+        if not row.questions:
+            state = "no graded exercises"
+        else:
+            state = f"{row.passed} of {len(row.questions)} exercises pass their checks"
+        lines.append(f"  {number} {row.module.title:52} {state}")
+    return lines
+
+
+_MARK = {"passed": "✅", "failed": "❌", "error": "❌", "not attempted": "⬜", "not run": "⬜"}
+
+
+def index_html(rows: list[ModuleProgress]) -> str:
+    """The index as an HTML table: module (a link to the notebook), time, exercises."""
+    body = []
+    for row in rows:
+        name = html.escape(row.module.name)
+        link = f'<a href="{name}.ipynb">{html.escape(row.module.title)}</a>'
+        marks = " ".join(
+            f'<span title="{html.escape(q)}: {row.status(q)}">{_MARK[row.status(q)]}</span>'
+            for q in row.questions
+        )
+        score = f"{row.passed} / {len(row.questions)}" if row.questions else "no exercises"
+        body.append(
+            f"<tr><td>{name[:2]}</td><td>{link}<br><small>{html.escape(row.module.learn)}"
+            f"</small></td><td>{row.module.minutes} min</td><td>{marks}</td>"
+            f"<td>{score}</td></tr>"
+        )
+    return (
+        '<table style="text-align:left"><thead><tr><th></th><th>Module</th><th>Time</th>'
+        "<th>Exercises</th><th>Passed</th></tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table><p><small>✅ passes its public checks, ❌ fails them, ⬜ not run "
+        "yet, as your notebooks were last saved. Hidden tests run when your notebook is "
+        "graded.</small></p>"
+    )
+
+
+def show_index(root: str | Path = "..", work: str | Path = ".") -> None:
+    """Display the index in a notebook (the landing notebook's one code cell calls this)."""
+    from IPython.display import HTML, display
+
+    display(HTML(index_html(course_progress(Path(root), Path(work)))))
+
+
+def index_notebook() -> nbformat.NotebookNode:
+    """The landing notebook: a welcome, how to work, and a cell that shows progress."""
+    intro = nbformat.v4.new_markdown_cell(
+        "# Gradient accumulation, hands-on\n\n"
+        "Start with module 0 and go in order: each module builds on the one before. In each "
+        "notebook, fill in every `raise NotImplementedError`, run the cell, then the "
+        "`check(...)` below it. Run the cell below (Shift+Enter) to see which exercises pass; "
+        "save your notebooks (Ctrl+S) so it sees your latest results."
+    )
+    progress = nbformat.v4.new_code_cell(
+        'import coursekit.course_index\n\ncoursekit.course_index.show_index(root="..", work=".")'
+    )
+    intro["id"], progress["id"] = "index-intro", "index-progress"
+    notebook = nbformat.v4.new_notebook(cells=[intro, progress])
+    notebook.metadata["kernelspec"] = {
+        "display_name": "Python 3",
+        "language": "python",
+        "name": "python3",
+    }
+    return notebook
+
+
+def write_index(work: Path) -> Path:
+    """Write (or refresh) the landing notebook in ``work``; it holds no student work."""
+    path = work / INDEX_NOTEBOOK
+    nbformat.write(index_notebook(), path)
+    return path
