@@ -45,9 +45,20 @@ def saved_verdicts(notebook: dict) -> dict[str, str]:
 
 
 def exercise_questions(path: Path) -> list[str]:
-    """The graded questions of a notebook, in order, from its ``# Question: NAME`` cells."""
-    notebook = nbformat.read(path, as_version=4)
-    return [name for cell in notebook.cells if (name := question_name(cell)) is not None]
+    """The graded questions of a notebook, in order, from its ``# Question: NAME`` cells
+    (none when the file is not a readable notebook)."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [name for cell in cells if isinstance(cell, dict) and (name := _question(cell))]
+
+
+def _question(cell: dict) -> str | None:
+    try:
+        return question_name(cell)
+    except (KeyError, IndexError, TypeError):
+        return None
 
 
 @dataclass

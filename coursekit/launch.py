@@ -1,8 +1,10 @@
-"""``coursekit start``: JupyterLab on a free local port, opened at the student's own copy.
+"""``coursekit start``: JupyterLab on a free local port, opened at the course index.
 
 Students work in ``my-work/``, a copy of ``exercises/`` made on first start (files already
 there are never overwritten), so regenerating the exercises or pulling new modules never
-touches their answers.
+touches their answers. ``my-work/index.ipynb``, the landing page, lists the modules with
+which exercises pass their checks; it holds no work of the student's and is rewritten at
+every start.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from coursekit.course_index import INDEX_NOTEBOOK, course_progress, summary_lines, write_index
+
 WORK_FOLDER = "my-work"
-FIRST_NOTEBOOK = "00_welcome.ipynb"
 
 
 def free_port(first: int, attempts: int = 50) -> int:
@@ -44,6 +47,7 @@ def prepare_work_folder(root: Path) -> tuple[Path, list[str]]:
         if not target.exists():
             shutil.copy2(exercise, target)
             copied.append(exercise.name)
+    write_index(work)
     return work, copied
 
 
@@ -57,7 +61,7 @@ def lab_command(root: Path, port: int, token: str, open_browser: bool) -> list[s
         "--ServerApp.port_retries=0",
         "--ServerApp.ip=127.0.0.1",
         f"--IdentityProvider.token={token}",
-        f"--LabApp.default_url=/lab/tree/{WORK_FOLDER}/{FIRST_NOTEBOOK}",
+        f"--LabApp.default_url=/lab/tree/{WORK_FOLDER}/{INDEX_NOTEBOOK}",
         f"--ServerApp.open_browser={open_browser}",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
@@ -86,6 +90,8 @@ def start_lab(root: Path, port: int = 8888, open_browser: bool = True, wait_s: f
     work, copied = prepare_work_folder(root)
     if copied:
         print(f"Your notebooks are in {work}/ (new: {', '.join(copied)}). Work there.")
+    print("Your progress, as your notebooks were last saved:")
+    print("\n".join(summary_lines(course_progress(root, work))))
     token = secrets.token_hex(16)
     for _ in range(5):  # another program may take the port between our probe and Lab's start
         chosen = free_port(port)
@@ -95,7 +101,7 @@ def start_lab(root: Path, port: int = 8888, open_browser: bool = True, wait_s: f
         deadline = time.monotonic() + wait_s
         while process.poll() is None and time.monotonic() < deadline:
             if _ready(chosen, token):
-                url = f"http://127.0.0.1:{chosen}/lab/tree/{WORK_FOLDER}/{FIRST_NOTEBOOK}"
+                url = f"http://127.0.0.1:{chosen}/lab/tree/{WORK_FOLDER}/{INDEX_NOTEBOOK}"
                 print(f"\nThe course is open at {url}?token={token}\nStop it with Ctrl-C.\n")
                 try:
                     return process.wait()

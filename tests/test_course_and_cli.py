@@ -115,7 +115,9 @@ def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys
     monkeypatch.setattr(launch, "_ready", lambda port, token: True)
     assert main(["start", "--no-browser", "--root", str(tmp_path), "--port", "18888"]) == 0
     out = capsys.readouterr().out
-    assert "/lab/tree/my-work/00_welcome.ipynb?token=" in out
+    assert "/lab/tree/my-work/index.ipynb?token=" in out
+    assert "Your progress" in out and "00 Welcome" in out
+    assert (tmp_path / "my-work" / "index.ipynb").exists()
     assert (tmp_path / "my-work" / "00_welcome.ipynb").read_text() == "my answers"
     assert (tmp_path / "my-work" / "01_accumulation.ipynb").read_text() == "{}"
     assert f"--ServerApp.root_dir={tmp_path}" in seen["command"]

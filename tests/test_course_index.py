@@ -1,0 +1,81 @@
+"""The course index: progress read from the verdicts the student's notebooks show, as saved."""
+
+import json
+import shutil
+
+import nbformat
+from nbclient import NotebookClient
+
+from coursekit.course import MODULES
+from coursekit.course_index import (
+    course_progress,
+    exercise_questions,
+    index_html,
+    saved_verdicts,
+    summary_lines,
+    write_index,
+)
+from tests.handins import REPO
+
+
+def _with_verdicts(path, verdicts: dict[str, str]):
+    """A copy of an exercise notebook whose check cells show the given verdicts."""
+    notebook = json.loads(path.read_text())
+    for cell in notebook["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and source.startswith("check("):
+            name = source.split('"')[1]
+            if name in verdicts:
+                text = f"[{verdicts[name]}] {name}: details\n"
+                cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [text]}]
+    return notebook
+
+
+def test_verdicts_come_from_saved_check_outputs_and_the_last_one_wins():
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "source": "[passed] not_a_check: in prose"},
+            {"cell_type": "code", "outputs": [{"output_type": "stream", "text": "[failed] a: x"}]},
+            {
+                "cell_type": "code",
+                "outputs": [{"output_type": "stream", "text": ["[passed] a: y"]}],
+            },
+            {"cell_type": "code", "outputs": [{"output_type": "stream", "text": "\n[error] b: z"}]},
+            {"cell_type": "code", "outputs": [{"output_type": "execute_result", "data": {}}]},
+        ]
+    }
+    assert saved_verdicts(notebook) == {"a": "passed", "b": "error"}
+
+
+def test_progress_counts_passed_exercises_per_module(tmp_path):
+    work = tmp_path / "my-work"
+    work.mkdir()
+    exercise = REPO / "exercises" / "01_accumulation.ipynb"
+    questions = exercise_questions(exercise)
+    assert questions == ["accumulate_window", "train_accumulated", "plan_micro_batch"]
+    answers = {questions[0]: "passed", questions[1]: "failed"}
+    (work / exercise.name).write_text(json.dumps(_with_verdicts(exercise, answers)))
+    (work / "02_loss_scaling.ipynb").write_text("{ half-written")
+    rows = {row.module.name: row for row in course_progress(REPO, work)}
+    assert [row for row in rows] == [module.name for module in MODULES]
+    first = rows["01_accumulation"]
+    assert (first.passed, first.status(questions[2])) == (1, "not run")
+    assert rows["02_loss_scaling"].passed == 0 and rows["02_loss_scaling"].questions
+    assert rows["00_welcome"].notebook is None
+    lines = summary_lines(list(rows.values()))
+    assert "1 of 3 exercises pass their checks" in lines[1]
+    page = index_html(list(rows.values()))
+    assert '<a href="01_accumulation.ipynb">' in page and "1 / 3" in page
+    assert 'title="train_accumulated: failed"' in page
+
+
+def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
+    shutil.copytree(REPO / "exercises", tmp_path / "exercises")
+    work = tmp_path / "my-work"
+    work.mkdir()
+    path = write_index(work)
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(work)}}).execute()
+    shown = notebook.cells[1].outputs[0]["data"]["text/html"]
+    assert shown.count("<tr>") == len(MODULES) + 1
+    assert "0 / 1" in shown  # module 0's exercise, not run yet
