@@ -108,7 +108,22 @@ def summary_lines(rows: list[ModuleProgress]) -> list[str]:
     return lines
 
 
-_MARK = {"passed": "✅", "failed": "❌", "error": "❌", "not attempted": "⬜", "not run": "⬜"}
+# Coloured squares drawn with CSS: emoji are missing from many machines' fonts.
+_COLOUR = {
+    "passed": "#2e7d32",
+    "failed": "#c62828",
+    "error": "#c62828",
+    "not attempted": "#bdbdbd",
+    "not run": "#bdbdbd",
+}
+
+
+def _mark(status: str, title: str = "") -> str:
+    return (
+        f'<span title="{html.escape(title)}" style="display:inline-block;width:0.9em;'
+        f'height:0.9em;margin-right:2px;border-radius:2px;background:{_COLOUR[status]}">'
+        "</span>"
+    )
 
 
 def index_html(rows: list[ModuleProgress]) -> str:
@@ -117,23 +132,23 @@ def index_html(rows: list[ModuleProgress]) -> str:
     for row in rows:
         name = html.escape(row.module.name)
         link = f'<a href="{name}.ipynb">{html.escape(row.module.title)}</a>'
-        marks = " ".join(
-            f'<span title="{html.escape(q)}: {row.status(q)}">{_MARK[row.status(q)]}</span>'
-            for q in row.questions
-        )
+        marks = "".join(_mark(row.status(q), f"{q}: {row.status(q)}") for q in row.questions)
         score = f"{row.passed} / {len(row.questions)}" if row.questions else "no exercises"
         body.append(
             f"<tr><td>{name[:2]}</td><td>{link}<br><small>{html.escape(row.module.learn)}"
-            f"</small></td><td>{row.module.minutes} min</td><td>{marks}</td>"
-            f"<td>{score}</td></tr>"
+            f'</small></td><td style="white-space:nowrap">{row.module.minutes} min</td>'
+            f'<td style="white-space:nowrap">{marks}</td><td style="white-space:nowrap">{score}'
+            "</td></tr>"
         )
     return (
         '<table style="text-align:left"><thead><tr><th></th><th>Module</th><th>Time</th>'
         "<th>Exercises</th><th>Passed</th></tr></thead><tbody>"
         + "".join(body)
-        + "</tbody></table><p><small>✅ passes its public checks, ❌ fails them, ⬜ not run "
-        "yet, as your notebooks were last saved. Hidden tests run when your notebook is "
-        "graded.</small></p>"
+        + "</tbody></table><p><small>"
+        + f"{_mark('passed')} passes its public checks {_mark('failed')} fails them "
+        + f"{_mark('not run')} not attempted or not run yet, as your notebooks were last saved "
+        "(hover over a square for its exercise). Hidden tests run when your notebook is graded."
+        "</small></p>"
     )
 
 

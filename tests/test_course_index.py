@@ -66,7 +66,7 @@ def test_progress_counts_passed_exercises_per_module(tmp_path):
     assert "1 of 3 exercises pass their checks" in lines[1]
     page = index_html(list(rows.values()))
     assert '<a href="01_accumulation.ipynb">' in page and "1 / 3" in page
-    assert 'title="train_accumulated: failed"' in page
+    assert 'title="train_accumulated: failed"' in page and "#c62828" in page
 
 
 def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
