@@ -65,6 +65,7 @@ _EXPORTS = {
     "zero_calculator": "coursekit.widgets",
     "memory_planner": "coursekit.widgets",
     "uses_your": "coursekit.notebook",
+    "submit": "coursekit.hand_in",
     "quiz": "coursekit.quizzes",
     "samples_per_second": "coursekit.training",
     "train_accumulated": "coursekit.training",

@@ -1,4 +1,4 @@
-"""``coursekit``: one sub-command per job (doctor, build, start)."""
+"""``coursekit``: one sub-command per job (doctor, build, start, submit, grade, ...)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,18 @@ def _start(args: argparse.Namespace) -> int:
 
     root = Path(args.root).resolve() if args.root else find_course_root()
     return start_lab(root, port=args.port, open_browser=not args.no_browser)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from coursekit.grading.submission import SubmissionError, describe, pack
+
+    try:
+        packed = pack(args.notebook, args.student, args.out)
+    except SubmissionError as error:
+        print(f"coursekit submit: {error}", file=sys.stderr)
+        return 2
+    print(describe(packed))
+    return 0
 
 
 def _grade(args: argparse.Namespace) -> int:
@@ -116,8 +128,16 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--root", help="course folder (default: found from the current folder)")
     build.set_defaults(run=_build)
 
+    submit = commands.add_parser("submit", help="pack a saved notebook into a file to hand in")
+    submit.add_argument("notebook", help="the .ipynb file you worked in, saved")
+    submit.add_argument("--student", required=True, help="your name, as your instructor knows it")
+    submit.add_argument("--out", help="folder to write to (default: the notebook's folder)")
+    submit.set_defaults(run=_submit)
+
     grade = commands.add_parser("grade", help="grade a folder of hand-ins into the gradebook")
-    grade.add_argument("hand_ins", nargs="+", metavar="HAND_IN", help="notebooks or folders")
+    grade.add_argument(
+        "hand_ins", nargs="+", metavar="HAND_IN", help="notebooks, packed hand-ins or folders"
+    )
     grade.add_argument("--assignment", required=True, help="module notebook, e.g. 01_accumulation")
     grade.add_argument("--workers", type=int, default=1, help="hand-ins graded at once")
     grade.add_argument("--gradebook", default="gradebook.sqlite", help="SQLite gradebook file")

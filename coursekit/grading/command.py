@@ -12,19 +12,19 @@ from coursekit.course import MODULES
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
 from coursekit.grading.handin import read_hand_in, student_name
+from coursekit.grading.packed import PACKED_SUFFIX
 from coursekit.grading.sandbox import Limits
 from coursekit.progress import Progress
 
 
 def expand(hand_ins: list[str]) -> list[str]:
-    """Files as given; folders searched for notebooks (checkpoints left out)."""
+    """Files as given; folders searched for notebooks and packed hand-ins (no checkpoints)."""
     paths = []
     for item in hand_ins:
         path = Path(item)
         if path.is_dir():
-            paths += sorted(
-                str(p) for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
-            )
+            found = [*path.rglob("*.ipynb"), *path.rglob(f"*{PACKED_SUFFIX}")]
+            paths += sorted(str(p) for p in found if ".ipynb_checkpoints" not in p.parts)
         else:
             paths.append(str(path))
     return paths

@@ -88,7 +88,7 @@ body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
 
 
 def feedback_page(grade: Grade) -> str:
-    """A page a student can read: the score, each question's feedback, notes on cells."""
+    """A page a student can read: the score, each question's feedback, notes on the hand-in."""
     esc = html.escape
     questions = "\n".join(
         f'<div class="question {"full" if q["score"] == q["max_score"] else "partial"}">'
@@ -98,7 +98,7 @@ def feedback_page(grade: Grade) -> str:
     )
     notes = grade.result.get("notes") or []
     notes_html = (
-        '<div class="notes"><h2>About your notebook\'s cells</h2><p>These cost no points; they '
+        '<div class="notes"><h2>About your hand-in</h2><p>These cost no points; they '
         "may explain a failing test.</p><ul>"
         + "".join(f"<li>{esc(n)}</li>" for n in notes)
         + "</ul></div>"

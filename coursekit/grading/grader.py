@@ -195,13 +195,15 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
     result.student, result.sha256 = hand_in.student, hand_in.sha256
     run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.landlock)
     result.notes = _cell_notes(run)
+    flags = [f"Flagged for review: {flag}." for flag in hand_in.flags]
     found = suspicious(hand_in.cells)
     if found:
-        result.notes.insert(
+        flags.insert(
             0,
             "Flagged for review: the notebook uses the grader's own machinery "
             f"({', '.join(found)}); an instructor will read it.",
         )
+    result.notes[:0] = flags
     if run.failure:
         result.error = run.failure
         result.questions = _zero(plan, "Not graded: see the error.")
@@ -218,8 +220,23 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
             )
             result.questions.append(as_dict(graded))
         result.score = round(sum(q["score"] for q in result.questions), 4)
+        result.notes += _claim_notes(hand_in.claimed_passed, result.questions)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _claim_notes(claimed_passed: tuple[str, ...], questions: list[dict]) -> list[str]:
+    """Questions a packed file's manifest says passed in the notebook, that lost points here.
+
+    Not a flag: saved outputs may be older than the code, and hidden tests try more cases.
+    """
+    return [
+        f"{q['name']}: its check showed [passed] in the notebook as packed, and grading took "
+        "points off: the hidden tests try cases the public checks do not, or the code changed "
+        "after its check ran."
+        for q in questions
+        if q["name"] in claimed_passed and q["score"] < q["max_score"]
+    ]
 
 
 def _zero(plan: Plan, feedback: str) -> list[dict]:

@@ -1,4 +1,8 @@
-"""Reading a hand-in: is it a notebook, for which assignment, by whom, and its code cells."""
+"""Reading a hand-in: is it a notebook, for which assignment, by whom, and its code cells.
+
+A hand-in is a notebook file or a packed one (``coursekit submit``: a zip holding the notebook
+and a manifest, see :mod:`coursekit.grading.packed`); either way its code cells are graded.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,16 @@ from pathlib import Path
 
 from coursekit.authoring.markup import question_name
 from coursekit.checks import QUESTIONS
-
-MAX_HAND_IN_BYTES = 20 * 2**20
+from coursekit.course import MODULES
+from coursekit.grading.packed import (
+    MAX_HAND_IN_BYTES,
+    PACKED_SUFFIX,
+    PASSED,
+    PackedFileError,
+    disagreements,
+    is_packed,
+    unpack,
+)
 
 
 class HandInError(ValueError):
@@ -23,6 +35,8 @@ class HandIn:
     sha256: str
     student: str
     cells: list[str]  # code cell sources, in order
+    flags: tuple[str, ...] = ()  # why an instructor should read it (a packed file's manifest)
+    claimed_passed: tuple[str, ...] = ()  # questions its manifest says passed when packed
 
 
 def student_name(path: Path, assignment: str) -> str:
@@ -30,10 +44,20 @@ def student_name(path: Path, assignment: str) -> str:
 
     ``hand-ins/alice/01_accumulation.ipynb`` and ``hand-ins/alice.ipynb`` are both alice's.
     Never from the notebook's contents: a hand-in must not be able to claim another name.
+    A packed file is named ``ada-01_accumulation.coursekit.zip`` (any ``.zip`` ending), so the
+    ``-ASSIGNMENT`` ending, of any module, is dropped: ``ada-00_welcome.coursekit.zip`` is
+    ada's, and refused when it is not the assignment being graded.
     """
-    if path.stem == assignment and path.parent.name:
+    name, stem = path.name, path.stem
+    if name.lower().endswith(".zip"):
+        stem = name[: -len(PACKED_SUFFIX)] if name.endswith(PACKED_SUFFIX) else stem
+        for module in (assignment, *(m.name for m in MODULES)):
+            if stem.endswith(f"-{module}") and len(stem) > len(module) + 1:
+                stem = stem[: -len(module) - 1]
+                break
+    if stem == assignment and path.parent.name:
         return path.parent.name
-    return path.stem
+    return stem
 
 
 def _coursekit_metadata(notebook) -> dict:
@@ -56,8 +80,16 @@ def read_hand_in(path: str | Path, assignment: str) -> HandIn:
             "save, and hand it in again."
         )
     data = path.read_bytes()
+    notebook_bytes, manifest, flags = data, None, []
+    if is_packed(path, data):
+        try:
+            unpacked = unpack(data)
+        except PackedFileError as error:
+            raise HandInError(str(error)) from None
+        notebook_bytes, manifest = unpacked.notebook, unpacked.manifest
+        flags = list(unpacked.problems)
     try:  # without validation: any JSON with a list of cells is worth grading
-        notebook = json.loads(data.decode("utf-8"))
+        notebook = json.loads(notebook_bytes.decode("utf-8"))
         cells = notebook["cells"]
         if not isinstance(cells, list):
             raise ValueError("no list of cells")
@@ -76,11 +108,23 @@ def read_hand_in(path: str | Path, assignment: str) -> HandIn:
     declared = {question_name({"cell_type": "code", "source": s}) for s in sources if s}
     declared.discard(None)
     _check_assignment(_coursekit_metadata(notebook), declared, assignment)
+    student = student_name(path, assignment)
+    claimed: tuple[str, ...] = ()
+    if manifest is not None:
+        flags += disagreements(manifest, notebook_bytes, student, assignment)
+        checks = manifest.get("checks")
+        this_notebook = (
+            manifest.get("notebook_sha256") == hashlib.sha256(notebook_bytes).hexdigest()
+        )
+        if this_notebook and isinstance(checks, dict):  # the claims are about this notebook
+            claimed = tuple(str(q) for q, status in checks.items() if status == PASSED)
     return HandIn(
         path=str(path),
         sha256=hashlib.sha256(data).hexdigest(),
-        student=student_name(path, assignment),
+        student=student,
         cells=sources,
+        flags=tuple(flags),
+        claimed_passed=claimed,
     )
 
 
