@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,30 +17,9 @@ import nbformat
 
 from coursekit.authoring.markup import question_name
 from coursekit.course import MODULES, Module
+from coursekit.grading.submission import NOT_RUN, saved_checks
 
 INDEX_NOTEBOOK = "index.ipynb"
-#: The first line a check prints: ``[passed] accumulate_window: 6 of 6 public checks pass.``
-VERDICT = re.compile(r"^\[(passed|failed|not attempted|error)\] (\w+):", re.MULTILINE)
-
-
-def saved_verdicts(notebook: dict) -> dict[str, str]:
-    """``{question: "passed" | "failed" | "not attempted" | "error"}`` from saved outputs.
-
-    Only ``check(...)`` cells' printed verdicts count; a question whose check never ran (or
-    whose output was cleared) is absent. The last verdict of a question wins.
-    """
-    verdicts: dict[str, str] = {}
-    for cell in notebook.get("cells", []):
-        if cell.get("cell_type") != "code":
-            continue
-        for output in cell.get("outputs", []):
-            if output.get("output_type") != "stream":
-                continue
-            text = output.get("text", "")
-            text = "".join(text) if isinstance(text, list) else str(text)
-            for status, question in VERDICT.findall(text):
-                verdicts[question] = status
-    return verdicts
 
 
 def exercise_questions(path: Path) -> list[str]:
@@ -75,7 +53,7 @@ class ModuleProgress:
         return sum(self.verdicts.get(q) == "passed" for q in self.questions)
 
     def status(self, question: str) -> str:
-        return self.verdicts.get(question, "not run")
+        return self.verdicts.get(question, NOT_RUN)
 
 
 def course_progress(root: Path, work: Path) -> list[ModuleProgress]:
@@ -88,7 +66,8 @@ def course_progress(root: Path, work: Path) -> list[ModuleProgress]:
         verdicts = {}
         if copy.exists():
             try:
-                verdicts = saved_verdicts(json.loads(copy.read_text(encoding="utf-8")))
+                saved = saved_checks(json.loads(copy.read_text(encoding="utf-8")))
+                verdicts = {q: status for q, status in saved.items() if status != NOT_RUN}
             except (OSError, ValueError):
                 verdicts = {}  # a notebook being written, or damaged: shown as not run
         rows.append(ModuleProgress(module, copy if copy.exists() else None, questions, verdicts))

@@ -11,7 +11,6 @@ from coursekit.course_index import (
     course_progress,
     exercise_questions,
     index_html,
-    saved_verdicts,
     summary_lines,
     write_index,
 )
@@ -29,22 +28,6 @@ def _with_verdicts(path, verdicts: dict[str, str]):
                 text = f"[{verdicts[name]}] {name}: details\n"
                 cell["outputs"] = [{"output_type": "stream", "name": "stdout", "text": [text]}]
     return notebook
-
-
-def test_verdicts_come_from_saved_check_outputs_and_the_last_one_wins():
-    notebook = {
-        "cells": [
-            {"cell_type": "markdown", "source": "[passed] not_a_check: in prose"},
-            {"cell_type": "code", "outputs": [{"output_type": "stream", "text": "[failed] a: x"}]},
-            {
-                "cell_type": "code",
-                "outputs": [{"output_type": "stream", "text": ["[passed] a: y"]}],
-            },
-            {"cell_type": "code", "outputs": [{"output_type": "stream", "text": "\n[error] b: z"}]},
-            {"cell_type": "code", "outputs": [{"output_type": "execute_result", "data": {}}]},
-        ]
-    }
-    assert saved_verdicts(notebook) == {"a": "passed", "b": "error"}
 
 
 def test_progress_counts_passed_exercises_per_module(tmp_path):
