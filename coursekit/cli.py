@@ -7,14 +7,19 @@ import sys
 from pathlib import Path
 
 
-def find_course_root(start: Path | None = None) -> Path:
-    """The nearest folder, from ``start`` upwards, that holds ``notebooks/``."""
+def find_course_root(start: Path | None = None, marker: str = "notebooks") -> Path:
+    """The nearest folder, from ``start`` upwards, that holds ``marker/``.
+
+    Instructors' commands need ``notebooks/`` (the sources and reference solutions);
+    ``start`` needs only ``exercises/``, so it also works in a student copy published
+    without the sources.
+    """
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "notebooks").is_dir():
+        if (folder / marker).is_dir():
             return folder
     raise SystemExit(
-        f"coursekit: no course found at or above {here} (looked for a notebooks/ folder). "
+        f"coursekit: no course found at or above {here} (looked for a {marker}/ folder). "
         "Run this inside the course repository, or pass --root."
     )
 
@@ -52,7 +57,7 @@ def _build(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace) -> int:
     from coursekit.launch import start_lab
 
-    root = Path(args.root).resolve() if args.root else find_course_root()
+    root = Path(args.root).resolve() if args.root else find_course_root(marker="exercises")
     return start_lab(root, port=args.port, open_browser=not args.no_browser)
 
 

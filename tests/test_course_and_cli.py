@@ -124,6 +124,16 @@ def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys
     assert "--ServerApp.open_browser=False" in seen["command"]
 
 
+def test_start_finds_a_student_copy_without_the_sources(tmp_path):
+    from coursekit.cli import find_course_root
+
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "my-work").mkdir()
+    assert find_course_root(tmp_path / "my-work", marker="exercises") == tmp_path
+    with pytest.raises(SystemExit, match="looked for a notebooks/ folder"):
+        find_course_root(tmp_path / "my-work")
+
+
 def test_start_moves_on_when_lab_loses_the_port_race(monkeypatch, capsys, tmp_path):
     (tmp_path / "notebooks").mkdir()
     (tmp_path / "exercises").mkdir()
