@@ -73,6 +73,20 @@ class StepCounter:
         self.lrs.append(float(self.optimizer.param_groups[0]["lr"]))
 
 
+class SchedulerSteps:
+    """Counts ``scheduler.step()`` calls: stepped per micro-batch or never is a named mistake."""
+
+    def __init__(self, scheduler: torch.optim.lr_scheduler.LRScheduler):
+        self.count = 0
+        original = scheduler.step
+
+        def counted(*args, **kwargs):
+            self.count += 1
+            return original(*args, **kwargs)
+
+        scheduler.step = counted
+
+
 def as_floats(values) -> list[float] | str:
     """Returned losses as floats; the type's name when they are not a sequence of numbers."""
     try:

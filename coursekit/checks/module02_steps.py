@@ -11,7 +11,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from coursekit.checks.instruments import SINGLE_BACKWARD, StepCounter, Watch, weights_of
+from coursekit.checks.instruments import (
+    SINGLE_BACKWARD,
+    SchedulerSteps,
+    StepCounter,
+    Watch,
+    weights_of,
+)
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
@@ -437,21 +443,14 @@ class TrainScheduled(Question):
     def run(self, fn, spec):
         model, optimizer, scheduler, micro_batches = _scheduled_problem(spec)
         counter = StepCounter(model, optimizer)
-        scheduler_steps = [0]
-        original = scheduler.step
-
-        def counted_step(*args, **kwargs):
-            scheduler_steps[0] += 1
-            return original(*args, **kwargs)
-
-        scheduler.step = counted_step
+        scheduler_steps = SchedulerSteps(scheduler)
         watch = Watch(model)
         fn(model, optimizer, scheduler, nn.MSELoss(), micro_batches, spec["accum_steps"])
         return {
             "weights": weights_of(model),
             "lrs": counter.lrs,
             "optimizer_steps": counter.steps,
-            "scheduler_steps": scheduler_steps[0],
+            "scheduler_steps": scheduler_steps.count,
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
         }

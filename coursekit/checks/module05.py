@@ -17,6 +17,7 @@ from torch import nn
 from coursekit.budget import plan_accumulation
 from coursekit.checks.instruments import (
     SINGLE_BACKWARD,
+    SchedulerSteps,
     StepCounter,
     Watch,
     as_float,
@@ -278,14 +279,7 @@ class RecipeWindow(Question):
     def run(self, fn, spec):
         model, optimizer, scheduler, windows = _recipe_problem(spec)
         counter = StepCounter(model, optimizer)
-        scheduler_steps = [0]
-        original = scheduler.step
-
-        def counted_step(*args, **kwargs):
-            scheduler_steps[0] += 1
-            return original(*args, **kwargs)
-
-        scheduler.step = counted_step
+        scheduler_steps = SchedulerSteps(scheduler)
         watch = Watch(model)
         autocast = []  # per forward: the autocast dtype in force on the CPU, or None
         model.register_forward_pre_hook(
@@ -304,7 +298,7 @@ class RecipeWindow(Question):
             "losses": losses,
             "lrs": counter.lrs,
             "optimizer_steps": counter.steps,
-            "scheduler_steps": scheduler_steps[0],
+            "scheduler_steps": scheduler_steps.count,
             "grad_left": any(p.grad is not None and bool(p.grad.any()) for p in model.parameters()),
             "zero_grads": counter.zero_grads,
             "autocast": autocast,
