@@ -1,0 +1,177 @@
+"""Every exercise and solution notebook, run from JupyterLab's Run menu in headless Chromium.
+
+What only a browser shows: each widget renders (no "Error displaying widget"), each module's
+closing quiz appears as options and buttons, and the notebooks run to the end in JupyterLab
+itself with no error output (solutions under strict checks, exercises as students get them).
+A screenshot of each notebook is kept in artifacts/browser/ for a person to look at.
+
+Skipped, with the reason, where playwright or Debian's chromium is missing (./scripts/setup
+installs both where it can).
+"""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from coursekit.course import MODULES
+from tests.lab_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    STRICT_KERNEL,
+    VIEWPORT,
+    WIDGET_MIME,
+    NotebookHung,
+    RunResult,
+    copy_notebook,
+    error_outputs,
+    missing_browser_reason,
+    open_notebook,
+    read_results,
+    run_all_cells,
+    running_lab,
+    screenshot_notebook,
+    settle_widgets,
+    unexecuted_cells,
+)
+
+REASON = missing_browser_reason()
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.notebook,
+    pytest.mark.skipif(REASON is not None, reason=f"browser test: {REASON}"),
+]
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts" / "browser"
+NOTEBOOKS = [(folder, m.name) for folder in ("exercises", "solutions") for m in MODULES]
+#: The slowest notebook (module 4) takes under a minute on two cores; a hang shows long before.
+RUN_TIMEOUT_S = 240
+OPEN_TIMEOUT_S = 60
+
+
+def kernel_for(folder: str) -> str:
+    """Solutions run with strict checks (as under nbval), exercises as students get them."""
+    return STRICT_KERNEL if folder == "solutions" else "python3"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """One JupyterLab for every notebook, serving copies in a temporary folder."""
+    workdir = tmp_path_factory.mktemp("jupyterlab")
+    for folder, name in NOTEBOOKS:
+        source = REPO / folder / f"{name}.ipynb"
+        copy_notebook(source, workdir / "root" / folder / source.name, kernel_for(folder))
+    with running_lab(workdir) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser_context():
+    """One headless Chromium, with a fresh profile, for every notebook.
+
+    The notebooks share its cache, so JupyterLab's scripts load once, not twelve times.
+    """
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        context = chromium.new_context(viewport=VIEWPORT)
+        yield context
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser_context, lab):
+    """A new tab per notebook; its kernel is shut down when the test ends."""
+    tab = browser_context.new_page()
+    yield tab
+    tab.close()
+    lab.shut_down_kernels()
+
+
+def run_in_lab(page, lab, path: str, timeout_s: float, screenshot: Path | None = None):
+    """Open ``path`` (relative to the server's root), Run All Cells, and read the outcome."""
+    open_notebook(page, lab, path, OPEN_TIMEOUT_S)
+    try:
+        run_all_cells(page, path, timeout_s)
+        settle_widgets(page)
+    finally:  # a hung or failed notebook is worth a look too
+        if screenshot:
+            screenshot_notebook(page, screenshot)
+    return read_results(page, path)
+
+
+def quiz_cell(notebook: dict) -> int:
+    """Index of the module's closing ``coursekit.quiz(...).show()`` cell."""
+    return max(
+        index
+        for index, cell in enumerate(notebook["cells"])
+        if cell["cell_type"] == "code" and "quiz(" in "".join(cell["source"])
+    )
+
+
+def unrendered_widgets(result: RunResult) -> list[str]:
+    """Cells whose widget output shows no widget view, with what they show instead."""
+    return [f"cell {w['index'] + 1}: {w['text']!r}" for w in result.widgets if not w["views"]]
+
+
+@pytest.mark.parametrize(("folder", "name"), NOTEBOOKS, ids=[f"{f}-{n}" for f, n in NOTEBOOKS])
+def test_the_notebook_runs_in_jupyterlab_and_its_widgets_render(folder, name, lab, page):
+    path = f"{folder}/{name}.ipynb"
+    shot = ARTIFACTS / f"{folder}-{name}.png"
+    result = run_in_lab(page, lab, path, RUN_TIMEOUT_S, screenshot=shot)
+    notebook = result.notebook
+
+    assert not result.dialogs, f"{path}: JupyterLab opened a dialog: {result.dialogs}"
+    assert result.kernel == kernel_for(folder), f"{path} ran on {result.kernel}"
+    assert not error_outputs(notebook), f"{path}: error outputs: {error_outputs(notebook)}"
+    assert not unexecuted_cells(notebook), f"{path}: cells never ran: {unexecuted_cells(notebook)}"
+    assert result.rendered_cells == len(notebook["cells"]), f"{path}: cells missing from the page"
+    assert not result.widget_errors, f"{path}: {result.widget_errors}"
+    assert not unrendered_widgets(result), (
+        f"{path}: widgets not shown: {unrendered_widgets(result)}"
+    )
+    quiz = {w["index"]: w for w in result.widgets}.get(quiz_cell(notebook))
+    assert quiz, f"{path}: the quiz cell shows no widget"
+    assert quiz["radio_buttons"] and quiz["buttons"], f"{path}: the quiz has no options: {quiz}"
+
+
+# The harness itself, on notebooks broken on purpose: a check that cannot fail checks nothing.
+
+
+def write_notebook(lab, name: str, sources: list[str]) -> str:
+    """A small notebook in the server's root (after a title cell); returns its path there."""
+    cells = [new_markdown_cell(f"# {name}")] + [new_code_cell(s) for s in sources]
+    nb = new_notebook(
+        cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}}
+    )
+    path = f"harness/{name}.ipynb"
+    (lab.root / "harness").mkdir(exist_ok=True)
+    nbformat.write(nb, lab.root / path)
+    return path
+
+
+def test_the_harness_sees_a_missing_widget_and_an_error_but_not_stderr(lab, page):
+    missing_model = {WIDGET_MIME: {"model_id": "none", "version_major": 2, "version_minor": 0}}
+    path = write_notebook(
+        lab,
+        "broken",
+        [
+            f"from IPython.display import display\ndisplay({missing_model!r}, raw=True)",
+            "import sys\nprint('10/10 steps', file=sys.stderr)",  # a progress bar, not an error
+            "raise ValueError('boom')",
+            "print('never runs: Run All stops at the error')",
+        ],
+    )
+    result = run_in_lab(page, lab, path, timeout_s=60)
+    assert error_outputs(result.notebook) == ["cell 4: ValueError: boom"]
+    assert unexecuted_cells(result.notebook) == [5]
+    assert result.widget_errors == ["Error displaying widget: model not found"]
+    assert [w.split(":")[0] for w in unrendered_widgets(result)] == ["cell 2"]
+
+
+def test_the_harness_names_the_cell_that_hangs(lab, page):
+    path = write_notebook(lab, "hangs", ["x = 1", "import time\n\ntime.sleep(600)", "x = 2"])
+    with pytest.raises(NotebookHung, match=r"hangs.ipynb: still running .* at cell 3 of 4"):
+        run_in_lab(page, lab, path, timeout_s=5)
