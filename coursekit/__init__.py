@@ -66,6 +66,7 @@ _EXPORTS = {
     "memory_planner": "coursekit.widgets",
     "uses_your": "coursekit.notebook",
     "quiz": "coursekit.quizzes",
+    "Progress": "coursekit.progress",
     "samples_per_second": "coursekit.training",
     "train_accumulated": "coursekit.training",
     "windows": "coursekit.training",
