@@ -67,6 +67,7 @@ _EXPORTS = {
     "uses_your": "coursekit.notebook",
     "submit": "coursekit.hand_in",
     "quiz": "coursekit.quizzes",
+    "Progress": "coursekit.progress",
     "samples_per_second": "coursekit.training",
     "train_accumulated": "coursekit.training",
     "windows": "coursekit.training",

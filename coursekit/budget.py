@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from coursekit.memory import peak_live_bytes, track_cuda_peak
+from coursekit.progress import Progress
 from coursekit.units import format_bytes
 
 #: What a student can do when not even one sample fits, in the order worth trying.
@@ -207,40 +208,52 @@ class BudgetFit:
         )
 
 
+def search_probes(limit: int) -> int:
+    """The most probes :func:`largest_micro_batch` makes below ``limit``: ``1 + 2 ceil(log2)``
+    (one at 1, doubling up to ``limit``, then bisecting the last doubling's gap)."""
+    return 1 + 2 * math.ceil(math.log2(max(limit, 1)))
+
+
 def fit_micro_batch(
     model: nn.Module,
     make_batch: MakeBatch,
     budget_bytes: int,
     limit: int = 4096,
     loss_fn: Callable = nn.functional.mse_loss,
+    progress: bool = True,
 ) -> BudgetFit:
     """The largest micro-batch whose training step stays within ``budget_bytes``, measured.
 
     Each probe runs one real forward and backward pass (:func:`training_step_bytes`); a CUDA
     out-of-memory error counts as "does not fit". Raises :class:`NothingFits` when a
-    micro-batch of one is already over the budget.
+    micro-batch of one is already over the budget. A progress bar counts the probes against
+    their most (:func:`search_probes`); ``progress=False`` hides it.
     """
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}.")
     measured: dict[int, int] = {}
+    bound = search_probes(limit) if isinstance(limit, int) else 1
+    with Progress(bound, "fitting the micro-batch", enabled=progress) as bar:
 
-    def fits(size: int) -> bool:
+        def fits(size: int) -> bool:
+            try:
+                measured[size] = training_step_bytes(model, make_batch, size, loss_fn)
+            except torch.cuda.OutOfMemoryError:
+                measured[size] = -1
+                model.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+            used = "out of memory" if measured[size] < 0 else format_bytes(measured[size])
+            bar.step(f"micro-batch {size}: {used}")
+            return 0 <= measured[size] <= budget_bytes
+
         try:
-            measured[size] = training_step_bytes(model, make_batch, size, loss_fn)
-        except torch.cuda.OutOfMemoryError:
-            measured[size] = -1
-            model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-            return False
-        return measured[size] <= budget_bytes
-
-    try:
-        size = largest_micro_batch(fits, limit)
-    except NothingFits:
-        one = measured.get(1, -1)
-        needs = "more than the device has" if one < 0 else format_bytes(one)
-        raise NothingFits(
-            f"A micro-batch of 1 needs {needs}, over the budget of {format_bytes(budget_bytes)}. "
-            f"Try {WHEN_NOTHING_FITS}."
-        ) from None
+            size = largest_micro_batch(fits, limit)
+        except NothingFits:
+            one = measured.get(1, -1)
+            needs = "more than the device has" if one < 0 else format_bytes(one)
+            raise NothingFits(
+                f"A micro-batch of 1 needs {needs}, over the budget of "
+                f"{format_bytes(budget_bytes)}. Try {WHEN_NOTHING_FITS}."
+            ) from None
+        bar.total = bar.done  # the search usually ends before its bound: the bar is full
     return BudgetFit(size, budget_bytes, dict(sorted(measured.items())))

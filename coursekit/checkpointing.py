@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
 from coursekit.memory import peak_live_bytes
+from coursekit.progress import Progress
 
 
 class Checkpointed(nn.Module):
@@ -105,11 +106,18 @@ def checkpoint_costs(
     segments_options: tuple[int, ...] = (1, 2, 4, 8),
     loss_fn: Callable = nn.functional.mse_loss,
     repeats: int = 3,
+    progress: bool = True,
 ) -> list[CheckpointCost]:
-    """Memory, compute and time of one training step for each number of segments."""
-    return [
-        CheckpointCost(
-            segments, *step_cost(Checkpointed(model, segments), inputs, targets, loss_fn, repeats)
-        )
-        for segments in segments_options
-    ]
+    """Memory, compute and time of one training step for each number of segments.
+
+    A progress bar counts the settings measured; ``progress=False`` hides it.
+    """
+    costs = []
+    with Progress(len(segments_options), "measuring checkpointing", enabled=progress) as bar:
+        for segments in segments_options:
+            candidate = Checkpointed(model, segments)
+            costs.append(
+                CheckpointCost(segments, *step_cost(candidate, inputs, targets, loss_fn, repeats))
+            )
+            bar.step(f"{segments} segment{'s' if segments > 1 else ''}")
+    return costs

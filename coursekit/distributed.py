@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from coursekit.progress import Progress
+
 # Collectives the course's models use, and how much data each moves, counted in units of
 # the full (unsharded) tensor, the largest tensor argument: an all-reduce moves it twice
 # (reduce-scatter + all-gather, as in the ZeRO paper), an all-gather or a reduce-scatter
@@ -162,12 +164,14 @@ def leave_now() -> None:
     os._exit(0)
 
 
-def run_workers(worker: str, world_size: int = 2, **settings) -> list:
+def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **settings) -> list:
     """Run ``worker`` (``"package.module.function"``) in ``world_size`` gloo processes.
 
     Each process calls ``function(rank, world_size, **settings)`` inside an initialised
     process group; the returned values (one per rank, in rank order) must be picklable.
-    A worker's exception stops all of them and is raised here.
+    A worker's exception stops all of them and is raised here. While they run (starting
+    takes seconds), a progress bar counts the processes that finished and the time so far;
+    ``progress=False`` hides it.
 
     Example:
         >>> results = run_workers("coursekit.distributed_workers.hello", world_size=2)
@@ -177,19 +181,30 @@ def run_workers(worker: str, world_size: int = 2, **settings) -> list:
     import torch.multiprocessing as mp
 
     interface = _loopback_if_needed()
-    with tempfile.TemporaryDirectory(prefix="coursekit-workers-") as folder:
+    label = f"{world_size} processes: {worker.rpartition('.')[2]}"
+    with (
+        tempfile.TemporaryDirectory(prefix="coursekit-workers-") as folder,
+        Progress(world_size, label, enabled=progress) as bar,
+    ):
         started = time.perf_counter()
         os.environ.update(interface)  # the children inherit it
         try:
-            mp.start_processes(
+            context = mp.start_processes(
                 _entry,
                 args=(world_size, folder, worker, settings),
                 nprocs=world_size,
                 start_method="spawn",
+                join=False,
             )
         finally:
             for name in interface:
                 del os.environ[name]
+        while not context.join(timeout=0.1):  # raises if a worker failed, as join=True does
+            while bar.done < sum(not p.is_alive() for p in context.processes):
+                bar.step()
+            bar.update()
+        while bar.done < world_size:
+            bar.step()
         results = []
         for rank in range(world_size):
             results.append(pickle.loads(Path(folder, f"result-{rank}.pickle").read_bytes()))

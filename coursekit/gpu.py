@@ -12,6 +12,7 @@ from torch import nn
 
 from coursekit.data import make_classification, split_micro_batches
 from coursekit.memory import track_cuda_peak
+from coursekit.progress import Progress
 from coursekit.training import samples_per_second, train_accumulated
 
 NO_GPU = (
@@ -45,44 +46,52 @@ def measure_accumulation(
     effective_batch_size: int,
     micro_batch_sizes: tuple[int, ...],
     hidden: int = 2048,
+    progress: bool = True,
 ) -> list[GpuRun]:
     """Train one window per micro-batch size at a fixed effective batch on ``device``.
 
     On CUDA, batches start in pinned CPU memory and move with ``non_blocking=True``, so
-    Python does not wait for each copy and keeps queueing work for the GPU.
+    Python does not wait for each copy and keeps queueing work for the GPU. A progress bar
+    counts the sizes measured; ``progress=False`` hides it.
     """
     cuda = device.type == "cuda"
     inputs, labels = make_classification(effective_batch_size, in_features=256, n_classes=10)
     if cuda:
         inputs, labels = inputs.pin_memory(), labels.pin_memory()
-    runs = []
     for micro in micro_batch_sizes:
         if effective_batch_size % micro:
             raise ValueError(f"{micro} does not divide the effective batch {effective_batch_size}.")
-        accum_steps = effective_batch_size // micro
-        model = gpu_model(hidden=hidden).to(device)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-        micro_batches = split_micro_batches(inputs, labels, micro)
+    runs = []
+    label = f"measuring on {device.type}"
+    with Progress(len(micro_batch_sizes), label, enabled=progress) as bar:
+        for micro in micro_batch_sizes:
+            accum_steps = effective_batch_size // micro
+            model = gpu_model(hidden=hidden).to(device)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+            micro_batches = split_micro_batches(inputs, labels, micro)
 
-        def one_window(model=model, optimizer=optimizer, batches=micro_batches, steps=accum_steps):
-            train_accumulated(
-                model,
-                optimizer,
-                nn.CrossEntropyLoss(),
-                batches,
-                steps,
-                device=device,
-                non_blocking=cuda,
-            )
+            def one_window(
+                model=model, optimizer=optimizer, batches=micro_batches, steps=accum_steps
+            ):
+                train_accumulated(
+                    model,
+                    optimizer,
+                    nn.CrossEntropyLoss(),
+                    batches,
+                    steps,
+                    device=device,
+                    non_blocking=cuda,
+                )
 
-        one_window()  # creates the optimizer state, so the peak below includes it
-        with track_cuda_peak(device) as peak:
-            one_window()
-        speed = samples_per_second(one_window, effective_batch_size, repeats=3)
-        runs.append(GpuRun(micro, accum_steps, peak.peak_bytes, speed))
-        del model, optimizer
-        if cuda:
-            torch.cuda.empty_cache()
+            one_window()  # creates the optimizer state, so the peak below includes it
+            with track_cuda_peak(device) as peak:
+                one_window()
+            speed = samples_per_second(one_window, effective_batch_size, repeats=3, progress=False)
+            runs.append(GpuRun(micro, accum_steps, peak.peak_bytes, speed))
+            del model, optimizer
+            if cuda:
+                torch.cuda.empty_cache()
+            bar.step(f"micro-batch {micro} x {accum_steps}: {speed:,.0f} samples/s")
     return runs
 
 

@@ -98,7 +98,9 @@ def train_recipe(
     The schedule (warm-up, then cosine) is sized in optimizer steps: windows per epoch, the
     last shorter window included, times ``epochs``. AdamW with GPT-style betas. Sequences
     keep their order, so two runs with the same effective batch see the same windows.
-    ``window_fn`` trains one window (the notebook passes the student's own).
+    ``window_fn`` trains one window (the notebook passes the student's own). A progress bar
+    (:class:`coursekit.progress.Progress`) shows the steps and the loss; ``progress=False``
+    hides it.
     """
     device = next(model.parameters()).device
     sizes = [micro_batch_size] * (len(inputs) // micro_batch_size)
@@ -111,14 +113,13 @@ def train_recipe(
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     scheduler = warmup_cosine(optimizer, max(1, round(warmup_fraction * total)), total)
     run = RecipeRun(label or f"micro-batch {micro_batch_size} x {accum_steps}")
-    bar = Progress(total, run.label) if progress else None
     start = time.perf_counter()
-    for _ in range(epochs):
-        for window in windows(micro_batches, accum_steps):
-            run.learning_rates.append(optimizer.param_groups[0]["lr"])
-            run.tokens.append(sum(count_tokens(y) for _, y in window))
-            run.losses.append(window_fn(model, optimizer, scheduler, window, max_norm, dtype))
-            if bar:
+    with Progress(total, run.label, enabled=progress) as bar:
+        for _ in range(epochs):
+            for window in windows(micro_batches, accum_steps):
+                run.learning_rates.append(optimizer.param_groups[0]["lr"])
+                run.tokens.append(sum(count_tokens(y) for _, y in window))
+                run.losses.append(window_fn(model, optimizer, scheduler, window, max_norm, dtype))
                 bar.step(f"loss {run.losses[-1]:.3f}")
     run.seconds = time.perf_counter() - start
     return run

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from coursekit.progress import Progress
+
 Batch = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -84,28 +86,33 @@ def samples_per_second(
     repeats: int = 3,
     warmup: int = 2,
     min_time_s: float = 0.2,
+    progress: bool = True,
 ) -> float:
     """Best-of-``repeats`` throughput of ``run()``, which processes ``n_samples`` samples.
 
     Each repeat calls ``run()`` until at least ``min_time_s`` has passed, so short runs are
     not lost in the clock's noise. The best repeat, not the mean, is reported: slower ones
     measure interference from the rest of the machine, not the code. CUDA work is
-    synchronised before the clock stops.
+    synchronised before the clock stops. A measurement that takes longer than a second shows
+    a progress bar (warm-up calls and repeats); ``progress=False`` hides it.
     """
-    for _ in range(warmup):
-        run()
     best = 0.0
-    for _ in range(repeats):
-        _synchronize()
-        calls, start = 0, time.perf_counter()
-        while True:
+    with Progress(warmup + repeats, "measuring throughput", enabled=progress) as bar:
+        for _ in range(warmup):
             run()
-            calls += 1
+            bar.step("warm-up")
+        for _ in range(repeats):
             _synchronize()
-            elapsed = time.perf_counter() - start
-            if elapsed >= min_time_s:
-                break
-        best = max(best, calls * n_samples / elapsed)
+            calls, start = 0, time.perf_counter()
+            while True:
+                run()
+                calls += 1
+                _synchronize()
+                elapsed = time.perf_counter() - start
+                if elapsed >= min_time_s:
+                    break
+            best = max(best, calls * n_samples / elapsed)
+            bar.step(f"best {best:,.0f} samples/s")
     return best
 
 

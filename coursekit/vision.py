@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from coursekit.data import split_micro_batches
-from coursekit.training import train_accumulated
+from coursekit.progress import Progress
+from coursekit.training import train_accumulated, windows
 
 
 @dataclass
@@ -37,14 +38,22 @@ def train_classifier(
     micro_batch_size: int,
     accum_steps: int,
     epochs: int,
+    label: str = "training",
+    progress: bool = True,
 ) -> ClassifierRun:
-    """``epochs`` passes of accumulated training (coursekit's loop), testing after each."""
+    """``epochs`` passes of accumulated training (coursekit's loop), testing after each.
+
+    A progress bar named ``label`` counts optimizer steps and shows the epoch and the latest
+    loss; ``progress=False`` hides it.
+    """
     run = ClassifierRun()
-    micro_batches = split_micro_batches(*train, micro_batch_size)
-    for _ in range(epochs):
-        model.train()
-        run.step_losses += train_accumulated(
-            model, optimizer, nn.CrossEntropyLoss(), micro_batches, accum_steps
-        )
-        run.test_accuracy.append(accuracy(model, *test))
+    steps = windows(split_micro_batches(*train, micro_batch_size), accum_steps)
+    loss_fn = nn.CrossEntropyLoss()
+    with Progress(epochs * len(steps), label, enabled=progress) as bar:
+        for epoch in range(epochs):
+            model.train()
+            for window in steps:
+                run.step_losses += train_accumulated(model, optimizer, loss_fn, window, accum_steps)
+                bar.step(f"epoch {epoch + 1}/{epochs}, loss {run.step_losses[-1]:.2f}")
+            run.test_accuracy.append(accuracy(model, *test))
     return run

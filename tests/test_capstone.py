@@ -13,6 +13,7 @@ from coursekit.budget import (
     fit_micro_batch,
     largest_micro_batch,
     plan_accumulation,
+    search_probes,
     training_step_bytes,
 )
 from coursekit.checkpointing import Checkpointed, checkpoint_costs
@@ -82,6 +83,19 @@ def test_the_search_finds_the_largest_size_in_few_probes(answer):
     assert largest_micro_batch(fits, limit=1000) == answer
     assert len(probes) <= 2 * math.log2(1000) + 2
     assert len(set(probes)) == len(probes), "no size is measured twice"
+
+
+@settings(max_examples=300, deadline=None)
+@given(limit=st.integers(1, 5000), answer=st.integers(1, 5001))
+def test_the_probes_stay_within_the_bound_fit_micro_batch_shows_on_its_bar(limit, answer):
+    probes = []
+
+    def fits(size):
+        probes.append(size)
+        return size <= answer
+
+    largest_micro_batch(fits, limit)
+    assert len(probes) <= search_probes(limit)
 
 
 def test_the_search_stops_at_the_limit_and_refuses_when_nothing_fits():

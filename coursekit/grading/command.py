@@ -101,7 +101,7 @@ def run_grade(
                 print(f"coursekit grade: {error}", file=sys.stderr)
                 return 2
             run_id = book.start_run(assignment, plan.specs)
-            progress = Progress(len(todo), f"grading {assignment}")
+            flagged = []
 
             def on_result(result: GradeResult) -> None:
                 try:
@@ -120,12 +120,16 @@ def run_grade(
                 note = f"{result.student}: {result.score:g}/{result.max_score:g}"
                 if any(n.startswith("Flagged for review") for n in result.notes):
                     note += " (flagged for review)"
+                    flagged.append(result.student)
                 progress.step(note + (" (error)" if result.error else ""))
                 if as_json:
                     print(json.dumps(result.public()), flush=True)
 
-            grade_all(todo, plan, workers, on_result)
+            with Progress(len(todo), f"grading {assignment}") as progress:
+                grade_all(todo, plan, workers, on_result)
             book.finish_run(run_id)
+            if flagged:  # the bar shows only the latest hand-in: name these once more
+                print(f"Flagged for review: {', '.join(flagged)}", file=sys.stderr)
         if as_json:
             wanted = {(s, h) for s, h in done}
             for grade in book.current_grades(assignment):

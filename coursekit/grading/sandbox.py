@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit.grading import privileges
+from coursekit.progress import ENV as PROGRESS_ENV
 
 RESULT_CAP_BYTES = 20 * 2**20
 _PR_SET_CHILD_SUBREAPER = 36
@@ -113,6 +114,7 @@ def _clean_env(home: Path) -> dict[str, str]:
         # rather than the interface the host name resolves to
         GLOO_SOCKET_IFNAME="lo",
     )
+    env[PROGRESS_ENV] = "0"  # no progress bars from the hand-in's long cells: nobody watches
     return env
 
 
