@@ -54,6 +54,23 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _student_copy(args: argparse.Namespace) -> int:
+    from coursekit.authoring.student_copy import StudentCopyError, make_student_copy
+
+    root = Path(args.root).resolve() if args.root else find_course_root()
+    try:
+        written = make_student_copy(root, Path(args.destination))
+    except StudentCopyError as error:
+        print(f"coursekit student-copy: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote a student copy to {Path(args.destination).resolve()}: "
+        + ", ".join(str(p.relative_to(Path(args.destination).resolve())) for p in written)
+        + ". No solutions/ and no notebooks/: publish this folder, not the course."
+    )
+    return 0
+
+
 def _start(args: argparse.Namespace) -> int:
     from coursekit.launch import start_lab
 
@@ -132,6 +149,13 @@ def parser() -> argparse.ArgumentParser:
     build.add_argument("--check", action="store_true", help="only report files that would change")
     build.add_argument("--root", help="course folder (default: found from the current folder)")
     build.set_defaults(run=_build)
+
+    copy = commands.add_parser(
+        "student-copy", help="copy the course for students, without solutions/ or notebooks/"
+    )
+    copy.add_argument("destination", help="a new or empty folder")
+    copy.add_argument("--root", help="course folder (default: found from the current folder)")
+    copy.set_defaults(run=_student_copy)
 
     submit = commands.add_parser("submit", help="pack a saved notebook into a file to hand in")
     submit.add_argument("notebook", help="the .ipynb file you worked in, saved")

@@ -123,14 +123,24 @@ def ensure_single_process_group() -> None:
     settings = _loopback_if_needed()
     os.environ.update(settings)
     try:
-        store = dist.FileStore(os.path.join(_STORE_FOLDER, f"single-{os.getpid()}"), 1)
+        store = dist.FileStore(os.path.join(_store_folder(), f"single-{os.getpid()}"), 1)
         dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=_TIMEOUT)
     finally:
         for name in settings:
             del os.environ[name]
 
 
-_STORE_FOLDER = tempfile.mkdtemp(prefix="coursekit-store-")
+_STORE_FOLDERS: dict[int, str] = {}
+
+
+def _store_folder() -> str:
+    """A folder for one-process stores, made on first use by this process (not at import:
+    an importing process may hand its modules to another, e.g. a fork into a sandbox)."""
+    if os.getpid() not in _STORE_FOLDERS:
+        _STORE_FOLDERS[os.getpid()] = tempfile.mkdtemp(prefix="coursekit-store-")
+    return _STORE_FOLDERS[os.getpid()]
+
+
 _TIMEOUT = datetime.timedelta(seconds=120)  # a stuck collective fails in minutes, not 30
 
 

@@ -7,12 +7,13 @@ minute; one is the full solution notebook, to keep the real thing in the batch.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
 import nbformat
 
-from tests import student_code
+from tests import hostile, student_code
 
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "01_accumulation"
@@ -35,11 +36,58 @@ def notebook(cells: list[str], assignment: str = ASSIGNMENT) -> str:
     return nbformat.writes(nb)
 
 
-# name -> (cells, expected: "full" | "zero" | "partial", text the feedback or error must hold)
+# Where a hand-in lies under the folder graded, when not at STUDENT.ipynb: the student is
+# the top-level entry, whatever the file inside is called.
+LAYOUT = {
+    "zed": "zed/bob.ipynb",  # not bob's: zed's folder
+    "cat": "cat/homework.ipynb",
+    "dan": "dan/homework.ipynb",  # same file name as cat's: still two students
+    "ada.": "ada..ipynb",  # exports apart from ada's
+    # a file name that is not UTF-8: stored with each byte written as an escape
+    "\\udcff\\udcfenon-utf8": b"\xff\xfenon-utf8.ipynb",
+}
+WRONG = {"accumulate_window": "loss_not_divided", "train_accumulated": "step_every_micro_batch"}
+
+
+# name -> (cells, expected: "full" | "zero" | "partial" | "blank", text the feedback or error
+# must hold); the name is the student the grader must find (see LAYOUT).
 def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
     gradebook, outside, reference = (forbidden[k] for k in ("gradebook", "outside", "reference"))
     socket_path = forbidden.get("socket", outside.with_suffix(".sock"))
+    targets = {
+        "socket": socket_path,
+        "dgram": forbidden.get("dgram", outside.with_suffix(".dgram")),
+    }
     return {
+        **{
+            name: ([IMPORTS, *payload, *answers()], "full", "")
+            for name, payload in hostile.payloads(targets).items()
+        },
+        "forged_results": ([IMPORTS, hostile.FORGE, *answers(**WRONG)], "partial", "not divided"),
+        # Right answers that are coursekit's own: full marks, and flagged for a human to read.
+        "calls_the_reference": ([IMPORTS, hostile.CALLS_THE_REFERENCE, *answers()[1:]], "full", ""),
+        "imports_the_answer": (
+            [IMPORTS, answers()[0], "from coursekit import train_accumulated", answers()[2]],
+            "full",
+            "",
+        ),
+        "surrogate_feedback": (
+            [
+                IMPORTS,
+                *answers()[:2],
+                "def plan_micro_batch(*args):\n    raise ValueError('\\udcff')",
+            ],
+            "partial",
+            "ValueError",
+        ),
+        "bob": ([IMPORTS, *answers()], "full", ""),
+        "zed": ([IMPORTS, *answers(**WRONG)], "partial", "not divided"),
+        "cat": ([IMPORTS, *answers()], "full", ""),
+        "dan": ([IMPORTS, *answers(**WRONG)], "partial", "not divided"),
+        "ada": ([IMPORTS, *answers()], "full", ""),
+        "ada.": ([IMPORTS, *answers(**WRONG)], "partial", "not divided"),
+        list(LAYOUT)[-1]: ([IMPORTS, *answers()], "full", ""),
+        "blank_exercise": (REPO / "exercises" / f"{ASSIGNMENT}.ipynb", "blank", "not attempted"),
         "correct_minimal": ([IMPORTS, *answers()], "full", ""),
         "duplicated_cells": ([IMPORTS, *answers(), *answers()], "full", ""),
         "syntax_error": (
@@ -111,8 +159,8 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
             "full",
             "",
         ),
-        # Sabotages the grader's own bookkeeping: the grader must not stall or flood; this
-        # hand-in loses its points (no result came back) and the batch goes on.
+        # Tries to sabotage the grader's bookkeeping files of old: results travel on a pipe,
+        # so there is nothing to sabotage; the cell that ends the process is skipped.
         "endless_result": (
             [
                 IMPORTS,
@@ -120,8 +168,8 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
                 "import os\nos.symlink('/dev/zero', '../out/result.json')\n"
                 "os.symlink('/dev/zero', '../out/progress.txt')\nos._exit(0)",
             ],
-            "zero",
-            "ended before grading finished",
+            "full",
+            "",
         ),
         "udp_out": (
             [
@@ -235,11 +283,14 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
 
 
 def write_corpus(folder: Path, forbidden: dict[str, Path]) -> dict[str, tuple[Path, str, str]]:
-    """Write every hand-in as ``folder/NAME.ipynb``; return name -> (path, expected, text)."""
+    """Write every hand-in as ``folder/NAME.ipynb`` (or as LAYOUT says); return
+    name -> (path, expected, text)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (content, expected, text) in corpus(forbidden).items():
-        path = folder / f"{name}.ipynb"
+        where = LAYOUT.get(name, f"{name}.ipynb")
+        path = Path(os.fsdecode(os.path.join(os.fsencode(folder), os.fsencode(where))))
+        path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(content, Path):
             shutil.copy(content, path)
         elif isinstance(content, bytes):

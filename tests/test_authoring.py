@@ -229,3 +229,19 @@ def test_generated_notebooks_carry_no_markers_hidden_tests_or_outputs():
         assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text, path
         assert nb.cells[0].id == SETUP_CELL_ID
         assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells)
+
+
+def test_a_student_copy_holds_no_solutions_and_refuses_to_overwrite(tmp_path, capsys):
+    from coursekit.cli import find_course_root, main
+
+    copy = tmp_path / "student-course"
+    assert main(["student-copy", str(copy), "--root", str(REPO)]) == 0
+    assert not (copy / "solutions").exists() and not (copy / "notebooks").exists()
+    assert not (copy / "tests").exists()
+    exercises = sorted(p.name for p in (copy / "exercises").glob("*.ipynb"))
+    assert exercises == sorted(p.name for p in (REPO / "exercises").glob("*.ipynb"))
+    for notebook in copy.rglob("*.ipynb"):
+        assert "BEGIN SOLUTION" not in notebook.read_text(encoding="utf-8")
+    assert find_course_root(copy / "exercises", marker="exercises") == copy
+    assert main(["student-copy", str(copy), "--root", str(REPO)]) == 2
+    assert "is not empty" in capsys.readouterr().err

@@ -257,3 +257,100 @@ def test_grading_an_unknown_assignment_lists_the_graded_ones(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "no graded assignment named '02_loss_scalin'" in err
     assert "02_loss_scaling" in err and "Running the reference" not in err
+
+
+# ------------------------------------------------------------------ odd text, odd names
+
+
+@pytest.mark.parametrize("name", ["ada\rlovelace", "ada\r\nlovelace", "Zoë <b>&</b>", "\tada"])
+def test_a_certificate_for_an_odd_name_verifies(tmp_path, capsys, name):
+    path = tmp_path / "g.sqlite"
+    with Gradebook(path) as book:
+        for module in MODULES:
+            points = sum(q.points for q in questions_of(module.name))
+            if points:
+                book.record(result(name, points, module.name, module.name), None)
+    key, page = tmp_path / "key", tmp_path / "cert.html"
+    assert certify(path, name, key, page) == 0
+    capsys.readouterr()
+    assert main(["verify", str(page), "--key", str(key)]) == 0, capsys.readouterr().out
+
+
+def test_text_a_hand_in_shapes_is_stored_and_exported_losslessly(tmp_path):
+    odd = result(
+        "\udcff\udcfeodd", 3.0, "aaa", error="ValueError: \ud800", feedback="bad \udc80 byte"
+    )
+    odd.path = "hand-ins/\udcff\udcfeodd.ipynb"
+    odd.notes = ["Cell 2 raised ValueError: \ud800."]
+    gradebook = tmp_path / "g.sqlite"
+    with Gradebook(gradebook) as book:
+        book.record(odd, None)
+        (grade,) = book.current_grades()
+        assert book.integrity() == "ok"
+    assert grade.student == "\\udcff\\udcfeodd" and grade.error == "ValueError: \\ud800"
+    assert grade.result["notes"] == ["Cell 2 raised ValueError: \\ud800."]
+    for fmt in ("csv", "gradescope", "html"):
+        out = str(tmp_path / fmt)
+        assert main(["export", "--format", fmt, "--out", out, "--gradebook", str(gradebook)]) == 0
+    (page,) = (tmp_path / "html").iterdir()
+    assert "\\udc80" in page.read_text(encoding="utf-8")
+
+
+def test_every_student_exports_to_a_file_of_their_own():
+    from coursekit.grading.exports import file_stem
+
+    names = ["ada", "ada.", "Ada", "ADA", "a d a", "a_d_a", "ada-", "\\udcffada", "ada/..", ".ada"]
+    stems = [file_stem(n).casefold() for n in names]
+    assert len(set(stems)) == len(names)  # apart even on a file system that ignores case
+    assert file_stem("ada") == "ada"
+
+
+def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(
+    tmp_path, monkeypatch, capsys
+):
+    import sqlite3
+
+    from coursekit.grading import command
+
+    folder = tmp_path / "hand-ins"
+    for name in ("ann", "ben", "cat", "dan"):
+        write_notebook(folder / f"{name}.ipynb", {"coursekit": {"assignment": "01_accumulation"}})
+    gradebook = tmp_path / "g.sqlite"
+    real = Gradebook.record
+
+    def full_after_two(self, graded, run_id):  # SQLite's own error, where SQLite raises it
+        with self._writing():
+            if self._db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0] >= 2:
+                raise sqlite3.OperationalError("database or disk is full")
+        real(self, graded, run_id)
+
+    monkeypatch.setattr(command, "grade_all", _grade_in_order)
+    monkeypatch.setattr(command, "prepare", _no_reference)
+    monkeypatch.setattr(command, "describe_confinement", lambda applied: (["test"], []))
+    monkeypatch.setattr(Gradebook, "record", full_after_two)
+    args = ["grade", str(folder), "--assignment", "01_accumulation", "--gradebook", str(gradebook)]
+    assert main([*args, "--root", str(REPO)]) == 1
+    err = capsys.readouterr().err
+    assert "could not be written: database or disk is full" in err
+    assert "2 result(s) recorded before are kept; 2 hand-in(s) were not recorded" in err
+    with Gradebook(gradebook) as book:
+        assert book.integrity() == "ok"
+        assert sorted(g.student for g in book.current_grades()) == ["ann", "ben"]
+    monkeypatch.setattr(Gradebook, "record", real)
+    assert main([*args, "--root", str(REPO)]) == 0  # the same command grades the rest
+    with Gradebook(gradebook) as book:
+        assert sorted(g.student for g in book.current_grades()) == ["ann", "ben", "cat", "dan"]
+
+
+def _grade_in_order(hand_ins, plan, workers, on_result):
+    from coursekit.grading.grader import file_sha256
+
+    for path, student in hand_ins:  # a stand-in for the sandbox: this test is about storing
+        on_result(GradeResult(path, student, plan.assignment, file_sha256(path), max_score=10.0))
+
+
+def _no_reference(root, assignment, limits, options=None):
+    from coursekit.grading.grader import Plan
+    from coursekit.grading.sandbox import Limits
+
+    return Plan(assignment, {}, {}, Limits())

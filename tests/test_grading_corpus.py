@@ -1,20 +1,29 @@
-"""The autograder on a batch of correct, mistaken and hostile hand-ins, graded together.
+"""The autograder on a batch of correct, blank, mistaken and hostile hand-ins, graded together.
 
 One batch, as an instructor would run it: every hand-in gets its own result and a message a
 student understands, correct ones keep full marks, the batch finishes, and nothing a
-hand-in did reaches the gradebook, the files outside its scratch folder, or the reference.
+hand-in did reaches the gradebook, the files outside its scratch folder, the reference,
+another process, a socket on the host, or another student's grade. When ``grade`` exits, no
+process it started is alive and no scratch folder is left (tests/hostile.py has the attacks).
 """
 
+import contextlib
+import io
 import json
+import os
+import secrets
 import socket
 import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
 
 from coursekit.cli import main
 from coursekit.grading.gradebook import Gradebook
-from tests.handins import ASSIGNMENT, REPO, corpus, write_corpus
+from tests.handins import ASSIGNMENT, LAYOUT, REPO, corpus, write_corpus
+from tests.hostile import MARKERS
 
 pytestmark = [pytest.mark.grading, pytest.mark.module1]
 
@@ -28,6 +37,14 @@ def names_expected(outcome: str) -> list[str]:
 LIMITS = ["--cell-timeout", "10", "--test-timeout", "5", "--timeout", "150"]
 
 
+def _scratch_folders() -> set[str]:
+    return {
+        name
+        for name in os.listdir(tempfile.gettempdir())
+        if name.startswith(("coursekit-hand-in-", "coursekit-store-"))
+    }
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     base = tmp_path_factory.mktemp("grading")
@@ -35,18 +52,27 @@ def graded(tmp_path_factory):
         "gradebook": base / "gradebook.sqlite",
         "outside": base / "outside.txt",
         "reference": REPO / "notebooks" / f"{ASSIGNMENT}.ipynb",
+        "socket": base / "outside.sock",
+        "dgram": base / "outside.dgram",
     }
-    forbidden["socket"] = base / "outside.sock"
     listener = socket.socket(socket.AF_UNIX)
     listener.bind(str(forbidden["socket"]))
+    os.chmod(forbidden["socket"], 0o600)  # root-only, as the systemd or Docker sockets are
     listener.listen()
     listener.setblocking(False)
+    mailbox = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    mailbox.bind(str(forbidden["dgram"]))
+    os.chmod(forbidden["dgram"], 0o600)
+    mailbox.setblocking(False)
+    secret = f"coursekit-secret-{secrets.token_hex(8)}"
+    holder = subprocess.Popen(  # another process on the host, a secret in its command line
+        [sys.executable, "-c", "import time; time.sleep(1800)", secret],
+        env={**os.environ, "COURSEKIT_SECRET": secret},
+    )
     corpus = write_corpus(base / "hand-ins", forbidden)
     sleepers_before = _sleepers()
+    scratch_before = _scratch_folders()
     started = time.monotonic()
-    import contextlib
-    import io
-
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         status = main(
@@ -65,23 +91,39 @@ def graded(tmp_path_factory):
                 *LIMITS,
             ]
         )
+    left = {
+        "sleepers": _sleepers(),
+        "runners": _processes("coursekit.grading.runner"),
+        "scratch": _scratch_folders() - scratch_before,
+    }
     results = {
         json.loads(line)["student"]: json.loads(line) for line in stdout.getvalue().splitlines()
     }
-    return {
+    yield {
         "status": status,
+        "stdout": stdout.getvalue(),
         "results": results,
         "corpus": corpus,
         "forbidden": forbidden,
         "seconds": time.monotonic() - started,
         "sleepers_before": sleepers_before,
+        "left": left,
         "listener": listener,
+        "mailbox": mailbox,
+        "secret": secret,
+        "base": base,
     }
+    holder.kill()
+    holder.wait()
+
+
+def _processes(pattern: str) -> int:
+    done = subprocess.run(["pgrep", "-c", "-f", pattern], capture_output=True, text=True)
+    return int(done.stdout.strip() or 0)
 
 
 def _sleepers() -> int:
-    done = subprocess.run(["pgrep", "-c", "-f", "sleep 300"], capture_output=True, text=True)
-    return int(done.stdout.strip() or 0)
+    return _processes("sleep 300") + _processes("sleep 2999")
 
 
 def test_the_batch_finishes_with_exit_zero_and_a_result_for_every_hand_in(graded):
@@ -96,6 +138,7 @@ def test_the_batch_finishes_with_exit_zero_and_a_result_for_every_hand_in(graded
             "max_score",
             "questions",
             "error",
+            "notes",
         }
         assert result["max_score"] == 10.0
 
@@ -115,6 +158,13 @@ def test_broken_answers_get_partial_credit_and_a_named_reason(graded, name):
     assert 0 < result["score"] < 10.0, result
     feedback = " ".join(q["feedback"] for q in result["questions"])
     assert text in feedback, feedback
+
+
+@pytest.mark.parametrize("name", names_expected("blank"))
+def test_the_exercise_as_handed_out_gets_zero_and_says_not_attempted(graded, name):
+    result = graded["results"][name]
+    assert result["score"] == 0.0 and result["error"] is None
+    assert all("not attempted" in q["feedback"] for q in result["questions"])
 
 
 @pytest.mark.parametrize("name", names_expected("zero"))
@@ -142,6 +192,8 @@ def test_nothing_reached_the_gradebook_the_outside_or_the_reference(graded):
     forbidden = graded["forbidden"]
     with pytest.raises(BlockingIOError):  # no hand-in connected to the socket outside
         graded["listener"].accept()
+    with pytest.raises(BlockingIOError):  # nor sent it a datagram
+        graded["mailbox"].recv(100)
     assert not forbidden["outside"].exists()
     assert forbidden["gradebook"].stat().st_mode & 0o777 != 0o777
     with Gradebook(forbidden["gradebook"]) as book:
@@ -159,7 +211,99 @@ def test_hidden_test_source_never_appears_in_feedback(graded):
 
 
 def test_no_process_a_hand_in_started_is_left_running(graded):
-    assert _sleepers() <= graded["sleepers_before"]
+    # counted as grade returned, before anything else could end them
+    assert graded["left"]["sleepers"] <= graded["sleepers_before"]
+    assert graded["left"]["runners"] == 0
+
+
+def test_no_scratch_folder_is_left_behind(graded):
+    assert graded["left"]["scratch"] == set()
+
+
+def test_no_attack_got_through(graded):
+    everything = json.dumps(graded["results"])
+    for marker in MARKERS:
+        assert marker not in everything, marker
+    assert graded["secret"] not in graded["stdout"]
+    with Gradebook(graded["forbidden"]["gradebook"]) as book:
+        rows = book._db.execute("SELECT result FROM gradings").fetchall()
+    assert not any(graded["secret"] in row for (row,) in rows)
+
+
+@pytest.mark.parametrize("name", ["fill_disk", "many_files"])
+def test_a_hand_in_fills_only_its_own_capped_scratch(graded, name):
+    notes = " ".join(graded["results"][name]["notes"])
+    assert "No space left on device" in notes, notes
+
+
+def test_notes_are_capped_however_a_hand_in_shapes_them(graded):
+    for name in ("patched_dumps_notes", "long_errors"):
+        notes = graded["results"][name]["notes"]
+        assert len(notes) <= 41 and all(len(n) <= 500 for n in notes), name
+    with Gradebook(graded["forbidden"]["gradebook"]) as book:
+        sizes = [len(r) for (r,) in book._db.execute("SELECT result FROM gradings")]
+    assert max(sizes) < 100_000
+
+
+def test_forged_results_gain_nothing_and_are_flagged(graded):
+    forged = graded["results"]["forged_results"]
+    assert forged["score"] == graded["results"]["zed"]["score"] < 10.0  # the same wrong answers
+    assert any("gc.get_objects" in n and n.startswith("Flagged") for n in forged["notes"])
+
+
+@pytest.mark.parametrize(
+    ("name", "seen"),
+    [
+        ("calls_the_reference", "its accumulate_window called coursekit's own answer"),
+        ("imports_the_answer", "its train_accumulated is coursekit's own answer"),
+    ],
+)
+def test_handing_in_coursekits_own_answer_is_flagged(graded, name, seen):
+    assert any(seen in n and n.startswith("Flagged") for n in graded["results"][name]["notes"])
+
+
+def test_writing_into_the_grading_channel_costs_that_cell_and_is_flagged(graded):
+    result = graded["results"]["deep_result_frame"]
+    assert result["score"] == 10.0
+    assert any("wrote into the channel" in n and n.startswith("Flagged") for n in result["notes"])
+
+
+def test_the_student_is_the_top_level_entry_under_the_folder(graded):
+    results = graded["results"]
+    assert results["bob"]["score"] == 10.0 and results["zed"]["score"] < 10.0
+    assert results["zed"]["path"].endswith("zed/bob.ipynb")
+    assert results["cat"]["score"] == 10.0 and results["dan"]["score"] < 10.0
+    assert results["ada"]["score"] == 10.0 and results["ada."]["score"] < 10.0
+    odd = list(LAYOUT)[-1]
+    assert odd.startswith("\\udcff") and results[odd]["score"] == 10.0
+
+
+def test_every_export_works_and_nothing_is_overwritten(graded, tmp_path):
+    gradebook = str(graded["forbidden"]["gradebook"])
+    outputs = {
+        "csv": tmp_path / "grades.csv",
+        "gradescope": tmp_path / "gs",
+        "html": tmp_path / "html",
+    }
+    for fmt, out in outputs.items():
+        assert main(["export", "--format", fmt, "--out", str(out), "--gradebook", gradebook]) == 0
+    students = len(graded["corpus"])
+    assert (
+        len(list((tmp_path / "gs").iterdir()))
+        == len(list((tmp_path / "html").iterdir()))
+        == students
+    )
+    pages = {p.name: p.read_text(encoding="utf-8") for p in (tmp_path / "html").iterdir()}
+    ada = [text for name, text in pages.items() if name.startswith("ada")]
+    assert len(ada) == 2 and sum("10 / 10 points" in text for text in ada) == 1
+    assert any("\\ud800" in text for text in pages.values())  # the surrogate, as an escape
+
+
+def test_json_carries_the_notes_an_instructor_must_see(graded):
+    results = graded["results"]
+    assert any("time limit" in n for n in results["infinite_loop"]["notes"])
+    assert any("skipped" in n for n in results["os_exit"]["notes"])
+    assert any(n.startswith("Flagged") for n in results["monkeypatch_checks"]["notes"])
 
 
 def test_grading_again_is_idempotent(graded, capsys):

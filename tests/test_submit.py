@@ -23,9 +23,10 @@ from nbclient import NotebookClient
 import coursekit
 from coursekit import hand_in
 from coursekit.cli import main
+from coursekit.grading.collect import student_for_file
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import _claim_notes
-from coursekit.grading.handin import HandInError, read_hand_in, student_name
+from coursekit.grading.handin import HandInError, read_hand_in
 from coursekit.grading.packed import MANIFEST, PackedFileError, disagreements, unpack
 from coursekit.grading.submission import SubmissionError, pack, packed_name, saved_checks
 from tests import student_code
@@ -332,9 +333,9 @@ def test_no_manifest_or_extra_files_are_flagged_not_refused():
     ],
 )
 def test_the_student_of_a_packed_file_comes_from_its_name(path, student):
-    assert student_name(Path(path), "01_accumulation") == student
+    assert student_for_file(Path(path), "01_accumulation") == student
     name = packed_name(student, "01_accumulation")
-    assert student_name(Path("hand-ins") / name, "01_accumulation") == student
+    assert student_for_file(Path("hand-ins") / name, "01_accumulation") == student
 
 
 def test_read_hand_in_flags_a_manifest_that_disagrees(executed, tmp_path):

@@ -57,12 +57,19 @@ def issue(name: str, course: str, score_percent: float, key: bytes, on: date | N
     return render(fields), fields
 
 
+def _escape(text: str) -> str:
+    """HTML-escaped, with a carriage return as ``&#13;``: reading a file with newline
+    translation (the default) turns a raw one into a newline, and the page would no longer
+    show what was signed."""
+    return html.escape(text).replace("\r", "&#13;")
+
+
 def render(fields: dict) -> str:
     def shown(name: str) -> str:
-        return f'<span data-field="{name}">{html.escape(fields[name])}</span>'
+        return f'<span data-field="{name}">{_escape(fields[name])}</span>'
 
     block = json.dumps(fields, ensure_ascii=False).replace("</", "<\\/")
-    title = html.escape(fields["name"])
+    title = _escape(fields["name"])
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>Certificate: {title}</title>
 <style>

@@ -1,18 +1,48 @@
-"""Grades out of the gradebook: a CSV, Gradescope results files, and feedback pages."""
+"""Grades out of the gradebook: a CSV, Gradescope results files, and feedback pages.
+
+Every text a hand-in could shape (its student's name from a file name, notes, feedback) is
+written losslessly (:mod:`coursekit.grading.text`), and each student's files get a name no
+other student's can have (:func:`file_stem`), so no page or results file is overwritten.
+"""
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
 import json
 import re
 from pathlib import Path
 
-from coursekit.grading.gradebook import Grade
+from coursekit.grading.text import lossless
 
 
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._") or "student"
+class ExportClash(ValueError):
+    """Two students would be written to one file; the message names both."""
+
+
+def file_stem(student: str) -> str:
+    """A file name for a student's exports, different for every different name.
+
+    Plain lower-case names stay as they are (``ada``); any other name (capitals, which
+    case-insensitive file systems fold, characters that are not safe, a trailing dot) gets
+    a short hash of the exact name: ``ada.`` and ``ada`` export to different files.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", student).strip("._")[:80] or "student"
+    if safe != student or safe.lower() != safe:
+        digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        safe = f"{safe}-{digest}"
+    return safe
+
+
+def _target(folder: Path, grade, suffix: str, taken: dict[str, str]) -> Path:
+    name = f"{file_stem(grade.student)}_{grade.assignment}{suffix}"
+    other = taken.setdefault(name.casefold(), f"{grade.student} ({grade.assignment})")
+    if other != f"{grade.student} ({grade.assignment})":
+        raise ExportClash(
+            f"{lossless(grade.student)!r} and {lossless(other)!r} would both be {name}"
+        )
+    return folder / name
 
 
 def _cell(value) -> str | float:
@@ -22,7 +52,7 @@ def _cell(value) -> str | float:
     return value
 
 
-def write_csv(grades: list[Grade], path: Path) -> Path:
+def write_csv(grades: list, path: Path) -> Path:
     """One row per student and assignment: the current grade."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as handle:
@@ -33,36 +63,39 @@ def write_csv(grades: list[Grade], path: Path) -> Path:
         for g in grades:
             percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
             row = [g.student, g.assignment, g.score, g.max_score, percent, g.graded_at, g.error]
-            writer.writerow([_cell(value) if value is not None else "" for value in row])
+            writer.writerow([_cell(_text(value)) if value is not None else "" for value in row])
     return path
 
 
-def gradescope_results(grade: Grade) -> dict:
+def _text(value):
+    return lossless(value) if isinstance(value, str) else value
+
+
+def gradescope_results(grade) -> dict:
     """Gradescope's autograder ``results.json`` for one hand-in."""
     tests = [
         {
             "name": q["name"],
             "score": q["score"],
             "max_score": q["max_score"],
-            "output": q["feedback"],
+            "output": lossless(q["feedback"]),
             "visibility": "visible",
         }
         for q in grade.result.get("questions", [])
     ]
     results = {"score": grade.score, "tests": tests, "visibility": "visible"}
     if grade.error:
-        results["output"] = grade.error
+        results["output"] = lossless(grade.error)
     return results
 
 
-def write_gradescope(grades: list[Grade], folder: Path) -> list[Path]:
+def write_gradescope(grades: list, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for grade in grades:
-        path = folder / f"{_safe(grade.student)}_{grade.assignment}.json"
-        path.write_text(json.dumps(gradescope_results(grade), indent=2))
-        written.append(path)
-    return written
+    taken: dict[str, str] = {}
+    targets = [_target(folder, grade, ".json", taken) for grade in grades]
+    for grade, path in zip(grades, targets, strict=True):
+        path.write_text(json.dumps(gradescope_results(grade), indent=2), encoding="utf-8")
+    return targets
 
 
 PAGE = """<!doctype html>
@@ -87,9 +120,12 @@ body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
 """
 
 
-def feedback_page(grade: Grade) -> str:
+def feedback_page(grade) -> str:
     """A page a student can read: the score, each question's feedback, notes on the hand-in."""
-    esc = html.escape
+
+    def esc(value) -> str:
+        return html.escape(lossless(value))
+
     questions = "\n".join(
         f'<div class="question {"full" if q["score"] == q["max_score"] else "partial"}">'
         f"<h2>{esc(q['name'])}: {q['score']:g} / {q['max_score']:g}</h2>"
@@ -118,11 +154,10 @@ def feedback_page(grade: Grade) -> str:
     )
 
 
-def write_feedback(grades: list[Grade], folder: Path) -> list[Path]:
+def write_feedback(grades: list, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
-    for grade in grades:
-        path = folder / f"{_safe(grade.student)}_{grade.assignment}.html"
+    taken: dict[str, str] = {}
+    targets = [_target(folder, grade, ".html", taken) for grade in grades]
+    for grade, path in zip(grades, targets, strict=True):
         path.write_text(feedback_page(grade), encoding="utf-8")
-        written.append(path)
-    return written
+    return targets

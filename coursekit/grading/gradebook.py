@@ -4,11 +4,15 @@ A *submission* is one hand-in file's content (its SHA-256) by one student for on
 assignment; each time it is graded, a *grading* row is added. Grading the same file again
 is skipped unless asked for, so re-running a grading run (or resuming a killed one) never
 duplicates or loses a result: each result is written in one transaction as it arrives.
-WAL mode and a busy timeout let two grading runs share the file safely.
+WAL mode and a busy timeout let two grading runs share the file safely. Every text is stored
+losslessly (:func:`coursekit.grading.text.lossless`): a file name that is not UTF-8 cannot
+stop a batch. A write that fails (a full disk, a read-only file) raises
+:class:`GradebookError`, whose message says so; what was committed before is kept.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 from dataclasses import dataclass
@@ -16,6 +20,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from coursekit import __version__
+from coursekit.grading.text import lossless, lossless_tree
+
+
+class GradebookError(RuntimeError):
+    """The gradebook cannot be opened or written; the message names the file and the cause."""
+
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -73,12 +83,15 @@ class Gradebook:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as error:
+            raise GradebookError(f"the gradebook {self.path} cannot be opened: {error}.") from None
 
     def close(self) -> None:
         self._db.close()
@@ -90,14 +103,17 @@ class Gradebook:
         self.close()
 
     def start_run(self, assignment: str, specs: dict) -> int:
-        cursor = self._db.execute(
-            "INSERT INTO runs (assignment, started_at, specs, coursekit_version) VALUES (?,?,?,?)",
-            (assignment, _now(), json.dumps(specs), __version__),
-        )
+        with self._writing():
+            cursor = self._db.execute(
+                "INSERT INTO runs (assignment, started_at, specs, coursekit_version) "
+                "VALUES (?,?,?,?)",
+                (assignment, _now(), json.dumps(specs), __version__),
+            )
         return int(cursor.lastrowid)
 
     def finish_run(self, run_id: int) -> None:
-        self._db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (_now(), run_id))
+        with self._writing():
+            self._db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (_now(), run_id))
 
     def is_graded(self, assignment: str, student: str, sha256: str) -> bool:
         row = self._db.execute(
@@ -109,41 +125,44 @@ class Gradebook:
 
     def record(self, result, run_id: int | None) -> None:
         """Store one grading (and its submission, when new) in a single transaction."""
-        with self._transaction():
+        student, path = lossless(result.student), lossless(result.path)
+        error = lossless(result.error) if result.error is not None else None
+        document = json.dumps(lossless_tree(result.public()))
+        with self._writing(), self._transaction():
             self._db.execute(
                 "INSERT OR IGNORE INTO submissions (assignment, student, sha256, path, first_seen) "
                 "VALUES (?,?,?,?,?)",
-                (result.assignment, result.student, result.sha256, result.path, _now()),
+                (result.assignment, student, result.sha256, path, _now()),
             )
             (submission_id,) = self._db.execute(
                 "SELECT id FROM submissions WHERE assignment = ? AND student = ? AND sha256 = ?",
-                (result.assignment, result.student, result.sha256),
+                (result.assignment, student, result.sha256),
             ).fetchone()
             self._db.execute(
                 "INSERT INTO gradings (submission_id, run_id, graded_at, score, max_score, error,"
                 " result) VALUES (?,?,?,?,?,?,?)",
-                (
-                    submission_id,
-                    run_id,
-                    _now(),
-                    result.score,
-                    result.max_score,
-                    result.error,
-                    json.dumps(result.public() | {"notes": result.notes}),
-                ),
+                (submission_id, run_id, _now(), result.score, result.max_score, error, document),
             )
 
+    @contextlib.contextmanager
+    def _writing(self):
+        try:
+            yield
+        except sqlite3.Error as error:
+            raise GradebookError(
+                f"the gradebook {self.path} could not be written: {error}."
+            ) from None
+
+    @contextlib.contextmanager
     def _transaction(self):
-        db = self._db
-
-        class _Transaction:
-            def __enter__(self):
-                db.execute("BEGIN IMMEDIATE")
-
-            def __exit__(self, kind, value, tb):
-                db.execute("ROLLBACK" if kind else "COMMIT")
-
-        return _Transaction()
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def current_grades(self, assignment: str | None = None) -> list[Grade]:
         """One row per (student, assignment): the newest grading of the newest hand-in."""

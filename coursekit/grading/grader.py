@@ -7,10 +7,14 @@ happens here, in the grader, never in a process that ran a hand-in's code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 import random
 import re
 import secrets
+import signal
+import stat
 import sys
 import time
 import traceback
@@ -25,9 +29,16 @@ import nbformat
 from coursekit.authoring.build import read_source, render
 from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
-from coursekit.grading.handin import HandInError, read_hand_in, student_name
+from coursekit.grading.handin import HandInError, read_hand_in
 from coursekit.grading.judging import as_dict, judge_question
-from coursekit.grading.sandbox import Limits, run_hand_in, start_worker
+from coursekit.grading.sandbox import (
+    Limits,
+    Options,
+    SandboxSetupError,
+    run_hand_in,
+    start_worker,
+)
+from coursekit.grading.text import capped_notes, for_terminal, lossless
 
 
 class GraderError(RuntimeError):
@@ -48,7 +59,8 @@ class GradeResult:
     seconds: float = 0.0
 
     def public(self) -> dict:
-        """The ``--json`` object: what a hand-in got, and why."""
+        """The ``--json`` object: what a hand-in got, and why (notes: cells that failed,
+        timed out or ended the process, and flags for review)."""
         return {
             "path": self.path,
             "student": self.student,
@@ -63,6 +75,7 @@ class GradeResult:
                 for q in self.questions
             ],
             "error": self.error,
+            "notes": list(self.notes),
         }
 
 
@@ -74,7 +87,8 @@ class Plan:
     specs: dict[str, list[dict]]
     expected: dict[str, list[dict]]
     limits: Limits
-    landlock: bool = True
+    options: Options = field(default_factory=Options)
+    confinement: dict = field(default_factory=dict)  # what the reference run's sandbox had
 
     @property
     def max_score(self) -> float:
@@ -107,16 +121,25 @@ def prepare(
     assignment: str,
     limits: Limits,
     seed: int | None = None,
-    landlock: bool = True,
+    options: Options | None = None,
 ) -> Plan:
-    """Draw the specs and compute the reference's outputs on them, checked against coursekit."""
+    """Draw the specs and compute the reference's outputs on them, checked against coursekit.
+
+    The course's folder is hidden from every sandbox (its ``notebooks/`` hold the reference).
+    """
     rng = random.Random(secrets.randbits(64) if seed is None else seed)
     specs = draw_specs(assignment, rng)
-    plan = Plan(assignment, specs, {}, limits, landlock)
+    options = options or Options()
+    options = Options(options.landlock, options.isolation, (*options.hidden, str(root.resolve())))
+    plan = Plan(assignment, specs, {}, limits, options)
     reference_limits = Limits(
         **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
     )
-    run = run_hand_in(solution_cells(root, assignment), plan.tasks(), reference_limits, landlock)
+    try:
+        run = run_hand_in(solution_cells(root, assignment), plan.tasks(), reference_limits, options)
+    except SandboxSetupError as error:
+        raise GraderError(f"The grading sandbox could not be set up: {error}") from None
+    plan.confinement = run.confinement
     if run.failure or len(run.tasks) != len(plan.tasks()):
         raise GraderError(f"The reference solution of {assignment} could not run: {run.failure}")
     records = iter(run.tasks)
@@ -155,13 +178,22 @@ def suspicious(cells: list[str]) -> list[str]:
 
 
 def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a regular file's bytes ("" for anything else: a link, a FIFO, a folder)."""
+    digest = hashlib.sha256()
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return ""
+        while chunk := handle.read(2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _cell_notes(run) -> list[str]:
+    """One note per cell that failed, timed out or ended the process: no points, context."""
     notes = [
         f"Cell {index + 1} was skipped: {why}. Grading ran the rest of the notebook without it."
         for index, why in sorted(run.killed_cells.items())
@@ -175,25 +207,21 @@ def _cell_notes(run) -> list[str]:
     return notes
 
 
-def grade_path(path: str, plan: Plan) -> GradeResult:
+def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
     """Grade one hand-in file. Never raises for a hand-in's sake: errors become results."""
     started = time.monotonic()
-    result = GradeResult(
-        path=str(path),
-        student=student_name(Path(path), plan.assignment),
-        assignment=plan.assignment,
-    )
+    result = GradeResult(path=lossless(path), student=student, assignment=plan.assignment)
     result.max_score = plan.max_score
     result.sha256 = file_sha256(path)  # also for files that are no notebook: grade them once
     try:
-        hand_in = read_hand_in(path, plan.assignment)
+        hand_in = read_hand_in(path, plan.assignment, student)
     except HandInError as error:
-        result.error = str(error)
+        result.error = lossless(error)
         result.questions = _zero(plan, "Not graded: see the error.")
         result.seconds = time.monotonic() - started
         return result
-    result.student, result.sha256 = hand_in.student, hand_in.sha256
-    run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.landlock)
+    result.sha256 = hand_in.sha256
+    run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.options)
     result.notes = _cell_notes(run)
     flags = [f"Flagged for review: {flag}." for flag in hand_in.flags]
     found = suspicious(hand_in.cells)
@@ -203,6 +231,10 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
             "Flagged for review: the notebook uses the grader's own machinery "
             f"({', '.join(found)}); an instructor will read it.",
         )
+    flags += [
+        f"Flagged for review: while it ran, {what}; an instructor will read it."
+        for what in run.flags
+    ]
     result.notes[:0] = flags
     if run.failure:
         result.error = run.failure
@@ -221,6 +253,7 @@ def grade_path(path: str, plan: Plan) -> GradeResult:
             result.questions.append(as_dict(graded))
         result.score = round(sum(q["score"] for q in result.questions), 4)
         result.notes += _claim_notes(hand_in.claimed_passed, result.questions)
+    result.notes = capped_notes(result.notes)
     result.seconds = time.monotonic() - started
     return result
 
@@ -254,17 +287,13 @@ def _zero(plan: Plan, feedback: str) -> list[dict]:
     ]
 
 
-def _safe_grade(path: str, plan: Plan) -> GradeResult:
+def _safe_grade(path: str, student: str, plan: Plan) -> GradeResult:
     try:
-        return grade_path(path, plan)
+        return grade_path(path, student, plan)
     except Exception:  # a grader bug must not end the batch: report it on this hand-in
-        print(f"coursekit grade: the grader failed on {path}:", file=sys.stderr)
+        print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
         traceback.print_exc()
-        result = GradeResult(
-            path=str(path),
-            student=student_name(Path(path), plan.assignment),
-            assignment=plan.assignment,
-        )
+        result = GradeResult(path=lossless(path), student=student, assignment=plan.assignment)
         result.sha256 = file_sha256(path)
         result.max_score = plan.max_score
         result.error = "The grader failed on this hand-in; tell your instructor."
@@ -273,14 +302,30 @@ def _safe_grade(path: str, plan: Plan) -> GradeResult:
 
 
 def grade_all(
-    paths: Iterable[str], plan: Plan, workers: int, on_result: Callable[[GradeResult], None]
+    hand_ins: Iterable[tuple[str, str]],
+    plan: Plan,
+    workers: int,
+    on_result: Callable[[GradeResult], None],
 ) -> None:
-    """Grade hand-ins in parallel worker processes; ``on_result`` runs here, one at a time."""
-    paths = list(paths)
-    if not paths:
+    """Grade (path, student) hand-ins in parallel worker processes; ``on_result`` runs here,
+    one at a time. If it raises, hand-ins still running are stopped (their sandboxes
+    cleaned up) and none not yet started is begun; the exception then propagates."""
+    hand_ins = list(hand_ins)
+    if not hand_ins:
         return
     context = get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker) as pool:
-        futures = [pool.submit(_safe_grade, path, plan) for path in paths]
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker)
+    futures = []
+    try:
+        futures = [pool.submit(_safe_grade, path, student, plan) for path, student in hand_ins]
         for future in as_completed(futures):
             on_result(future.result())
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            with contextlib.suppress(ProcessLookupError, OSError):
+                os.kill(process.pid, signal.SIGTERM)  # the worker cleans up, then stops
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)

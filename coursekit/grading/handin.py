@@ -8,21 +8,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from coursekit.authoring.markup import question_name
 from coursekit.checks import QUESTIONS
-from coursekit.course import MODULES
+from coursekit.grading.collect import student_for_file
 from coursekit.grading.packed import (
     MAX_HAND_IN_BYTES,
-    PACKED_SUFFIX,
     PASSED,
     PackedFileError,
     disagreements,
     is_packed,
     unpack,
 )
+from coursekit.grading.text import lossless
 
 
 class HandInError(ValueError):
@@ -39,25 +41,27 @@ class HandIn:
     claimed_passed: tuple[str, ...] = ()  # questions its manifest says passed when packed
 
 
-def student_name(path: Path, assignment: str) -> str:
-    """The student, from where the instructor put the file: its folder or its name.
-
-    ``hand-ins/alice/01_accumulation.ipynb`` and ``hand-ins/alice.ipynb`` are both alice's.
-    Never from the notebook's contents: a hand-in must not be able to claim another name.
-    A packed file is named ``ada-01_accumulation.coursekit.zip`` (any ``.zip`` ending), so the
-    ``-ASSIGNMENT`` ending, of any module, is dropped: ``ada-00_welcome.coursekit.zip`` is
-    ada's, and refused when it is not the assignment being graded.
-    """
-    name, stem = path.name, path.stem
-    if name.lower().endswith(".zip"):
-        stem = name[: -len(PACKED_SUFFIX)] if name.endswith(PACKED_SUFFIX) else stem
-        for module in (assignment, *(m.name for m in MODULES)):
-            if stem.endswith(f"-{module}") and len(stem) > len(module) + 1:
-                stem = stem[: -len(module) - 1]
-                break
-    if stem == assignment and path.parent.name:
-        return path.parent.name
-    return stem
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes, if it is a regular file (not a link, FIFO or device) of at most
+    :data:`MAX_HAND_IN_BYTES`; a FIFO read would block the grader forever."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        raise HandInError(f"The file {lossless(path)} could not be read.") from None
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise HandInError("This is not a regular file. Hand in the notebook file itself.")
+        if info.st_size > MAX_HAND_IN_BYTES:
+            raise HandInError(
+                f"The file is {info.st_size / 2**20:.0f} MiB; a hand-in may be at most "
+                f"{MAX_HAND_IN_BYTES // 2**20} MiB. Clear the outputs (Edit > Clear All "
+                "Outputs), save, and hand it in again."
+            )
+        data = handle.read(MAX_HAND_IN_BYTES + 1)
+    if len(data) > MAX_HAND_IN_BYTES:
+        raise HandInError(f"The file grew past {MAX_HAND_IN_BYTES // 2**20} MiB while read.")
+    return data
 
 
 def _coursekit_metadata(notebook) -> dict:
@@ -66,20 +70,16 @@ def _coursekit_metadata(notebook) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def read_hand_in(path: str | Path, assignment: str) -> HandIn:
-    """Read and check one hand-in; raise :class:`HandInError` with a student-facing reason."""
+def read_hand_in(path: str | Path, assignment: str, student: str | None = None) -> HandIn:
+    """Read and check one hand-in; raise :class:`HandInError` with a student-facing reason.
+
+    ``student`` is whose it is, as :mod:`coursekit.grading.collect` found it from where the
+    file lies; by default, from the file's own name or folder.
+    """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except OSError:
-        raise HandInError(f"The file {path} could not be read.") from None
-    if size > MAX_HAND_IN_BYTES:
-        raise HandInError(
-            f"The file is {size / 2**20:.0f} MiB; a hand-in may be at most "
-            f"{MAX_HAND_IN_BYTES // 2**20} MiB. Clear the outputs (Edit > Clear All Outputs), "
-            "save, and hand it in again."
-        )
-    data = path.read_bytes()
+    if student is None:
+        student = lossless(student_for_file(path, assignment))
+    data = _read_regular_file(path)
     notebook_bytes, manifest, flags = data, None, []
     if is_packed(path, data):
         try:
@@ -108,7 +108,6 @@ def read_hand_in(path: str | Path, assignment: str) -> HandIn:
     declared = {question_name({"cell_type": "code", "source": s}) for s in sources if s}
     declared.discard(None)
     _check_assignment(_coursekit_metadata(notebook), declared, assignment)
-    student = student_name(path, assignment)
     claimed: tuple[str, ...] = ()
     if manifest is not None:
         flags += disagreements(manifest, notebook_bytes, student, assignment)

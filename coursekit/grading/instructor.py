@@ -58,16 +58,17 @@ def run_certificate(
         )
         return 1
     page, fields = certificates.issue(student, TITLE, percent, load_or_create_key(key_path))
-    target = out or Path(f"certificate-{exports._safe(student)}.html")
+    target = out or Path(f"certificate-{exports.file_stem(student)}.html")
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8")
+    target.write_text(page, encoding="utf-8", newline="")  # the bytes signed, on every system
     print(f"wrote {target}: {student}, {fields['score']}, ID {fields['id']}")
     return 0
 
 
 def run_verify(page_path: Path, key_path: Path | None) -> int:
     try:
-        page = page_path.read_text(encoding="utf-8")
+        with open(page_path, encoding="utf-8", newline="") as handle:  # no newline translation
+            page = handle.read()
     except (OSError, UnicodeDecodeError):
         print(f"coursekit verify: cannot read {page_path} as a text file.", file=sys.stderr)
         return 2

@@ -1,10 +1,11 @@
-"""What a hand-in's process gives up when the grader runs as root (as CI does).
+"""What a hand-in's process gives up: capabilities, and processes and memory over its cgroup's.
 
 Switching to an unprivileged user is not an option everywhere: the Python interpreter may
-live under /root. So the process stays uid 0 but drops every capability, for good (the
-bounding set and securebits stop execve from giving them back). Root is exempt from
-RLIMIT_NPROC, so pids and memory cgroups, where they can be made, cap the processes and
-the memory of a hand-in and everything it starts, together.
+live under /root. So a hand-in graded as root stays uid 0 but drops every capability, for
+good (the bounding set and securebits stop execve from giving them back). Root is exempt
+from RLIMIT_NPROC, so pids and memory cgroups, where they can be made, cap the processes and
+the memory of a hand-in and everything it starts, together; the grader empties and removes
+them when the hand-in is done.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import signal
+import time
 from pathlib import Path
 
 _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_CAP_AMBIENT = 24, 28, 47
@@ -45,24 +48,6 @@ def drop_all_capabilities() -> None:
     data = (_CapData * 2)()
     if libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
-
-
-_CLONE_NEWUSER, _CLONE_NEWIPC, _CLONE_NEWNET = 0x10000000, 0x08000000, 0x40000000
-
-
-def isolate_network_and_ipc() -> bool:
-    """Move this process into new network and IPC namespaces; False where not allowed.
-
-    A new network namespace has only a loopback device, down: no TCP, UDP or abstract
-    socket reaches anything outside. Its own IPC namespace keeps System V shared memory
-    and queues away from other hand-ins, and frees them when the hand-in ends. Root can do
-    it directly; other users need an (unprivileged) user namespace first.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    flags = _CLONE_NEWNET | _CLONE_NEWIPC
-    if os.getuid() != 0:
-        flags |= _CLONE_NEWUSER
-    return libc.unshare(flags) == 0
 
 
 def loopback_up() -> bool:
@@ -136,9 +121,30 @@ def join_cgroups(max_processes: int, memory_bytes: int) -> list[str]:
     return joined
 
 
-def remove_cgroup(group: Path) -> None:
+def empty_and_remove_cgroup(group: Path, seconds: float = 5.0) -> bool:
+    """Kill every process still in ``group`` (cgroup.kill where there is one), then remove
+    it; False if processes remained after ``seconds``."""
+    deadline = time.monotonic() + seconds
     with contextlib.suppress(OSError):
-        group.rmdir()
+        (group / "cgroup.kill").write_text("1")
+    while True:
+        pids = [int(p) for p in _read(group / "cgroup.procs").split() if p.isdigit()]
+        if not pids:
+            break
+        if time.monotonic() > deadline:
+            return False
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    while group.exists():  # an emptied group can take a moment to be removable
+        try:
+            group.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+    return True
 
 
 def _read(path: Path) -> str:
@@ -146,96 +152,3 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
-
-
-_CLONE_NEWNS = 0x00020000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
-_KEPT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
-
-
-def _mount_points() -> list[tuple[str, int]]:
-    """(mount point, flags to keep) for every mount this process sees, in order."""
-    points = []
-    for line in _read(Path("/proc/self/mountinfo")).splitlines():
-        fields = line.split()
-        point = fields[4].encode().decode("unicode_escape")  # "\\040" is a space
-        flags = sum(_KEPT_FLAGS.get(option, 0) for option in fields[5].split(","))
-        points.append((point, flags))
-    return points
-
-
-def read_only_except(writable: list[str]) -> bool:
-    """Give this process its own view of the file systems, all read-only but ``writable``.
-
-    Landlock stops reads and writes of files, but not chmod, utime or extended attributes;
-    a process that is uid 0 owns most files, so as root those need a read-only mount.
-    Returns False (and changes nothing) where mount namespaces are not allowed.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        return False
-    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        raise OSError(ctypes.get_errno(), "making mounts private failed")
-    for path in writable:  # a mount of their own, so the remounts below leave them alone
-        if libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
-            raise OSError(ctypes.get_errno(), f"bind-mounting {path} failed")
-    keep = {str(Path(path)) for path in writable}
-    for point, flags in _mount_points():
-        if point in keep or any(point.startswith(k + "/") for k in keep):
-            continue
-        flags |= _MS_REMOUNT | _MS_BIND | _MS_RDONLY
-        libc.mount(None, point.encode(), None, flags, None)  # best effort per mount
-    return True
-
-
-_AF_UNIX, _EACCES = 1, 13
-_SOCKET_SYSCALL = {"x86_64": 41, "aarch64": 198}
-_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
-_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, _PR_SET_NO_NEW_PRIVS = 22, 2, 38
-_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
-_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
-
-
-class _SockFilter(ctypes.Structure):
-    _fields_ = [
-        ("code", ctypes.c_uint16),
-        ("jt", ctypes.c_uint8),
-        ("jf", ctypes.c_uint8),
-        ("k", ctypes.c_uint32),
-    ]
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
-
-
-def forbid_unix_sockets() -> bool:
-    """Make ``socket(AF_UNIX, ...)`` fail with EACCES for this process and its children.
-
-    A network namespace does not cover Unix sockets with a path (a server's socket file in
-    /run or /tmp), and Landlock cannot stop ``connect()`` to one; without a socket of its
-    own a hand-in cannot connect to any. (``socketpair``, used by multiprocessing, still
-    works: it reaches nothing outside.) Returns False on an architecture we do not know.
-    """
-    machine = os.uname().machine
-    if machine not in _SOCKET_SYSCALL:
-        return False
-    program = [
-        _SockFilter(_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
-        _SockFilter(_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
-        _SockFilter(_RET_K, 0, 0, _RET_ALLOW),
-        _SockFilter(_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
-        _SockFilter(_JEQ_K, 0, 3, _SOCKET_SYSCALL[machine]),
-        _SockFilter(_LD_W_ABS, 0, 0, 16),  # low half of args[0]: the address family
-        _SockFilter(_JEQ_K, 0, 1, _AF_UNIX),
-        _SockFilter(_RET_K, 0, 0, _RET_ERRNO | _EACCES),
-        _SockFilter(_RET_K, 0, 0, _RET_ALLOW),
-    ]
-    filters = (_SockFilter * len(program))(*program)
-    fprog = _SockFprog(len(program), filters)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "installing the seccomp filter failed")
-    return True

@@ -1,20 +1,23 @@
-"""The grader's side of running one hand-in: a confined child process, watched from outside.
+"""The grader's side of running one hand-in: a confined process, driven one command at a time.
 
-Each run gets a fresh scratch folder, a time limit for the whole process (the runner adds
-one per cell), and is killed with everything it started when it is done or out of time. A
-cell that kills the process (``os._exit``, a crash, a signal) is skipped on a second try, so
-one such cell costs only itself.
+The grader starts :mod:`coursekit.grading.runner` with two pipes and sends it the job, then
+each cell, then each test (one spec at a time, only after the last cell has answered), then
+the end. Every answer must be the one asked for, echoing its nonce; anything else on the
+channel is the hand-in's doing, which ends the attempt and is flagged. A time limit holds
+for each command and for the whole notebook. The process is killed when it is done, out of
+time or off protocol; its PID namespace takes everything it started along, and its root
+file system lived in memory. A cell or test that kills the process is skipped on a second
+try, so one such cell costs only itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
+import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -22,11 +25,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from coursekit.grading import privileges
+from coursekit.grading import channel, privileges
 from coursekit.progress import ENV as PROGRESS_ENV
 
-RESULT_CAP_BYTES = 20 * 2**20
 _PR_SET_CHILD_SUBREAPER = 36
+GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
+OUTPUT_TAIL_BYTES = 4000
+MAX_FLAGS = 20
+SETUP_FAILED = 70  # the runner's exit status when it could not build the sandbox
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,18 @@ class Limits:
     max_processes: int = 64
     output_bytes: int = 2 * 2**20
     file_bytes: int = 64 * 2**20
+    scratch_bytes: int = 512 * 2**20  # its whole writable disk (a tmpfs): files, /tmp, /dev/shm
+    scratch_files: int = 20_000
+
+
+@dataclass(frozen=True)
+class Options:
+    """How to confine: ``isolation`` "auto" (namespaces where the kernel allows), "user"
+    (through a user namespace even as root: the non-root path) or "none" (for tests)."""
+
+    landlock: bool = True
+    isolation: str = "auto"
+    hidden: tuple[str, ...] = ()  # host folders never bound into the sandbox (the course's)
 
 
 @dataclass
@@ -51,19 +69,36 @@ class SandboxRun:
     killed_cells: dict[int, str] = field(default_factory=dict)  # index -> why it was skipped
     failure: str | None = None  # set when no result came back at all
     confinement: dict = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)  # what the hand-in did to grading itself
     output_tail: str = ""
     seconds: float = 0.0
 
 
+class SandboxSetupError(RuntimeError):
+    """The sandbox could not be built (before any hand-in code ran): the machine's fault."""
+
+
 def become_subreaper() -> None:
-    """Orphans of our children re-parent to us, so daemons a hand-in starts can be found."""
+    """Orphans of our children re-parent to us, so daemons a hand-in starts can be found
+    (needed only where there is no PID namespace to end them)."""
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
+_stopping: list[bool] = []  # set in a worker told to stop: it starts no other hand-in
+
+
+def _stop(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up run undisturbed
+    _stopping.append(True)
+    raise SystemExit("grading was stopped")
+
+
 def start_worker() -> None:
-    """A grading worker process: a subreaper that dies with the grader (however it ends)."""
+    """A grading worker process: a subreaper that dies with the grader (however it ends), and
+    that stops on SIGTERM by unwinding, so the sandbox it runs is ended and cleaned up."""
     become_subreaper()
+    signal.signal(signal.SIGTERM, _stop)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
@@ -81,12 +116,11 @@ def children() -> set[int]:
     return found
 
 
-def kill_new_children(before: set[int]) -> None:
-    """SIGKILL children that were not there ``before`` (with the subreaper: orphans too).
-
-    Killing a child re-parents its own children to us, so repeat until none is left.
-    """
-    for _ in range(50):
+def kill_new_children(before: set[int], seconds: float = 10.0) -> None:
+    """SIGKILL children that were not there ``before`` (with the subreaper: orphans too),
+    until none is left; killing one re-parents its own children to us."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         new = children() - before
         if not new:
             return
@@ -98,14 +132,11 @@ def kill_new_children(before: set[int]) -> None:
                 os.waitpid(pid, 0)
 
 
-def _clean_env(home: Path) -> dict[str, str]:
+def _clean_env() -> dict[str, str]:
     keep = {"PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
-        HOME=str(home),
-        TMPDIR=str(home / "tmp"),
         MPLBACKEND="Agg",
-        MPLCONFIGDIR=str(home / ".matplotlib"),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS="1",
@@ -118,111 +149,234 @@ def _clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def _one_attempt(cells, skip, crashed, tasks, limits: Limits, landlock: bool, budget_s: float):
-    scratch = Path(tempfile.mkdtemp(prefix="coursekit-hand-in-"))
-    work, out = scratch / "work", scratch / "out"
-    for folder in (work, work / "tmp", out):
-        folder.mkdir()
-    job = {
-        "cells": cells,
-        "skip": sorted(skip),
-        "crashed": sorted(crashed),
-        "tasks": tasks,
-        "limits": asdict(limits),
-        "scratch": str(scratch / "work"),
-        "out": str(out),
-        "landlock": landlock,
-    }
-    job_path = scratch / "job.json"
-    job_path.write_text(json.dumps(job))
-    os.chmod(job_path, 0o644)
-    become_subreaper()
-    before = children()
+class _Ended(Exception):
+    """The attempt ended before its work was done; ``why`` says how."""
+
+    def __init__(self, why: str, detail: str = ""):
+        super().__init__(why)
+        self.why, self.detail = why, detail
+
+
+class _Tail:
+    """The hand-in's output, read as it comes (or the pipe fills and it blocks); its end kept."""
+
+    def __init__(self, fd: int):
+        self.fd, self.data = fd, b""
+        os.set_blocking(fd, False)
+
+    def drain(self, fd: int | None = None, most_bytes: int = 2**20) -> None:
+        """Read what is there, up to ``most_bytes`` (a hand-in that writes without end must
+        not keep the grader from its clock)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            while most_bytes > 0 and (chunk := os.read(self.fd, 2**16)):
+                self.data = (self.data + chunk)[-OUTPUT_TAIL_BYTES:]
+                most_bytes -= len(chunk)
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass
+class _Attempt:
+    cells: dict[int, dict] = field(default_factory=dict)
+    tasks: dict[int, dict] = field(default_factory=dict)
+    applied: dict = field(default_factory=dict)
+    flags: list[str] = field(default_factory=list)
+    position: tuple = ("start",)  # what was running when it ended
+    ended: _Ended | None = None
+    returncode: int | None = None
+    output: str = ""
+    seconds: float = 0.0
+
+
+class _Session:
+    """One run of the runner: commands out, answers in, flags collected on the way."""
+
+    def __init__(self, process, to_runner: int, reader, tail: _Tail, attempt: _Attempt):
+        self.process, self.to_runner, self.reader, self.tail = process, to_runner, reader, tail
+        self.attempt = attempt
+
+    def send(self, message: dict) -> None:
+        try:
+            channel.send(self.to_runner, message)
+        except (BrokenPipeError, OSError):
+            raise _Ended("exit") from None
+
+    def expect(self, kind: str, deadline: float, index=None, nonce=None) -> dict:
+        while True:
+            try:
+                frame = self.reader.next_frame(deadline, self.tail.drain, (self.tail.fd,))
+            except channel.Closed:
+                raise _Ended("exit") from None
+            except channel.TimedOut:
+                raise _Ended("timeout") from None
+            except channel.ChannelError as error:
+                raise _Ended("violation", str(error)) from None
+            if frame.get("kind") == "flag":
+                what = frame.get("what")
+                if isinstance(what, str) and len(self.attempt.flags) < MAX_FLAGS:
+                    self.attempt.flags.append(what[:300])
+                continue
+            if frame.get("kind") == "failed" and kind == "ready":
+                raise SandboxSetupError(str(frame.get("why"))[:1000])
+            if (
+                frame.get("kind") != kind
+                or frame.get("index") != index
+                or frame.get("nonce") != nonce
+            ):
+                raise _Ended("violation", f"an answer out of turn ({str(frame.get('kind'))[:40]})")
+            return frame
+
+    def command(self, kind: str, deadline: float, index=None, **fields) -> dict:
+        nonce = secrets.token_hex(8)
+        self.send({"kind": kind, "index": index, "nonce": nonce, **fields})
+        return self.expect(kind, deadline, index, nonce)
+
+
+class _Runner:
+    """The runner's process, its pipes and its host folder; :meth:`close` ends it all."""
+
+    def __init__(self, options: Options, limits: Limits):
+        self.fds: list[int] = []
+        self.host_scratch = Path(tempfile.mkdtemp(prefix="coursekit-hand-in-"))
+        self.process = None
+        try:
+            runner_in, self.to_runner = self._pipe()
+            self.from_runner, runner_out = self._pipe()
+            self.output, output_w = self._pipe()
+            become_subreaper()
+            self.before = children()
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "coursekit.grading.runner", str(runner_in), str(runner_out)],
+                cwd=self.host_scratch,
+                env=_clean_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=output_w,
+                stderr=output_w,
+                pass_fds=(runner_in, runner_out),
+                start_new_session=True,
+            )
+            for fd in (runner_in, runner_out, output_w):  # the runner's ends
+                os.close(fd)
+                self.fds.remove(fd)
+        except BaseException:
+            self.close(wait_s=0)
+            raise
+        self.job = {
+            "kind": "job",
+            "limits": asdict(limits),
+            "landlock": options.landlock,
+            "isolation": options.isolation,
+            "hidden": list(options.hidden),
+            "host_scratch": str(self.host_scratch),
+        }
+
+    def _pipe(self) -> tuple[int, int]:
+        read, write = os.pipe()
+        self.fds += [read, write]
+        return read, write
+
+    def close(self, wait_s: float) -> int | None:
+        """End the process (after ``wait_s`` for it to end by itself) and everything it
+        started, close the pipes, remove its cgroups and its host folder; its exit status."""
+        returncode = None
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # how it ended, if it did
+                self.process.wait(timeout=wait_s)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            returncode = self.process.wait()
+            for group in privileges.cgroup_paths(self.process.pid):
+                privileges.empty_and_remove_cgroup(group)
+            kill_new_children(self.before)  # only where there was no PID namespace to end them
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _remove(self.host_scratch)
+        return returncode
+
+
+def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s):
+    if _stopping:
+        raise SystemExit("grading was stopped")
     started = time.monotonic()
-    with open(scratch / "stdio.txt", "wb") as stdio:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "coursekit.grading.runner", str(job_path)],
-            cwd=work,
-            env=_clean_env(work),
-            stdin=subprocess.DEVNULL,
-            stdout=stdio,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        timed_out = _watch(process, out / "progress.txt", limits, started + budget_s)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-        kill_new_children(before)
-        for group in privileges.cgroup_paths(process.pid):
-            privileges.remove_cgroup(group)
-    seconds = time.monotonic() - started
-    result = _read_json(out / "result.json")
-    progress = _read_text(out / "progress.txt", tail_bytes=4096).splitlines()
-    output = _read_text(out / "output.txt", tail_bytes=4000)
-    _remove(scratch)
-    return result, progress, output, process.returncode, timed_out, seconds
-
-
-GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
-
-
-def _watch(process, progress: Path, limits: Limits, deadline: float) -> str | None:
-    """Wait for the process; stop it when the notebook's time runs out ("notebook") or when
-    one cell or test outlives its limit, e.g. because it ignores the timer ("step")."""
-    step, step_started = "", time.monotonic()
-    while process.poll() is None:
-        now = time.monotonic()
-        if now >= deadline:
-            return "notebook"
-        text = _read_text(progress, tail_bytes=4096)
-        current = text.splitlines()[-1] if text.endswith("\n") and text.strip() else ""
-        if current != step:
-            step, step_started = current, now
-        limit = limits.task_timeout_s if step.startswith("task") else limits.cell_timeout_s
-        if step and now - step_started > limit + GRACE_S:
-            return "step"
-        time.sleep(0.1)
-    return None
-
-
-def _read_text(path: Path, tail_bytes: int | None = None) -> str:
-    """At most RESULT_CAP_BYTES (or the last ``tail_bytes``) of a file a hand-in could touch.
-
-    No links are followed and nothing that is not a regular file is read (a FIFO would block,
-    /dev/zero would never end), so a hand-in can neither stall nor flood the grader.
-    """
+    notebook_deadline = started + budget_s
+    attempt = _Attempt()
+    stop = {signal.SIGTERM, signal.SIGINT}  # a worker stops only after cleaning up
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    runner = tail = None
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            return ""
-        if tail_bytes is not None and info.st_size > tail_bytes:
-            os.lseek(descriptor, info.st_size - tail_bytes, os.SEEK_SET)
-        chunks, left = [], tail_bytes or RESULT_CAP_BYTES
-        while left > 0:
-            chunk = os.read(descriptor, min(left, 2**20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
-    except OSError:
-        return ""
+        runner = _Runner(options, limits)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+        tail = _Tail(runner.output)
+        reader = channel.FrameReader(runner.from_runner)
+        session = _Session(runner.process, runner.to_runner, reader, tail, attempt)
+        session.send(runner.job)
+        attempt.applied = session.expect("ready", notebook_deadline).get("applied") or {}
+        for index, source in enumerate(cells):
+            if index in skip:
+                attempt.cells[index] = {"index": index, "status": "skipped"}
+                continue
+            attempt.position = ("cell", index)
+            deadline = min(notebook_deadline, time.monotonic() + limits.cell_timeout_s + GRACE_S)
+            reply = session.command("cell", deadline, index, source=source)
+            attempt.cells[index] = {"index": index, **_cell_status(reply)}
+        attempt.position = ("check",)
+        session.command("check", min(notebook_deadline, time.monotonic() + 30))
+        for index, task in enumerate(tasks):
+            if index in crashed:
+                attempt.tasks[index] = {
+                    "status": "error",
+                    "message": f"{task['question']} crashed, exited or would not stop: grading "
+                    "had to end its process.",
+                }
+                continue
+            attempt.position = ("task", index)
+            deadline = min(notebook_deadline, time.monotonic() + limits.task_timeout_s + GRACE_S)
+            reply = session.command(
+                "task", deadline, index, question=task["question"], spec=task["spec"]
+            )
+            attempt.tasks[index] = _task_record(reply)
+        attempt.position = ("end",)
+        with contextlib.suppress(_Ended):
+            session.send({"kind": "end"})
+    except _Ended as ended:
+        attempt.ended = ended
+        if ended.why == "timeout" and time.monotonic() >= notebook_deadline:
+            ended.why = "notebook"
     finally:
-        os.close(descriptor)
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        if runner is not None:
+            exited = attempt.ended is not None and attempt.ended.why == "exit"
+            attempt.returncode = runner.close(wait_s=2 if exited else 0)
+        if tail is not None:
+            tail.drain()
+            attempt.output = tail.text()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+    attempt.seconds = time.monotonic() - started
+    return attempt
 
 
-def _read_json(path: Path):
-    try:
-        data = json.loads(_read_text(path))
-    except ValueError:
-        return None
-    ok = isinstance(data, dict) and isinstance(data.get("cells"), list)
-    return data if ok and isinstance(data.get("tasks"), list) else None
+_CELL_STATUSES = {"ok", "error", "timeout"}
+_TASK_STATUSES = {"ok", "error", "timeout", "missing", "not_attempted"}
+
+
+def _cell_status(reply: dict) -> dict:
+    status = reply.get("status") if reply.get("status") in _CELL_STATUSES else "error"
+    record = {"status": status}
+    if status == "error":
+        record["error"] = str(reply.get("error", "an error"))[:400]
+    return record
+
+
+def _task_record(reply: dict) -> dict:
+    status = reply.get("status") if reply.get("status") in _TASK_STATUSES else "error"
+    record = {"status": status}
+    if status == "ok":
+        record["outputs"] = reply.get("outputs")
+    elif status == "error":
+        record["message"] = str(reply.get("message", "it raised an error"))[:1000]
+    return record
 
 
 def _remove(folder: Path) -> None:
@@ -231,57 +385,133 @@ def _remove(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def _why(returncode: int, timed_out: str | None, limits: Limits) -> str:
-    if timed_out == "step":
+def _why(attempt: _Attempt, limits: Limits) -> str:
+    ended, returncode = attempt.ended, attempt.returncode
+    why = ended.why if ended else "exit"
+    if why == "violation":
+        return "it wrote into the channel between grading and its process"
+    if why == "timeout":
         return "it ran past its time limit and would not stop"
-    if timed_out:
+    if why == "notebook":
         return f"it ran past the {limits.hand_in_timeout_s:.0f} s limit for a whole notebook"
     if returncode == -signal.SIGKILL:
         return "the process was killed: it ran out of its memory limit, or killed itself"
-    if returncode < 0:
+    if returncode == -signal.SIGSYS:
+        return "the process was killed for a system call the sandbox forbids"
+    if returncode is not None and returncode < 0:
         name = signal.Signals(-returncode).name
         return f"the process was killed by {name} (a crash, or the code killed itself)"
     return f"it ended the process (exit status {returncode}, e.g. os._exit)"
 
 
 def run_hand_in(
-    cells: list[str], tasks: list[dict], limits: Limits, landlock: bool = True, retries: int = 6
+    cells: list[str],
+    tasks: list[dict],
+    limits: Limits,
+    options: Options | None = None,
+    retries: int = 6,
 ) -> SandboxRun:
-    """Run a hand-in's cells and tasks in a confined process; skip cells that kill it."""
+    """Run a hand-in's cells and tasks in a confined process; skip cells that kill it.
+
+    Raises :class:`SandboxSetupError` when the sandbox itself cannot be built.
+    """
+    options = options or Options()
     run = SandboxRun()
     skip: set[int] = set()
     crashed: set[int] = set()
-    for _attempt in range(retries + 1):
+    attempt = None
+    for _ in range(retries + 1):
         budget_s = limits.hand_in_timeout_s - run.seconds  # one budget for all the tries
         if budget_s <= 1:
-            timed_out, code = "notebook", -9
             break
-        result, progress, output, code, timed_out, seconds = _one_attempt(
-            cells, skip, crashed, tasks, limits, landlock, budget_s
-        )
-        run.seconds += seconds
-        run.output_tail = output
-        if result is not None:
-            run.cells, run.tasks = result["cells"], result["tasks"]
-            run.confinement = result.get("applied", {})
-            if len(run.tasks) == len(tasks):
-                return run
-        last = progress[-1] if progress else None
-        if last is not None and last.startswith("task "):
-            task = int(last.split()[1])
-            if task in crashed:
+        attempt = _one_attempt(cells, skip, crashed, tasks, limits, options, budget_s)
+        run.seconds += attempt.seconds
+        run.output_tail = attempt.output
+        run.confinement = attempt.applied or run.confinement
+        run.flags += [f for f in attempt.flags if f not in run.flags][: MAX_FLAGS - len(run.flags)]
+        if attempt.ended is not None and attempt.ended.why == "violation":
+            flag = "it wrote into the channel between grading and its process"
+            if flag not in run.flags:
+                run.flags.append(flag)
+        run.cells = [attempt.cells[i] for i in sorted(attempt.cells)]
+        if attempt.ended is None:
+            run.tasks = [attempt.tasks[i] for i in sorted(attempt.tasks)]
+            return run
+        where = attempt.position
+        if where[0] == "task":
+            if where[1] in crashed:
                 break
             # The function under test ended the process: report that, for the rest of its
             # question's tests too (they would end it again), and try once more.
-            question = tasks[task]["question"]
-            crashed |= {i for i in range(task, len(tasks)) if tasks[i]["question"] == question}
+            question = tasks[where[1]]["question"]
+            crashed |= {i for i in range(where[1], len(tasks)) if tasks[i]["question"] == question}
             continue
-        if last is None or not last.isdigit() or int(last) in skip:
+        if where[0] != "cell" or where[1] in skip:
             break  # nothing to blame and skip: give up
-        culprit = int(last)
-        run.killed_cells[culprit] = _why(code, timed_out, limits)
-        skip.add(culprit)
-    run.failure = "The notebook's process ended before grading finished: " + _why(
-        code, timed_out, limits
+        run.killed_cells[where[1]] = _why(attempt, limits)
+        skip.add(where[1])
+    if (
+        attempt is not None
+        and attempt.returncode == SETUP_FAILED
+        and attempt.position == ("start",)
+    ):
+        raise SandboxSetupError("the sandbox's process could not start (see its output)")
+    run.failure = "The notebook's process ended before grading finished: " + (
+        _why(attempt, limits)
+        if attempt
+        else f"it ran past the {limits.hand_in_timeout_s:.0f} s limit"
     )
     return run
+
+
+def describe_confinement(applied: dict) -> tuple[list[str], list[str]]:
+    """(protections in place, protections missing with what that means), from what the
+    runner reported it applied; printed by ``grade`` before the first hand-in."""
+    names = set(applied.get("namespaces") or [])
+    root = applied.get("root") or {}
+    why = applied.get("why_no_namespaces") or ""
+    because = f" ({why})" if why else ""
+    present, missing = [], []
+
+    def check(ok: bool, good: str, bad: str) -> None:
+        (present if ok else missing).append(good if ok else bad)
+
+    check(
+        "pid" in names and root.get("proc") == "own",
+        "its own processes",
+        f"PID namespace{because}: the grader ends a hand-in's processes one by one, and a "
+        "hand-in can read other processes' command lines in /proc",
+    )
+    check(
+        root.get("root") == "own",
+        f"its own read-only root with {int(root.get('scratch_bytes', 0)) // 2**20} MiB of scratch",
+        f"root file system of its own{because}: a hand-in sees the host's files (Landlock, "
+        "where there is one, limits what it may read and write) and its scratch folder, on "
+        "the host's disk, has no size cap",
+    )
+    check(
+        "network" in names,
+        "no network",
+        f"network namespace{because}: Landlock stops TCP where the kernel is 6.7 or newer; "
+        "UDP and Unix sockets outside are not stopped",
+    )
+    check(bool(applied.get("landlock")), "Landlock", "Landlock (Linux 5.13 or newer)")
+    check(
+        bool(applied.get("seccomp")),
+        "a seccomp filter",
+        "seccomp filter (this processor is not one coursekit knows)",
+    )
+    if applied.get("root_user"):
+        why_not = (
+            "pids and memory cgroups (as root, with /sys/fs/cgroup writable): root ignores "
+            "process limits, so a hand-in could start many processes"
+        )
+    else:
+        why_not = (
+            "memory cgroup (none is delegated to this user): each of a hand-in's processes is "
+            "held to the memory limit, but not all of them together"
+        )
+    check(
+        {"pids", "memory"} <= set(applied.get("cgroups") or []), "pids and memory cgroups", why_not
+    )
+    return present, missing

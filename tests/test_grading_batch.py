@@ -1,0 +1,118 @@
+"""What ``grade`` does with the folder it is given: paths checked first, whose each hand-in is,
+clashes named and never merged, files that are not hand-ins refused, and a gradebook that
+fails mid-batch stopping the batch without losing a result or leaving a process behind."""
+
+import os
+import sqlite3
+import subprocess
+import tempfile
+
+import pytest
+
+from coursekit.cli import main
+from coursekit.grading.collect import collect
+from coursekit.grading.gradebook import Gradebook
+from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
+
+pytestmark = pytest.mark.grading
+
+
+def _write(path, cells=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(notebook(cells or [IMPORTS, *answers()]))
+    return path
+
+
+def _grade(folders, gradebook, *extra):
+    options = ["--assignment", ASSIGNMENT, "--gradebook", str(gradebook), "--root", str(REPO)]
+    return main(["grade", *map(str, folders), *options, "--workers", "1", *extra])
+
+
+def test_a_path_that_does_not_exist_stops_before_any_work(tmp_path, capsys):
+    gradebook = tmp_path / "gradebook.sqlite"
+    _write(tmp_path / "real" / "ada.ipynb")
+    assert _grade([tmp_path / "real", tmp_path / "hand-ins"], gradebook) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / 'hand-ins'} does not exist" in err and "Running the reference" not in err
+    assert not gradebook.exists()
+
+
+def test_students_come_from_the_top_level_entry_under_the_folder(tmp_path):
+    layout = [
+        "zed/bob.ipynb",
+        "cat/homework.ipynb",
+        "dan/homework.ipynb",
+        "ada.ipynb",
+        "ada..ipynb",
+        "eve/deep/down/work.ipynb",
+        "fay-01_accumulation.coursekit.zip",
+        "gus/.ipynb_checkpoints/old.ipynb",  # skipped: a hidden folder
+        "__MACOSX/hal/._x.ipynb",  # skipped: macOS's zip litter
+        "notes.txt",  # skipped: no hand-in
+    ]
+    for where in layout:
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text("{}")
+    found = collect([str(tmp_path)], ASSIGNMENT)
+    assert {h.student: h.path[len(str(tmp_path)) + 1 :] for h in found.hand_ins} == {
+        "zed": "zed/bob.ipynb",
+        "cat": "cat/homework.ipynb",
+        "dan": "dan/homework.ipynb",
+        "ada": "ada.ipynb",
+        "ada.": "ada..ipynb",
+        "eve": "eve/deep/down/work.ipynb",
+        "fay": "fay-01_accumulation.coursekit.zip",
+    }
+    assert found.problems == [] and found.missing == []
+
+
+def test_clashes_links_and_odd_files_are_named_and_not_graded(tmp_path, capsys):
+    folder = tmp_path / "hand-ins"
+    _write(folder / "ivy.ipynb")
+    one, two = _write(folder / "eve" / "one.ipynb"), _write(folder / "eve" / "two.ipynb")
+    _write(folder / "kim.ipynb")
+    _write(folder / "kim" / "01_accumulation.ipynb")  # kim twice: a file and a folder
+    os.symlink(folder / "ivy.ipynb", folder / "mallory.ipynb")  # someone else's work
+    os.mkfifo(folder / "pipe.ipynb")  # reading it would block the grader forever
+    _write(folder / f"{ASSIGNMENT}.ipynb")  # whose?
+    gradebook = tmp_path / "gradebook.sqlite"
+    assert _grade([folder], gradebook, "--json") == 1  # graded what it could; says it did not all
+    err = capsys.readouterr().err
+    assert f"clash: 2 hand-ins are all eve's: {one}, {two}" in err
+    assert "all kim's" in err
+    assert "mallory.ipynb: a symbolic link, not graded" in err
+    assert "pipe.ipynb: not a regular file, not graded" in err
+    assert "cannot tell whose hand-in this is" in err
+    with Gradebook(gradebook) as book:
+        assert [g.student for g in book.current_grades()] == ["ivy"]
+
+
+def _runners() -> int:
+    done = subprocess.run(["pgrep", "-c", "-f", "coursekit.grading.runner"], capture_output=True)
+    return int(done.stdout.strip() or 0)
+
+
+def _scratch() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("coursekit-hand-in-")}
+
+
+def test_a_gradebook_that_fails_mid_batch_stops_cleanly(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "hand-ins"
+    for name in ("ann", "ben", "cat"):
+        _write(folder / f"{name}.ipynb")
+    gradebook = tmp_path / "gradebook.sqlite"
+    real = Gradebook.record
+
+    def full_after_one(self, graded, run_id):  # SQLite's own error, where SQLite raises it
+        with self._writing():
+            if self._db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0] >= 1:
+                raise sqlite3.OperationalError("database or disk is full")
+        real(self, graded, run_id)
+
+    monkeypatch.setattr(Gradebook, "record", full_after_one)
+    scratch = _scratch()
+    assert _grade([folder], gradebook) == 1
+    assert "could not be written: database or disk is full" in capsys.readouterr().err
+    assert _runners() == 0 and _scratch() == scratch
+    with Gradebook(gradebook) as book:
+        assert book.integrity() == "ok" and len(book.current_grades()) == 1

@@ -1,0 +1,198 @@
+"""The sandbox's parts, each on its own: the seccomp filter, the channel's framing and
+encoder, lossless text, the tampering instruments, and what grade says is missing."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from coursekit.grading import channel, seccomp, tampering
+from coursekit.grading.sandbox import Limits, Options, describe_confinement, run_hand_in
+from coursekit.grading.text import capped_notes, for_terminal, lossless
+
+pytestmark = pytest.mark.grading
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+def _in_filtered_child(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python after installing the filter."""
+    script = "from coursekit.grading import seccomp\nassert seccomp.install()\n" + textwrap.dedent(
+        code
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+
+
+@linux_only
+@pytest.mark.skipif(not seccomp.supported(), reason="a processor coursekit has no table for")
+def test_the_filter_refuses_what_a_notebook_has_no_business_doing():
+    done = _in_filtered_child(
+        """
+        import ctypes, errno, os, socket, subprocess, threading
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        def refused(call, expected):
+            try:
+                call()
+            except OSError as error:
+                assert error.errno == expected, (call, error)
+                return
+            raise AssertionError(f"{call} was allowed")
+        refused(lambda: socket.socket(socket.AF_UNIX), errno.EACCES)
+        refused(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM), errno.EACCES)
+        refused(lambda: socket.socketpair(socket.AF_UNIX, socket.SOCK_RAW), errno.EACCES)
+        socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)  # multiprocessing needs these
+        socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        socket.socket(socket.AF_INET)
+        assert libc.unshare(0x10000000) == -1 and ctypes.get_errno() == errno.EPERM
+        assert libc.syscall(425, 4, ctypes.create_string_buffer(120)) == -1  # io_uring_setup
+        assert ctypes.get_errno() == errno.ENOSYS
+        assert libc.mount(b"none", b"/tmp", b"tmpfs", 0, None) == -1
+        assert ctypes.get_errno() == errno.EPERM
+        t = threading.Thread(target=lambda: None); t.start(); t.join()
+        assert subprocess.run(["true"]).returncode == 0
+        if os.fork() == 0:
+            os._exit(0)
+        print("refused all")
+        """
+    )
+    assert done.returncode == 0 and "refused all" in done.stdout, done.stderr
+
+
+@linux_only
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="int 0x80 is x86's")
+def test_the_filter_kills_a_32_bit_system_call():
+    done = _in_filtered_child(
+        """
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_int, ctypes.c_long]
+        page = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)
+        code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20 (getpid); int 0x80; ret
+        ctypes.memmove(page, code, len(code))
+        ctypes.CFUNCTYPE(ctypes.c_int)(page)()
+        print("survived")
+        """
+    )
+    assert done.returncode == -signal.SIGSYS and "survived" not in done.stdout
+
+
+def test_the_filter_program_assembles_for_each_machine():
+    for machine in ("x86_64", "aarch64"):
+        program = seccomp.program(machine)
+        assert 20 < len(program) < 255
+        assert program[-1].k == seccomp.KILL_PROCESS
+
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+plain = st.recursive(
+    scalars | st.just([]) | st.just({}),
+    lambda children: (
+        st.lists(children, min_size=1, max_size=4)
+        | st.dictionaries(st.text(), children, min_size=1, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(plain)
+def test_the_runners_encoder_writes_what_json_reads_back(value):
+    assert json.loads(channel.encode_plain(value)) == value
+
+
+def test_the_encoder_refuses_anything_but_plain_data():
+    class Sneaky(dict):
+        def items(self):
+            return [("score", 10)]
+
+    for bad in (Sneaky(a=1), {1: 2}, [object()], {"x": {"y": 2.0j}}, type("F", (float,), {})(1.0)):
+        with pytest.raises(channel.NotPlainData):
+            channel.encode_plain(bad)
+    deep = []
+    for _ in range(channel.MAX_DEPTH + 2):
+        deep = [deep]
+    with pytest.raises(channel.NotPlainData):
+        channel.encode_plain(deep)
+    with pytest.raises(channel.NotPlainData):
+        channel.encode_plain("x" * 100, max_bytes=50)
+    assert json.loads(channel.encode_plain([math.inf, "\ud800"])) == [math.inf, "\ud800"]
+
+
+def test_frames_from_a_hand_in_are_read_with_caps_and_never_crash_the_reader():
+    for payload in (b"[" * 100_000 + b"]" * 100_000, b"\xff\xfe", b"[1, 2]", b"{}", b"nul\0"):
+        with pytest.raises(channel.ChannelError):
+            channel.parse_untrusted(payload)
+    read, write = os.pipe()
+    os.write(write, channel.HEADER.pack(channel.MAX_FRAME_BYTES + 1))
+    reader = channel.FrameReader(read)
+    with pytest.raises(channel.ChannelError, match="at most"):
+        reader.next_frame(deadline=float("inf"))
+    os.close(read)
+    os.close(write)
+
+
+def test_text_is_made_lossless_and_safe_for_a_terminal():
+    assert lossless("ada\udcff") == "ada\\udcff"
+    assert lossless("Zoë") == "Zoë"
+    assert for_terminal("ada\x1b[31m\n") == "ada\\x1b[31m\\n"
+    notes = capped_notes(["x" * 10_000] * 100)
+    assert len(notes) == 41 and all(len(n) <= 500 for n in notes) and "60 more" in notes[-1]
+
+
+def test_the_snapshot_names_what_a_notebook_replaced():
+    import torch
+
+    import coursekit.checks
+
+    before = tampering.snapshot()
+    trusted = (os.path.dirname(os.path.dirname(torch.__file__)) + "/",)
+    question = coursekit.checks.QUESTIONS["accumulate_window"]
+    original = torch.allclose
+    fake = eval(compile("lambda *a, **k: True", "<ipython-input-1-x>", "eval"))
+    try:
+        torch.allclose = fake
+        question.run = fake
+        assert set(tampering.changes(before, trusted)) >= {
+            "torch.allclose",
+            "QUESTIONS['accumulate_window'].run",
+        }
+    finally:
+        torch.allclose = original
+        del question.run
+    assert tampering.changes(before, trusted) == []
+
+
+def test_what_grade_says_is_missing_without_namespaces():
+    run = run_hand_in(["x = 1"], [], Limits(hand_in_timeout_s=120), Options(isolation="none"))
+    assert run.failure is None
+    present, missing = describe_confinement(run.confinement)
+    joined = " ".join(missing)
+    for gap in ("PID namespace", "root file system of its own", "network namespace"):
+        assert gap in joined, joined
+    assert "a seccomp filter" in present or not seccomp.supported()
+
+
+@linux_only
+def test_a_hand_in_sees_only_its_own_root_and_processes():
+    cells = [
+        "import os\nseen = sorted(os.listdir('/'))",
+        "assert 'home' not in seen and os.getcwd() == '/scratch/work', seen",
+        "pids = sorted(p for p in os.listdir('/proc') if p.isdigit())\n"
+        "assert pids == ['1', '2'], pids",
+        "open('/usr/x', 'w')",
+        "import socket\nsocket.socket(socket.AF_INET).connect(('1.1.1.1', 53))",
+    ]
+    run = run_hand_in(cells, [], Limits(hand_in_timeout_s=120))
+    statuses = [c["status"] for c in run.cells]
+    assert statuses == ["ok", "ok", "ok", "error", "error"], run.cells
+    assert "Read-only file system" in run.cells[3]["error"] or "Permission" in run.cells[3]["error"]
