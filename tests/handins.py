@@ -310,3 +310,21 @@ def write_corpus(folder: Path, forbidden: dict[str, Path]) -> dict[str, tuple[Pa
             path.write_text(json.dumps(data))
         written[name] = (path, expected, text)
     return written
+
+
+def gradebook_full_after(count: int):
+    """A stand-in for ``Gradebook.record`` that fails, with SQLite's own error raised where
+    SQLite raises it, once the gradebook holds ``count`` gradings (a disk that filled up)."""
+    import sqlite3
+
+    from coursekit.grading.gradebook import Gradebook
+
+    real = Gradebook.record
+
+    def record(self, graded, run_id):
+        with self._writing():
+            if self._db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0] >= count:
+                raise sqlite3.OperationalError("database or disk is full")
+        real(self, graded, run_id)
+
+    return record

@@ -308,26 +308,18 @@ def test_every_student_exports_to_a_file_of_their_own():
 def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(
     tmp_path, monkeypatch, capsys
 ):
-    import sqlite3
-
     from coursekit.grading import command
+    from tests.handins import gradebook_full_after
 
     folder = tmp_path / "hand-ins"
     for name in ("ann", "ben", "cat", "dan"):
         write_notebook(folder / f"{name}.ipynb", {"coursekit": {"assignment": "01_accumulation"}})
     gradebook = tmp_path / "g.sqlite"
     real = Gradebook.record
-
-    def full_after_two(self, graded, run_id):  # SQLite's own error, where SQLite raises it
-        with self._writing():
-            if self._db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0] >= 2:
-                raise sqlite3.OperationalError("database or disk is full")
-        real(self, graded, run_id)
-
-    monkeypatch.setattr(command, "grade_all", _grade_in_order)
+    monkeypatch.setattr(command, "grade_all", _grade_in_order)  # this test is about storing
     monkeypatch.setattr(command, "prepare", _no_reference)
     monkeypatch.setattr(command, "describe_confinement", lambda applied: (["test"], []))
-    monkeypatch.setattr(Gradebook, "record", full_after_two)
+    monkeypatch.setattr(Gradebook, "record", gradebook_full_after(2))
     args = ["grade", str(folder), "--assignment", "01_accumulation", "--gradebook", str(gradebook)]
     assert main([*args, "--root", str(REPO)]) == 1
     err = capsys.readouterr().err

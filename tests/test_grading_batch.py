@@ -3,7 +3,6 @@ clashes named and never merged, files that are not hand-ins refused, and a grade
 fails mid-batch stopping the batch without losing a result or leaving a process behind."""
 
 import os
-import sqlite3
 import subprocess
 import tempfile
 
@@ -12,7 +11,7 @@ import pytest
 from coursekit.cli import main
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
+from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, gradebook_full_after, notebook
 
 pytestmark = pytest.mark.grading
 
@@ -101,15 +100,7 @@ def test_a_gradebook_that_fails_mid_batch_stops_cleanly(tmp_path, monkeypatch, c
     for name in ("ann", "ben", "cat"):
         _write(folder / f"{name}.ipynb")
     gradebook = tmp_path / "gradebook.sqlite"
-    real = Gradebook.record
-
-    def full_after_one(self, graded, run_id):  # SQLite's own error, where SQLite raises it
-        with self._writing():
-            if self._db.execute("SELECT COUNT(*) FROM gradings").fetchone()[0] >= 1:
-                raise sqlite3.OperationalError("database or disk is full")
-        real(self, graded, run_id)
-
-    monkeypatch.setattr(Gradebook, "record", full_after_one)
+    monkeypatch.setattr(Gradebook, "record", gradebook_full_after(1))
     scratch = _scratch()
     assert _grade([folder], gradebook) == 1
     assert "could not be written: database or disk is full" in capsys.readouterr().err

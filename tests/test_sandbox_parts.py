@@ -196,3 +196,11 @@ def test_a_hand_in_sees_only_its_own_root_and_processes():
     statuses = [c["status"] for c in run.cells]
     assert statuses == ["ok", "ok", "ok", "error", "error"], run.cells
     assert "Read-only file system" in run.cells[3]["error"] or "Permission" in run.cells[3]["error"]
+
+
+@linux_only
+def test_a_sandbox_that_cannot_be_built_is_the_machines_fault_not_the_notebooks():
+    from coursekit.grading.sandbox import SandboxSetupError
+
+    with pytest.raises(SandboxSetupError, match="making the hand-in's root failed"):
+        run_hand_in(["x = 1"], [], Limits(scratch_bytes=-1, hand_in_timeout_s=120))

@@ -212,6 +212,11 @@ def make_root(plan: RootPlan) -> dict:
         ),
         "mounting the new root",
     )
+    # The hand-in's own places first, the host's folders after: a source under /tmp (a
+    # clone in a temporary folder) is then bound on top of the scratch's /tmp, not hidden.
+    _make_etc(new, plan)
+    _make_dev(libc, new)
+    _make_scratch(libc, new, plan)
     for path, (kind, handle) in sources.items():
         target = new + path
         if kind == "link":
@@ -221,9 +226,6 @@ def make_root(plan: RootPlan) -> dict:
         _make_mount_point(target, kind == "dir")
         _bind(libc, f"/proc/self/fd/{handle}", target, read_only=True)
         os.close(handle)
-    _make_etc(new, plan)
-    _make_dev(libc, new)
-    _make_scratch(libc, new, plan)
     try:
         os.mkdir(new + "/proc")
         _check(

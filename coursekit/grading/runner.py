@@ -233,7 +233,7 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
     from coursekit.checks import QUESTIONS
     from coursekit.grading import tampering
 
-    questions = dict(QUESTIONS)  # held here: a hand-in that edits the registry changes nothing
+    questions = dict(QUESTIONS)  # held here: replacing an entry of the registry changes nothing
     config = Config()
     config.HistoryManager.enabled = False  # no history database in the scratch folder
     config.InteractiveShell.colors = "NoColor"  # tracebacks as plain text in the output
@@ -326,6 +326,7 @@ def main(fd_in: int, fd_out: int) -> None:
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
     import coursekit.checks  # noqa: F401  (the questions' code)
+    from coursekit.grading import landlock, seccomp  # noqa: F401  (confine's, in the child)
     from coursekit.grading import namespaces as ns
     from coursekit.grading import privileges, tampering
 

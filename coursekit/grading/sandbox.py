@@ -32,7 +32,6 @@ _PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
-SETUP_FAILED = 70  # the runner's exit status when it could not build the sandbox
 
 
 @dataclass(frozen=True)
@@ -450,12 +449,12 @@ def run_hand_in(
             break  # nothing to blame and skip: give up
         run.killed_cells[where[1]] = _why(attempt, limits)
         skip.add(where[1])
-    if (
-        attempt is not None
-        and attempt.returncode == SETUP_FAILED
-        and attempt.position == ("start",)
-    ):
-        raise SandboxSetupError("the sandbox's process could not start (see its output)")
+    if attempt is not None and attempt.position == ("start",):  # no hand-in code ran yet
+        tail = attempt.output.strip().splitlines()[-3:]
+        raise SandboxSetupError(
+            f"the sandbox's process ended before it was ready ({_why(attempt, limits)})"
+            + (": " + " / ".join(tail) if tail else "")
+        )
     run.failure = "The notebook's process ended before grading finished: " + (
         _why(attempt, limits)
         if attempt
