@@ -326,7 +326,8 @@ def main(fd_in: int, fd_out: int) -> None:
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
     import coursekit.checks  # noqa: F401  (the questions' code)
-    from coursekit.grading import landlock, seccomp  # noqa: F401  (confine's, in the child)
+    import coursekit.grading.landlock  # noqa: F401  (for confine, in the hand-in's process)
+    import coursekit.grading.seccomp  # noqa: F401
     from coursekit.grading import namespaces as ns
     from coursekit.grading import privileges, tampering
 
