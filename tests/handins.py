@@ -66,6 +66,35 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
         "forged_results": ([IMPORTS, hostile.FORGE, *answers(**WRONG)], "partial", "not divided"),
         # Right answers that are coursekit's own: full marks, and flagged for a human to read.
         "calls_the_reference": ([IMPORTS, hostile.CALLS_THE_REFERENCE, *answers()[1:]], "full", ""),
+        # Red-team findings on the second sandbox: the channel pinned, the grader never
+        # blocked, a callable object or a partial seen, model.forward seen, outputs capped.
+        "man_in_the_middle": ([IMPORTS, *hostile.MAN_IN_THE_MIDDLE, *answers()[1:]], "full", ""),
+        "stall_command_pipe": ([IMPORTS, *hostile.STALL, *answers()], "full", ""),
+        "torch_callable_patch": (
+            [IMPORTS, hostile.CALLABLE_PATCH, *answers(train_accumulated="single_backward")],
+            "flagged",
+            "",
+        ),
+        "partial_of_the_answer": (
+            [IMPORTS, answers()[0], hostile.PARTIAL_ANSWER, answers()[2]],
+            "full",
+            "",
+        ),
+        "forward_method": (
+            [IMPORTS, "# Question: accumulate_window\n" + hostile.FORWARD_METHOD, *answers()[1:]],
+            "partial",
+            "more than a micro-batch",
+        ),
+        "huge_outputs": (
+            [
+                IMPORTS,
+                answers()[0],
+                "# Question: train_accumulated\n" + hostile.HUGE_OUTPUTS,
+                answers()[2],
+            ],
+            "partial",
+            "too much of it",
+        ),
         "imports_the_answer": (
             [IMPORTS, answers()[0], "from coursekit import train_accumulated", answers()[2]],
             "full",

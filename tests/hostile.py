@@ -151,7 +151,7 @@ _DEEP_FRAME = """
 import os, struct
 depth = 100_000
 nested = b"[" * depth + b"]" * depth
-for fd in range(3, 64):  # the grader's channel, whatever its number
+for fd in [int(n) for n in os.listdir("/proc/self/fd")]:  # the grader's channel among them
     try:
         os.write(fd, struct.pack(">I", len(nested)) + nested)
     except OSError:
@@ -227,3 +227,112 @@ registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" 
 def accumulate_window(model, loss_fn, micro_batches):
     return getattr(registry["accumulate_window"], "refer" + "ence")()(model, loss_fn, micro_batches)
 """
+
+# Found by a red-team pass on the second sandbox (each got through it before the fix).
+_CHANNEL_FDS = """
+import os
+def _pipes(mode):  # the runner's pipes, by access mode: 0 read, 1 write
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if int(name) > 2 and target.startswith("pipe:"):
+            info = open(f"/proc/self/fdinfo/{name}").read()
+            if int(info.split("flags:")[1].split()[0], 8) & 3 == mode:
+                found.append(int(name))
+    return found
+"""
+
+_MAN_IN_THE_MIDDLE = (
+    _CHANNEL_FDS
+    + """
+import json, struct, threading
+_out = _pipes(1)[0]
+_real = os.dup(_out)  # keep the grader's end; put a pipe of ours in its place
+_r, _w = os.pipe()
+os.dup2(_w, _out)
+def _pump():  # forward every frame but the flags
+    buffer = b""
+    while chunk := os.read(_r, 1 << 20):
+        buffer += chunk
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = 4 + struct.unpack(">I", buffer[:4])[0]
+            frame, buffer = buffer[:size], buffer[size:]
+            if json.loads(frame[4:]).get("kind") != "flag":
+                os.write(_real, frame)
+threading.Thread(target=_pump, daemon=True).start()
+"""
+)
+
+_FLAGGED_BEHAVIOUR = """
+gc = __import__("g" + "c")
+getattr(gc, "get_" + "objects")()
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+def accumulate_window(model, loss_fn, micro_batches):
+    return getattr(registry["accumulate_window"], "refer" + "ence")()(model, loss_fn, micro_batches)
+"""
+
+_STALL = (
+    _CHANNEL_FDS
+    + """
+_kept = os.dup(_pipes(0)[0])  # the grader's command pipe, held open and never read again
+_r, _w = os.pipe()
+os.dup2(_r, _pipes(0)[0])
+"""
+)
+
+_CALLABLE_PATCH = """
+import torch
+_name = "register_post_" + "accumulate_grad_hook"
+class _Registrar:  # every hook registered on a tensor now runs 64 times
+    def __init__(self, original):
+        self.original = original
+    def __get__(self, tensor, owner=None):
+        original = self.original
+        def register(hook):
+            def many(parameter):
+                for _ in range(64):
+                    hook(parameter)
+            return original(tensor, many)
+        return register
+setattr(torch.Tensor, _name, _Registrar(getattr(torch.Tensor, _name)))
+"""
+
+_PARTIAL_ANSWER = """
+import functools, coursekit.training
+train_accumulated = functools.partial(coursekit.training.train_accumulated)
+"""
+
+_FORWARD_METHOD = """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):  # one forward for the whole window
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    outputs, start = model.forward(inputs), 0
+    for x, y in micro_batches:
+        part = slice(start, start + len(x))
+        start += len(x)
+        (loss_fn(outputs[part], targets[part]) / len(micro_batches)).backward(retain_graph=True)
+"""
+
+_HUGE_OUTPUTS = """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)  # right weights, and four million "losses"
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        samples = sum(len(t) for _, t in window)
+        for x, y in window:
+            (loss_fn(model(x), y) * len(y) / samples).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return [0.5] * 4_000_000
+"""
+
+MAN_IN_THE_MIDDLE = [_MAN_IN_THE_MIDDLE, _FLAGGED_BEHAVIOUR]
+STALL = [_STALL, "# " + "#" * 300_000]
+CALLABLE_PATCH = _CALLABLE_PATCH
+PARTIAL_ANSWER = _PARTIAL_ANSWER
+FORWARD_METHOD = _FORWARD_METHOD
+HUGE_OUTPUTS = _HUGE_OUTPUTS

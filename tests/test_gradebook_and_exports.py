@@ -300,9 +300,25 @@ def test_every_student_exports_to_a_file_of_their_own():
     from coursekit.grading.exports import file_stem
 
     names = ["ada", "ada.", "Ada", "ADA", "a d a", "a_d_a", "ada-", "\\udcffada", "ada/..", ".ada"]
+    names += [file_stem("Ada"), file_stem("Ada").lower(), file_stem(file_stem("Ada"))]
     stems = [file_stem(n).casefold() for n in names]
     assert len(set(stems)) == len(names)  # apart even on a file system that ignores case
     assert file_stem("ada") == "ada"
+
+
+def test_students_graded_in_different_runs_still_export_to_files_of_their_own(tmp_path):
+    from coursekit.grading.exports import file_stem
+
+    gradebook = tmp_path / "g.sqlite"
+    with Gradebook(gradebook) as book:  # "Ada", then a student who named a file after Ada's
+        book.record(result("Ada", 9.0, "aaa"), None)
+        book.record(result(file_stem("Ada").lower(), 2.0, "bbb"), None)
+    for fmt in ("gradescope", "html"):
+        out = tmp_path / fmt
+        assert (
+            main(["export", "--format", fmt, "--out", str(out), "--gradebook", str(gradebook)]) == 0
+        )
+        assert len(list(out.iterdir())) == 2
 
 
 def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(

@@ -256,9 +256,13 @@ def test_forged_results_gain_nothing_and_are_flagged(graded):
     [
         ("calls_the_reference", "its accumulate_window called coursekit's own answer"),
         ("imports_the_answer", "its train_accumulated is coursekit's own answer"),
+        ("partial_of_the_answer", "its train_accumulated is coursekit's own answer"),
+        ("man_in_the_middle", "it called gc.get_objects"),  # the flags got through it
+        ("man_in_the_middle", "its accumulate_window called coursekit's own answer"),
+        ("torch_callable_patch", "it changed torch.Tensor.register_post_accumulate_grad_hook"),
     ],
 )
-def test_handing_in_coursekits_own_answer_is_flagged(graded, name, seen):
+def test_what_the_instruments_see_is_flagged(graded, name, seen):
     assert any(seen in n and n.startswith("Flagged") for n in graded["results"][name]["notes"])
 
 

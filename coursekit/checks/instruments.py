@@ -19,13 +19,21 @@ def tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
 
 
 class Watch:
-    """Records what a student's code did to a model: forward sizes, backward passes, steps."""
+    """Records what a student's code did to a model: forward sizes, backward passes, steps.
+
+    Forward sizes are seen at the model and at its first leaf module, so a forward through
+    ``model.forward(x)``, which skips the model's own hooks, is still seen (only the largest
+    size is used).
+    """
 
     def __init__(self, model: nn.Module):
         self.forward_sizes: list[int] = []
         self.backward_passes = 0
         self.start = weights_of(model)
         model.register_forward_pre_hook(self._forward, with_kwargs=True)
+        first_leaf = next((m for m in model.modules() if not list(m.children())), model)
+        if first_leaf is not model:
+            first_leaf.register_forward_pre_hook(self._forward, with_kwargs=True)
         next(model.parameters()).register_post_accumulate_grad_hook(self._backward)
 
     def _forward(self, _module, args, kwargs) -> None:

@@ -18,7 +18,8 @@ import struct
 import time
 
 HEADER = struct.Struct(">I")
-MAX_FRAME_BYTES = 16 * 2**20
+MAX_FRAME_BYTES = 4 * 2**20
+MAX_OUTPUTS_BYTES = 2**20  # one test's outputs; the course's largest are about 90 kB
 MAX_DEPTH = 64
 
 
@@ -47,9 +48,51 @@ def write_frame(fd: int, payload: bytes) -> None:
     write_all(fd, HEADER.pack(len(payload)) + payload)
 
 
+def payload_sender(fd: int, lock):
+    """A sender of whole frames built only from objects taken now (``os.write``, the header's
+    ``pack`` and ``lock``): whatever a hand-in later patches in ``os`` or this module, what
+    the runner sends still goes out whole on ``fd``, one frame at a time."""
+    write, pack = os.write, HEADER.pack
+
+    def send_payload(payload: bytes) -> None:
+        data = pack(len(payload)) + payload
+        with lock:
+            while data:
+                data = data[write(fd, data) :]
+
+    return send_payload
+
+
+def flag_sender(fd: int, lock):
+    """:func:`payload_sender` for flags, with the C escaper taken now: no encoder a hand-in
+    could have patched stands between a flag and the grader."""
+    send_payload, escape = payload_sender(fd, lock), _escape
+
+    def send_flag(what: str) -> None:
+        send_payload(('{"kind": "flag", "what": ' + escape(what) + "}").encode("ascii"))
+
+    return send_flag
+
+
 def send(fd: int, message: dict) -> None:
-    """Send a frame of trusted data (the grader's commands)."""
+    """Send a frame of trusted data (blocking)."""
     write_frame(fd, json.dumps(message).encode("utf-8"))
+
+
+def send_by(fd: int, message: dict, deadline: float) -> None:
+    """Send a frame of trusted data (the grader's commands) on a pipe that a hand-in may have
+    stopped reading: :class:`TimedOut` at ``deadline`` rather than waiting forever."""
+    payload = json.dumps(message).encode("utf-8")
+    view = memoryview(HEADER.pack(len(payload)) + payload)
+    os.set_blocking(fd, False)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimedOut() from None
+            select.select([], [fd], [], min(left, 1.0))
 
 
 def read_exactly(fd: int, count: int) -> bytes:
@@ -68,6 +111,18 @@ def receive(fd: int) -> dict:
     """Blocking read of one frame of trusted data (the runner reading the grader's commands)."""
     (size,) = HEADER.unpack(read_exactly(fd, HEADER.size))
     return json.loads(read_exactly(fd, size))
+
+
+def parse_outputs(text) -> dict | None:
+    """A test's outputs, sent as JSON text and parsed only when judged (one at a time: a
+    hand-in's millions of tiny objects never pile up); None if they are not a JSON object."""
+    if not isinstance(text, str) or len(text) > 2 * MAX_OUTPUTS_BYTES:
+        return None
+    try:
+        outputs = json.loads(text)
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return outputs if isinstance(outputs, dict) else None
 
 
 def parse_untrusted(payload: bytes) -> dict:
@@ -138,7 +193,8 @@ class FrameReader:
 
 # ---------------------------------------------------------------- the runner's own encoder
 
-_escape = json.encoder.encode_basestring_ascii  # the C function, taken before any hand-in code
+_escape = json.encoder.encode_basestring_ascii  # the C function, taken at import
+_isfinite = math.isfinite
 _float_repr = float.__repr__
 _int_repr = int.__repr__
 
@@ -151,70 +207,67 @@ def encode_plain(value, max_bytes: int = MAX_FRAME_BYTES) -> bytes:
     """JSON for plain data, checked type by exact type, without recursion or ``json``.
 
     Subclasses (a ``dict`` or ``float`` with methods of a hand-in's own) are refused rather
-    than trusted; so are depths over :data:`MAX_DEPTH` and results over ``max_bytes``.
+    than trusted; so are depths over :data:`MAX_DEPTH` and results over ``max_bytes``, as
+    soon as the output reaches it (a list of millions costs no more than ``max_bytes``).
     """
     out: list[str] = []
     size = 0
-    stack: list[tuple[object, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if kind is _Token:
-            piece = item.text
-        elif depth > MAX_DEPTH:
-            raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
-        elif item is None:
-            piece = "null"
-        elif item is True:
-            piece = "true"
-        elif item is False:
-            piece = "false"
-        elif kind is int:
-            piece = _int_repr(item)
-        elif kind is float:
-            piece = _float_repr(item) if math.isfinite(item) else _NON_FINITE[_float_repr(item)]
-        elif kind is str:
-            piece = _escape(item)
-        elif kind is list or kind is tuple:
-            piece = "["
-            parts: list = []
-            for index, element in enumerate(item):
-                if index:
-                    parts.append(_COMMA)
-                parts.append((element, depth + 1))
-            stack.append((_CLOSE_LIST, 0))
-            stack.extend(_wrap(p) for p in reversed(parts))
-        elif kind is dict:
-            piece = "{"
-            parts = []
-            for index, (key, element) in enumerate(item.items()):
-                if type(key) is not str:
-                    raise NotPlainData("a dict key that is not a str")
-                if index:
-                    parts.append(_COMMA)
-                parts.append(_Token(_escape(key) + ":"))
-                parts.append((element, depth + 1))
-            stack.append((_CLOSE_DICT, 0))
-            stack.extend(_wrap(p) for p in reversed(parts))
-        else:
-            raise NotPlainData(f"a {kind.__name__}")
+    stack: list[list] = []  # [iterator, closing bracket, is a dict, first item, depth]
+
+    def emit(piece: str) -> None:
+        nonlocal size
         out.append(piece)
         size += len(piece)
         if size > max_bytes:
             raise NotPlainData(f"more than {max_bytes} bytes")
+
+    def open_item(item, depth: int) -> None:
+        kind = type(item)
+        if depth > MAX_DEPTH:
+            raise NotPlainData(f"nested deeper than {MAX_DEPTH}")
+        if item is None:
+            emit("null")
+        elif item is True:
+            emit("true")
+        elif item is False:
+            emit("false")
+        elif kind is int:
+            emit(_int_repr(item))
+        elif kind is float:
+            emit(_float_repr(item) if _isfinite(item) else _NON_FINITE[_float_repr(item)])
+        elif kind is str:
+            emit(_escape(item))
+        elif kind is list or kind is tuple:
+            emit("[")
+            stack.append([iter(item), "]", False, True, depth + 1])
+        elif kind is dict:
+            emit("{")
+            stack.append([iter(item.items()), "}", True, True, depth + 1])
+        else:
+            raise NotPlainData(f"a {kind.__name__}")
+
+    open_item(value, 0)
+    while stack:
+        frame = stack[-1]
+        try:
+            item = next(frame[0], _END)
+        except RuntimeError:  # changed while read, by a thread of the hand-in's
+            raise NotPlainData("a container that changed while it was read") from None
+        if item is _END:
+            emit(frame[1])
+            stack.pop()
+            continue
+        if not frame[3]:
+            emit(",")
+        frame[3] = False
+        if frame[2]:
+            key, item = item
+            if type(key) is not str:
+                raise NotPlainData("a dict key that is not a str")
+            emit(_escape(key) + ":")
+        open_item(item, frame[4])
     return "".join(out).encode("ascii")
 
 
-class _Token:
-    __slots__ = ("text",)
-
-    def __init__(self, text: str):
-        self.text = text
-
-
-_COMMA, _CLOSE_LIST, _CLOSE_DICT = _Token(","), _Token("]"), _Token("}")
+_END = object()
 _NON_FINITE = {"inf": "Infinity", "-inf": "-Infinity", "nan": "NaN"}
-
-
-def _wrap(part):
-    return (part, 0) if type(part) is _Token else part

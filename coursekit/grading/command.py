@@ -18,7 +18,7 @@ from coursekit.course import MODULES
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook, GradebookError
 from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
-from coursekit.grading.sandbox import Limits, Options, describe_confinement
+from coursekit.grading.sandbox import Limits, Options, describe_confinement, sweep_leftovers
 from coursekit.grading.text import for_terminal
 from coursekit.progress import Progress
 
@@ -53,6 +53,7 @@ def run_grade(
     if not found.hand_ins:
         _say("no hand-ins to grade in the paths given (notebooks or *.coursekit.zip files).")
         return 2 if not found.problems else 1
+    sweep_leftovers()  # of a grading run that was killed outright
     try:
         book = Gradebook(gradebook_path)
     except GradebookError as error:

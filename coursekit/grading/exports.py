@@ -17,32 +17,40 @@ from pathlib import Path
 from coursekit.grading.text import lossless
 
 
-class ExportClash(ValueError):
-    """Two students would be written to one file; the message names both."""
-
-
 def file_stem(student: str) -> str:
     """A file name for a student's exports, different for every different name.
 
     Plain lower-case names stay as they are (``ada``); any other name (capitals, which
-    case-insensitive file systems fold, characters that are not safe, a trailing dot) gets
-    a short hash of the exact name: ``ada.`` and ``ada`` export to different files.
+    case-insensitive file systems fold, characters that are not safe, a trailing dot, or an
+    ending that looks like such a hash) gets a short hash of the exact name: ``ada.`` and
+    ``ada`` export to different files, and so do ``Ada`` and ``ada-<the hash of Ada>``.
     """
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", student).strip("._")[:80] or "student"
-    if safe != student or safe.lower() != safe:
+    if safe != student or safe.lower() != safe or _HASHED.search(safe):
         digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:10]
         safe = f"{safe}-{digest}"
     return safe
 
 
-def _target(folder: Path, grade, suffix: str, taken: dict[str, str]) -> Path:
-    name = f"{file_stem(grade.student)}_{grade.assignment}{suffix}"
-    other = taken.setdefault(name.casefold(), f"{grade.student} ({grade.assignment})")
-    if other != f"{grade.student} ({grade.assignment})":
-        raise ExportClash(
-            f"{lossless(grade.student)!r} and {lossless(other)!r} would both be {name}"
-        )
-    return folder / name
+_HASHED = re.compile(r"-[0-9a-f]{10}$")
+
+
+def export_name(grade, suffix: str) -> str:
+    return f"{file_stem(grade.student)}_{grade.assignment}{suffix}"
+
+
+def clashes(grades: list, suffix: str) -> list[tuple[str, str]]:
+    """(what, file name folded) for grades that would be written to one file: it cannot
+    happen with :func:`file_stem` short of a hash collision, but exports check rather than
+    overwrite."""
+    by_name: dict[str, list] = {}
+    for grade in grades:
+        by_name.setdefault(export_name(grade, suffix).casefold(), []).append(grade)
+    return [
+        (f"{', '.join(repr(lossless(g.student)) for g in same)} would all be {name}", name)
+        for name, same in by_name.items()
+        if len(same) > 1
+    ]
 
 
 def _cell(value) -> str | float:
@@ -91,11 +99,12 @@ def gradescope_results(grade) -> dict:
 
 def write_gradescope(grades: list, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    taken: dict[str, str] = {}
-    targets = [_target(folder, grade, ".json", taken) for grade in grades]
-    for grade, path in zip(grades, targets, strict=True):
+    written = []
+    for grade in grades:
+        path = folder / export_name(grade, ".json")
         path.write_text(json.dumps(gradescope_results(grade), indent=2), encoding="utf-8")
-    return targets
+        written.append(path)
+    return written
 
 
 PAGE = """<!doctype html>
@@ -156,8 +165,9 @@ def feedback_page(grade) -> str:
 
 def write_feedback(grades: list, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
-    taken: dict[str, str] = {}
-    targets = [_target(folder, grade, ".html", taken) for grade in grades]
-    for grade, path in zip(grades, targets, strict=True):
+    written = []
+    for grade in grades:
+        path = folder / export_name(grade, ".html")
         path.write_text(feedback_page(grade), encoding="utf-8")
-    return targets
+        written.append(path)
+    return written

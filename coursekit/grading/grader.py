@@ -30,7 +30,7 @@ from coursekit.authoring.build import read_source, render
 from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
 from coursekit.grading.handin import HandInError, read_hand_in
-from coursekit.grading.judging import as_dict, judge_question
+from coursekit.grading.judging import as_dict, judge_question, task_outputs
 from coursekit.grading.sandbox import (
     Limits,
     Options,
@@ -151,14 +151,19 @@ def prepare(
             if record.get("status") != "ok":
                 raise GraderError(f"The reference solution fails {name} on {spec}: {record}")
             oracle = question.run(question.reference(), spec)
+            outputs = task_outputs(record)
+            if outputs is None:
+                raise GraderError(
+                    f"The reference solution of {name} returned no outputs on {spec}."
+                )
             try:
-                question.judge(spec, record["outputs"], oracle)
+                question.judge(spec, outputs, oracle)
             except Failure as failure:
                 raise GraderError(
                     f"The reference solution of {name} in notebooks/{assignment}.ipynb disagrees "
                     f"with coursekit's own on {spec}: {failure.message}"
                 ) from None
-            plan.expected[name].append(record["outputs"])
+            plan.expected[name].append(outputs)
     return plan
 
 

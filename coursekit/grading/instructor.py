@@ -24,11 +24,18 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
     if fmt == "csv":
         target = out if out.suffix == ".csv" else out / "grades.csv"
         print(f"wrote {exports.write_csv(grades, target)}")
-    elif fmt == "gradescope":
+        return 0
+    suffix = ".json" if fmt == "gradescope" else ".html"
+    clashes = exports.clashes(grades, suffix)
+    for clash, _ in clashes:  # never one file for two students: both are left out, and named
+        print(f"coursekit export: not written, {clash}.", file=sys.stderr)
+    clashing = {name for _, name in clashes}
+    grades = [g for g in grades if exports.export_name(g, suffix).casefold() not in clashing]
+    if fmt == "gradescope":
         print(f"wrote {len(exports.write_gradescope(grades, out))} results files to {out}/")
     else:
         print(f"wrote {len(exports.write_feedback(grades, out))} feedback pages to {out}/")
-    return 0
+    return 1 if clashes else 0
 
 
 def course_score(book: Gradebook, student: str) -> tuple[float, float, list[str]]:

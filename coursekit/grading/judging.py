@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from coursekit.checks.question import Failure, Question
+from coursekit.grading.channel import parse_outputs
 
 MESSAGE_CHARS = 600  # feedback comes partly from a hand-in's outputs: keep it short
 
@@ -25,13 +26,21 @@ class QuestionResult:
     mistakes: list[str] = field(default_factory=list)
 
 
+def task_outputs(record: dict) -> dict | None:
+    """A test's outputs as the runner sent them (JSON text, parsed now), or None."""
+    if isinstance(record.get("outputs"), dict):  # already parsed (the reference's)
+        return record["outputs"]
+    return parse_outputs(record.get("outputs_json"))
+
+
 def judge_test(question: Question, spec: dict, record: dict, expected: dict, task_timeout_s):
     """(passed, message, mistake) for one test; messages never quote test code."""
     status = record.get("status") if isinstance(record, dict) else None
     name = question.name
-    if status == "ok" and isinstance(record.get("outputs"), dict):
+    outputs = task_outputs(record) if status == "ok" else None
+    if outputs is not None:
         try:
-            question.judge(spec, record["outputs"], expected)
+            question.judge(spec, outputs, expected)
         except Failure as failure:
             mistake = failure.mistake if isinstance(failure.mistake, str) else None
             return False, str(failure.message)[:MESSAGE_CHARS], mistake

@@ -147,6 +147,23 @@ def empty_and_remove_cgroup(group: Path, seconds: float = 5.0) -> bool:
     return True
 
 
+def remove_stale_cgroups() -> list[str]:
+    """Empty ``coursekit-<pid>`` cgroups whose process is gone (a grader killed outright)."""
+    removed = []
+    for parent in set(_own_cgroups().values()):
+        for group in parent.glob("coursekit-*"):
+            pid = group.name.split("-", 1)[1]
+            if (
+                pid.isdigit()
+                and not Path(f"/proc/{pid}").exists()
+                and not _read(group / "cgroup.procs").strip()
+            ):
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                    removed.append(str(group))
+    return removed
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text()

@@ -26,6 +26,7 @@ from coursekit.grading import channel
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE = 1, 4
 SETUP_FAILED = 70  # exit status of a sandbox that could not be set up
+SCRATCH_PREFIX = "coursekit-hand-in-"  # + the runner's process id: a host scratch folder
 
 
 class CellTimeout(BaseException):
@@ -80,8 +81,9 @@ def _exit_like(status: int) -> None:
 # ------------------------------------------------------------------------------ confinement
 
 
-def confine(job: dict, namespaces) -> dict:
-    """Apply every limit the job asks for to this process; return what was applied."""
+def confine(job: dict, namespaces, channel_fds: tuple[int, ...] = ()) -> dict:
+    """Apply every limit the job asks for to this process; return what was applied.
+    ``channel_fds`` (the pipes to the grader) are pinned by the seccomp filter."""
     from coursekit.grading import landlock, privileges, seccomp
 
     limits = job["limits"]
@@ -105,7 +107,7 @@ def confine(job: dict, namespaces) -> dict:
         writable += [f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")]
         own_loopback = bool(namespaces.network and applied.get("loopback"))
         applied["landlock"] = landlock.restrict(readable, writable, block_tcp=not own_loopback)
-    applied["seccomp"] = seccomp.install()
+    applied["seccomp"] = seccomp.install(protected=channel_fds)
     # RLIMIT_NPROC counts every process and thread of the user (in this user namespace), so
     # leave room for the ones it already runs; root ignores it (the pids cgroup caps root).
     nproc = limits["max_processes"] + _processes_of(os.getuid())
@@ -205,23 +207,57 @@ def _close_all_but(keep: set[int]) -> None:
     os.closerange(last + 1, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
 
 
+def _move_high(fd_in: int, fd_out: int) -> tuple[int, int]:
+    """The channel, moved to the highest descriptor numbers, close-on-exec.
+
+    The seccomp filter pins them by number, in children too: after an ``exec`` (which
+    closes them) a program reuses free numbers from the lowest up, so it never meets these.
+    """
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[0] - 1
+    spare = [os.dup(fd_in), os.dup(fd_out)]  # neither original may sit on a target number
+    os.close(fd_in)
+    os.close(fd_out)
+    for fd, number in zip(spare, (top - 1, top), strict=True):
+        os.dup2(fd, number, inheritable=False)
+        os.close(fd)
+    return top - 1, top
+
+
 def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted) -> None:
     """The hand-in's process: confine, then answer the grader's commands until "end"."""
+    fd_in, fd_out = _move_high(fd_in, fd_out)
     _close_all_but({fd_in, fd_out})
+    from coursekit.grading import tampering as shared_tampering
+
+    # What speaks to the grader, and the instruments, run on objects taken now and on private
+    # copies of their modules' globals: a notebook that rebinds names in those modules, in
+    # os or in builtins, does not reach them.
+    tampering = shared_tampering.private_copy(shared_tampering)
+    own, wire = (
+        shared_tampering.private_copy(sys.modules[__name__]),
+        shared_tampering.private_copy(channel),
+    )
+    encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
-    write_frame, encode = channel.write_frame, channel.encode_plain
+    send_payload = channel.payload_sender(fd_out, lock)
 
     def answer(message: dict) -> None:
-        try:
-            payload = encode(message)
-        except channel.NotPlainData as error:
-            why = f"It returned something that is not plain data ({error})."
-            payload = encode({**message, "status": "error", "outputs": None, "message": why})
-        with lock:
-            write_frame(fd_out, payload)
+        """Send a reply; a test's outputs travel as JSON text, checked and capped here."""
+        if "outputs" in message:
+            message = dict(message)
+            try:
+                text = encode(message.pop("outputs"), max_bytes=channel.MAX_OUTPUTS_BYTES)
+                message["outputs_json"] = text.decode("ascii")
+            except channel.NotPlainData as error:
+                message["status"] = "error"
+                message["message"] = (
+                    f"{message.get('question', 'Your function')} returned something that is "
+                    f"not plain data, or too much of it ({error})."
+                )
+        send_payload(encode(message))
 
     try:
-        applied.update(confine(job, namespaces))
+        applied.update(confine(job, namespaces, channel_fds=(fd_in, fd_out)))
     except Exception as error:
         answer({"kind": "failed", "why": f"confining the hand-in failed: {error}"})
         os._exit(SETUP_FAILED)
@@ -231,7 +267,6 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
     from traitlets.config import Config
 
     from coursekit.checks import QUESTIONS
-    from coursekit.grading import tampering
 
     questions = dict(QUESTIONS)  # held here: replacing an entry of the registry changes nothing
     config = Config()
@@ -239,12 +274,12 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
     config.InteractiveShell.colors = "NoColor"  # tracebacks as plain text in the output
     shell = InteractiveShell.instance(config=config)
 
-    reported_flags: set[str] = set()
+    send_flag, reported_flags = channel.flag_sender(fd_out, lock), set()
 
     def report(what: str) -> None:  # each distinct finding once, and not without end
         if what not in reported_flags and len(reported_flags) < tampering.MAX_REPORTS:
             reported_flags.add(what)
-            answer({"kind": "flag", "what": what})
+            send_flag(what)
 
     tampering.install_audit_hook(report, trusted)
     arm_tripwires = tampering.install_tripwires(questions, report, trusted)
@@ -253,18 +288,18 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
     reported: set[str] = set()
     while True:
         try:
-            command = channel.receive(fd_in)
+            command = receive(fd_in)
         except channel.Closed:
             os._exit(0)
         kind, nonce = command.get("kind"), command.get("nonce")
         if kind == "cell":
-            reply = run_cell(shell, command["source"], limits["cell_timeout_s"])
+            reply = own.run_cell(shell, command["source"], limits["cell_timeout_s"])
         elif kind == "task":
             arm_tripwires()
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), trusted)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
-            reply = run_task(shell.user_ns, questions, command, limits["task_timeout_s"])
+            reply = own.run_task(shell.user_ns, questions, command, limits["task_timeout_s"])
         elif kind == "check":
             reply = {}
         else:
@@ -275,6 +310,7 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
                 if where not in reported:
                     reported.add(where)
                     report(f"it changed {where}")
+        reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
 
 
@@ -290,7 +326,11 @@ def init(fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict
 
             applied["root"] = make_root(root_plan)
         else:
-            os.chdir(job["host_scratch"])
+            # no root of its own: a folder on the host, named after the runner's process,
+            # which the grader removes after it (or the next grading run, if it was killed)
+            scratch = os.path.join(job["host_scratch_parent"], f"{SCRATCH_PREFIX}{os.getppid()}")
+            os.mkdir(scratch, 0o700)
+            os.chdir(scratch)
         home = os.getcwd()
         temporary = "/tmp" if namespaces.mount else home
         os.environ.update(HOME=home, TMPDIR=temporary, MPLCONFIGDIR=f"{home}/.matplotlib")

@@ -195,10 +195,12 @@ class _Session:
         self.process, self.to_runner, self.reader, self.tail = process, to_runner, reader, tail
         self.attempt = attempt
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict, deadline: float) -> None:
         try:
-            channel.send(self.to_runner, message)
-        except (BrokenPipeError, OSError):
+            channel.send_by(self.to_runner, message, deadline)
+        except channel.TimedOut:
+            raise _Ended("timeout") from None
+        except OSError:  # a broken pipe: the process ended
             raise _Ended("exit") from None
 
     def expect(self, kind: str, deadline: float, index=None, nonce=None) -> dict:
@@ -228,7 +230,7 @@ class _Session:
 
     def command(self, kind: str, deadline: float, index=None, **fields) -> dict:
         nonce = secrets.token_hex(8)
-        self.send({"kind": kind, "index": index, "nonce": nonce, **fields})
+        self.send({"kind": kind, "index": index, "nonce": nonce, **fields}, deadline)
         return self.expect(kind, deadline, index, nonce)
 
 
@@ -237,7 +239,6 @@ class _Runner:
 
     def __init__(self, options: Options, limits: Limits):
         self.fds: list[int] = []
-        self.host_scratch = Path(tempfile.mkdtemp(prefix="coursekit-hand-in-"))
         self.process = None
         try:
             runner_in, self.to_runner = self._pipe()
@@ -247,7 +248,7 @@ class _Runner:
             self.before = children()
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "coursekit.grading.runner", str(runner_in), str(runner_out)],
-                cwd=self.host_scratch,
+                cwd="/",
                 env=_clean_env(),
                 stdin=subprocess.DEVNULL,
                 stdout=output_w,
@@ -267,7 +268,7 @@ class _Runner:
             "landlock": options.landlock,
             "isolation": options.isolation,
             "hidden": list(options.hidden),
-            "host_scratch": str(self.host_scratch),
+            "host_scratch_parent": tempfile.gettempdir(),
         }
 
     def _pipe(self) -> tuple[int, int]:
@@ -291,7 +292,8 @@ class _Runner:
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        _remove(self.host_scratch)
+        if self.process is not None:  # made only where there was no root of its own
+            _remove(Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{self.process.pid}")
         return returncode
 
 
@@ -310,7 +312,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         tail = _Tail(runner.output)
         reader = channel.FrameReader(runner.from_runner)
         session = _Session(runner.process, runner.to_runner, reader, tail, attempt)
-        session.send(runner.job)
+        session.send(runner.job, notebook_deadline)
         attempt.applied = session.expect("ready", notebook_deadline).get("applied") or {}
         for index, source in enumerate(cells):
             if index in skip:
@@ -338,7 +340,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             attempt.tasks[index] = _task_record(reply)
         attempt.position = ("end",)
         with contextlib.suppress(_Ended):
-            session.send({"kind": "end"})
+            session.send({"kind": "end"}, time.monotonic() + 5)
     except _Ended as ended:
         attempt.ended = ended
         if ended.why == "timeout" and time.monotonic() >= notebook_deadline:
@@ -372,10 +374,27 @@ def _task_record(reply: dict) -> dict:
     status = reply.get("status") if reply.get("status") in _TASK_STATUSES else "error"
     record = {"status": status}
     if status == "ok":
-        record["outputs"] = reply.get("outputs")
+        record["outputs_json"] = reply.get("outputs_json")
     elif status == "error":
         record["message"] = str(reply.get("message", "it raised an error"))[:1000]
     return record
+
+
+SCRATCH_PREFIX = "coursekit-hand-in-"  # as the runner names a host scratch folder
+
+
+def sweep_leftovers() -> list[str]:
+    """Remove what a grading run that was killed outright left behind: host scratch folders
+    and empty cgroups named after runner processes that no longer exist. What a live
+    process (another grading run's) still uses is left alone. Returns what was removed."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = folder.name[len(SCRATCH_PREFIX) :]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and not folder.is_symlink():
+            _remove(folder)
+            removed.append(str(folder))
+    removed += privileges.remove_stale_cgroups()
+    return removed
 
 
 def _remove(folder: Path) -> None:

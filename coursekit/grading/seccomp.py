@@ -11,6 +11,10 @@ Installed with TSYNC (every thread of the process) and inherited by every child,
   ``clone`` or ``unshare`` with any namespace flag: a hand-in makes no namespaces of its own;
 - refuses ``socket(AF_UNIX)`` and ``socketpair(AF_UNIX)`` of any type but stream or
   seqpacket (a datagram socket can ``sendto`` a path without ``socket``/``connect``);
+- pins the grader's channel: its descriptors cannot be closed, duplicated, replaced by
+  ``dup2``/``dup3`` or stripped of close-on-exec, and ``close_range`` is refused (ENOSYS:
+  libc and Python fall back to one ``close`` at a time), so what the runner writes reaches
+  the grader, and an ``exec``'d program does not inherit them;
 - refuses what needs no place in a notebook: mounts, ``setns``, ``pivot_root``, kernel
   keyrings, ``ptrace`` and ``process_vm_*``, ``pidfd_getfd``, ``bpf``, ``perf_event_open``,
   ``userfaultfd``, modules, kexec, reboot, swap, clocks, quotas, ``open_by_handle_at``.
@@ -46,6 +50,8 @@ _SYSCALLS = {
         "settimeofday": 164, "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159,
         "quotactl": 179, "quotactl_fd": 443, "lookup_dcookie": 212, "open_by_handle_at": 304,
         "uselib": 134, "iopl": 172, "ioperm": 173, "vhangup": 153,
+        "close": 3, "dup": 32, "dup2": 33, "dup3": 292, "fcntl": 72, "close_range": 436,
+        "ioctl": 16,
     },
     "aarch64": {
         "seccomp": 277, "socket": 198, "socketpair": 199, "clone": 220, "clone3": 435,
@@ -59,9 +65,12 @@ _SYSCALLS = {
         "reboot": 142, "swapon": 224, "swapoff": 225, "syslog": 116, "acct": 89,
         "settimeofday": 170, "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171,
         "quotactl": 60, "quotactl_fd": 443, "lookup_dcookie": 18, "open_by_handle_at": 265,
+        "close": 57, "dup": 23, "dup3": 24, "fcntl": 25, "close_range": 436,
+        "ioctl": 29,
     },
 }  # fmt: skip
-_NOT_SUPPORTED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "clone3")
+_NOT_SUPPORTED = ("io_uring_setup", "io_uring_enter", "io_uring_register", "clone3", "close_range")
+F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC, FIONCLEX = 0, 2, 1030, 0x5450
 _NOT_PERMITTED = (
     "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen",
     "fsconfig", "fsmount", "fspick", "mount_setattr", "add_key", "request_key", "keyctl",
@@ -132,8 +141,9 @@ class _Program:
         return out
 
 
-def program(machine: str) -> list[_SockFilter]:
-    """The filter for ``machine`` (``os.uname().machine``)."""
+def program(machine: str, protected: tuple[int, ...] = ()) -> list[_SockFilter]:
+    """The filter for ``machine`` (``os.uname().machine``), pinning the ``protected``
+    descriptors (the channel to the grader)."""
     nr = _SYSCALLS[machine]
     p = _Program()
     p.load(_ARCH)
@@ -150,7 +160,34 @@ def program(machine: str) -> list[_SockFilter]:
     p.jump(_JEQ_K, nr["clone"], "clone", 0)
     p.jump(_JEQ_K, nr["socket"], "socket", 0)
     p.jump(_JEQ_K, nr["socketpair"], "socketpair", 0)
+    if protected:
+        p.jump(_JEQ_K, nr["close"], "first_is_protected", 0)
+        p.jump(_JEQ_K, nr["dup"], "first_is_protected", 0)
+        p.jump(_JEQ_K, nr["dup3"], "either_is_protected", 0)
+        if "dup2" in nr:
+            p.jump(_JEQ_K, nr["dup2"], "either_is_protected", 0)
+        p.jump(_JEQ_K, nr["fcntl"], "fcntl", 0)
+        p.jump(_JEQ_K, nr["ioctl"], "ioctl", 0)
     p.ret(ALLOW)
+    if protected:
+        p.label("fcntl")  # F_DUPFD, F_SETFD and F_DUPFD_CLOEXEC on a protected descriptor
+        p.load(_arg(1))
+        for command in (F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC):
+            p.jump(_JEQ_K, command, "first_is_protected", 0)
+        p.ret(ALLOW)
+        p.label("ioctl")  # FIONCLEX: how Python's os.set_inheritable clears close-on-exec
+        p.load(_arg(1))
+        p.jump(_JEQ_K, FIONCLEX, "first_is_protected", 0)
+        p.ret(ALLOW)
+        p.label("either_is_protected")  # dup2(old, new): neither may be the channel
+        p.load(_arg(1))
+        for fd in protected:
+            p.jump(_JEQ_K, fd, "eperm", 0)
+        p.label("first_is_protected")
+        p.load(_arg(0))
+        for fd in protected:
+            p.jump(_JEQ_K, fd, "eperm", 0)
+        p.ret(ALLOW)
     p.label("clone")  # flags are the first argument on both machines
     p.load(_arg(0))
     p.jump(_JSET_K, NAMESPACE_FLAGS, "eperm", "allow")
@@ -185,7 +222,7 @@ def supported() -> bool:
     return os.uname().machine in _SYSCALLS
 
 
-def install() -> bool:
+def install(protected: tuple[int, ...] = ()) -> bool:
     """Install the filter on every thread of this process; False on an unknown machine.
 
     Raises OSError when the kernel refuses it (a thread that could not be synchronised).
@@ -193,7 +230,7 @@ def install() -> bool:
     machine = os.uname().machine
     if machine not in _SYSCALLS:
         return False
-    instructions = program(machine)
+    instructions = program(machine, tuple(protected))
     filters = (_SockFilter * len(instructions))(*instructions)
     fprog = _SockFprog(len(instructions), filters)
     libc = ctypes.CDLL(None, use_errno=True)

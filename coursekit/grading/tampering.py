@@ -23,7 +23,9 @@ notebook, and no flag is no proof.
 
 from __future__ import annotations
 
+import functools
 import sys
+import types
 from collections.abc import Callable
 
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
@@ -71,6 +73,13 @@ _WATCHED_MODULES = (
 MAX_REPORTS = 20
 
 
+def _reopens_a_descriptor(path) -> bool:
+    """``/proc/<pid>/fd/N`` or ``/dev/fd/N``: a new handle on an open file, such as the
+    grader's channel, that the seccomp filter's pin on its numbers does not cover."""
+    text = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+    return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
+
+
 def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...]) -> None:
     """Report (at most :data:`MAX_REPORTS` distinct) suspicious events of notebook code.
 
@@ -96,6 +105,10 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...]) 
     def hook(event: str, args: tuple) -> None:
         if event in _ALWAYS or event.startswith("ctypes."):
             what = f"it called {event}" if not event.startswith("ctypes.") else "it used ctypes"
+        elif event == "os.exec":
+            what = "it replaced its process with another program (os.exec)"
+        elif event == "open" and args and _reopens_a_descriptor(args[0]):
+            what = "it opened an open file again through /proc or /dev/fd"
         elif event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
             what = f"it read a {args[1]} (a frame of the running program)"
         elif event == "object.__setattr__" and len(args) == 3 and args[1] in _CODE_ATTRIBUTES:
@@ -229,12 +242,27 @@ def _by_notebook(value, trusted: tuple[str, ...]) -> bool:
     function from the notebook's code, or something that is no function at all, counts."""
     if not trusted:
         return True
-    code = getattr(value, "__code__", None) or getattr(
-        getattr(value, "__func__", None), "__code__", None
+    if not callable(value) and not hasattr(type(value), "__get__"):
+        return True  # data where there was a function
+    return any(
+        code.co_filename == "<string>" or _notebook_file(code.co_filename, trusted)
+        for code in _codes_of(value)
     )
-    if code is None:
-        return not callable(value)
-    return _notebook_file(code.co_filename, trusted) or code.co_filename == "<string>"
+
+
+def _codes_of(value) -> list:
+    """The code a callable runs: its own, a method's or ``partial``'s target's, and, for an
+    object of a class that is not a builtin, its class's methods (a callable object of a
+    class the notebook defined is the notebook's doing)."""
+    items = [value]
+    for attribute in ("__func__", "func", "__wrapped__"):
+        inner = getattr(value, attribute, None)
+        if callable(inner):
+            items.append(inner)
+    plain = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)
+    if not isinstance(value, plain) and type(value).__module__ not in ("builtins", "functools"):
+        items += [m for m in vars(type(value)).values() if isinstance(m, types.FunctionType)]
+    return [item.__code__ for item in items if hasattr(item, "__code__")]
 
 
 def _notebook_file(filename: str, trusted: tuple[str, ...]) -> bool:
@@ -276,8 +304,6 @@ def install_tripwires(questions: dict, report: Callable[[str], None], trusted: t
     them is reported: its function hands in coursekit's answer. Calls from coursekit's own
     code, and calls while the cells run (demonstrations), are not. Call before
     :func:`snapshot`, so the wrappers are what it records."""
-    import functools
-    import types
 
     getframe = sys._getframe
     armed: list[bool] = []
@@ -295,6 +321,7 @@ def install_tripwires(questions: dict, report: Callable[[str], None], trusted: t
                     report(f"its {question} called coursekit's own answer ({where})")
             return function(*args, **kwargs)
 
+        del tripwire.__wrapped__  # no plain path back to the unwatched function
         wrappers[id(function)] = tripwire
         return tripwire
 
@@ -330,7 +357,10 @@ def install_tripwires(questions: dict, report: Callable[[str], None], trusted: t
 def coursekit_function(fn, trusted: tuple[str, ...]) -> str | None:
     """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's):
     a hand-in whose answer *is* coursekit's implementation, imported under its name."""
-    target = getattr(fn, "__wrapped__", fn)
+    target = fn
+    while isinstance(target, functools.partial):  # partial(coursekit.train_accumulated)
+        target = target.func
+    target = getattr(target, "__wrapped__", target)
     code = getattr(target, "__code__", None)
     module = str(getattr(target, "__module__", ""))
     if code is None or not module.startswith("coursekit"):
@@ -338,3 +368,22 @@ def coursekit_function(fn, trusted: tuple[str, ...]) -> str | None:
     if code.co_filename == "<string>" or _notebook_file(code.co_filename, trusted):
         return None
     return f"{module}.{getattr(target, '__qualname__', '?')}"
+
+
+def private_copy(module) -> types.SimpleNamespace:
+    """The module's functions, each re-made over a private copy of the module's globals and
+    of the builtins. A hand-in that later rebinds a name in the module (or in ``builtins``)
+    changes what other code sees, not what these copies run; only the copies' own
+    ``__globals__`` reach the private dict, and getting at them takes a frame or ``gc``,
+    which the audit hook reports first."""
+    import builtins
+
+    namespace = dict(vars(module))
+    namespace["__builtins__"] = dict(vars(builtins))
+    for name, value in list(namespace.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            namespace[name] = types.FunctionType(
+                value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
+            )
+            namespace[name].__kwdefaults__ = value.__kwdefaults__
+    return types.SimpleNamespace(**namespace)
