@@ -69,6 +69,7 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
         # Red-team findings on the second sandbox: the channel pinned, the grader never
         # blocked, a callable object or a partial seen, model.forward seen, outputs capped.
         "man_in_the_middle": ([IMPORTS, *hostile.MAN_IN_THE_MIDDLE, *answers()[1:]], "full", ""),
+        "flag_flood": ([IMPORTS, *hostile.FLAG_FLOOD, *answers()[1:]], "full", ""),
         "stall_command_pipe": ([IMPORTS, *hostile.STALL, *answers()], "full", ""),
         "torch_callable_patch": (
             [IMPORTS, hostile.CALLABLE_PATCH, *answers(train_accumulated="single_backward")],

@@ -330,7 +330,19 @@ def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
     return [0.5] * 4_000_000
 """
 
+# Fake flags written straight into the channel, enough to fill the note, then real ones.
+_FLAG_FLOOD = (
+    _CHANNEL_FDS
+    + """
+import json, struct
+for i in range(60):
+    frame = json.dumps({"kind": "flag", "what": f"nothing to see {i}"}).encode()
+    os.write(_pipes(1)[0], struct.pack(">I", len(frame)) + frame)
+"""
+)
+
 MAN_IN_THE_MIDDLE = [_MAN_IN_THE_MIDDLE, _FLAGGED_BEHAVIOUR]
+FLAG_FLOOD = [_FLAG_FLOOD, _FLAGGED_BEHAVIOUR]
 STALL = [_STALL, "# " + "#" * 300_000]
 CALLABLE_PATCH = _CALLABLE_PATCH
 PARTIAL_ANSWER = _PARTIAL_ANSWER

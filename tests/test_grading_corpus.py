@@ -266,6 +266,11 @@ def test_what_the_instruments_see_is_flagged(graded, name, seen):
     assert any(seen in n and n.startswith("Flagged") for n in graded["results"][name]["notes"])
 
 
+def test_a_flood_of_fake_flags_cannot_hide_the_real_ones_unseen(graded):
+    notes = graded["results"]["flag_flood"]["notes"]
+    assert any("more flags came while it ran than this note shows" in n for n in notes)
+
+
 def test_writing_into_the_grading_channel_costs_that_cell_and_is_flagged(graded):
     result = graded["results"]["deep_result_frame"]
     assert result["score"] == 10.0

@@ -240,6 +240,11 @@ def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
         f"Flagged for review: while it ran, {what}; an instructor will read it."
         for what in run.flags
     ]
+    if run.flags_over_cap:
+        flags.append(
+            f"Flagged for review: {run.flags_over_cap} more flags came while it ran than this "
+            "note shows (a notebook may send flags of its own to crowd out real ones)."
+        )
     result.notes[:0] = flags
     if run.failure:
         result.error = run.failure

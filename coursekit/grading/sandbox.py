@@ -69,6 +69,7 @@ class SandboxRun:
     failure: str | None = None  # set when no result came back at all
     confinement: dict = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)  # what the hand-in did to grading itself
+    flags_over_cap: int = 0  # flags that came after the note's cap was full
     output_tail: str = ""
     seconds: float = 0.0
 
@@ -181,6 +182,7 @@ class _Attempt:
     tasks: dict[int, dict] = field(default_factory=dict)
     applied: dict = field(default_factory=dict)
     flags: list[str] = field(default_factory=list)
+    flags_over_cap: int = 0
     position: tuple = ("start",)  # what was running when it ended
     ended: _Ended | None = None
     returncode: int | None = None
@@ -217,6 +219,8 @@ class _Session:
                 what = frame.get("what")
                 if isinstance(what, str) and len(self.attempt.flags) < MAX_FLAGS:
                     self.attempt.flags.append(what[:300])
+                else:  # counted, so that a flood of flags cannot hide the real ones unseen
+                    self.attempt.flags_over_cap += 1
                 continue
             if frame.get("kind") == "failed" and kind == "ready":
                 raise SandboxSetupError(str(frame.get("why"))[:1000])
@@ -446,7 +450,10 @@ def run_hand_in(
         run.seconds += attempt.seconds
         run.output_tail = attempt.output
         run.confinement = attempt.applied or run.confinement
-        run.flags += [f for f in attempt.flags if f not in run.flags][: MAX_FLAGS - len(run.flags)]
+        new_flags = [f for f in attempt.flags if f not in run.flags]
+        room = MAX_FLAGS - len(run.flags)
+        run.flags += new_flags[:room]
+        run.flags_over_cap += attempt.flags_over_cap + max(0, len(new_flags) - room)
         if attempt.ended is not None and attempt.ended.why == "violation":
             flag = "it wrote into the channel between grading and its process"
             if flag not in run.flags:
