@@ -6,9 +6,39 @@ import matplotlib
 
 # In solutions/ every check(...) must pass: a verdict other than "passed" raises there.
 os.environ["COURSEKIT_STRICT_CHECKS"] = "1"
+# One thread per process, here and in every notebook kernel and worker the tests start: the
+# course's models are tiny, and on 2 busy cores torch's thread pools only fight each other
+# (cells ran 10-30x slower with the default under load). Set before torch is imported.
+for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 # Tests draw figures without a screen (notebook kernels keep their inline backend).
 matplotlib.use("Agg")
 
 # Golden notebooks are pipeline fixtures (their exercise stubs raise on purpose), not course
 # notebooks for nbval to run.
 collect_ignore = ["tests/golden"]
+
+# Tests that take minutes: whole batches through the sandbox, notebooks run end to end, the
+# browser, the frameworks, and mutation testing. `pytest -m "not slow"` is the developers'
+# fast subset; the README's test command (scripts/test) runs everything.
+SLOW_FILES = {
+    "test_browser.py",
+    "test_frameworks.py",
+    "test_grading_batch.py",
+    "test_grading_corpus.py",
+    "test_grading_load.py",
+    "test_grading_modules.py",
+    "test_grading_resume.py",
+    "test_grading_unprivileged.py",
+    "test_mutation.py",
+    "test_notebooks.py",
+    "test_sandbox_parts.py",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        if item.path.name in SLOW_FILES or item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

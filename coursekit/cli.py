@@ -98,10 +98,22 @@ def _grade(args: argparse.Namespace) -> int:
     if args.workers < 1:
         print("coursekit grade: --workers must be at least 1.", file=sys.stderr)
         return 2
+    if not (args.wall_factor >= 1 and min(args.cell_timeout, args.test_timeout, args.timeout) > 0):
+        print(
+            "coursekit grade: time limits must be above 0 and --wall-factor at least 1.",
+            file=sys.stderr,
+        )
+        return 2
+    if args.seed is not None and not 0 <= args.seed < 2**63:
+        print(
+            "coursekit grade: --seed must be a whole number from 0 to 2**63 - 1.", file=sys.stderr
+        )
+        return 2
     limits = Limits(
         cell_timeout_s=args.cell_timeout,
         task_timeout_s=args.test_timeout,
         hand_in_timeout_s=args.timeout,
+        wall_factor=args.wall_factor,
         memory_bytes=args.memory_mb * 2**20,
     )
     return run_grade(
@@ -113,6 +125,7 @@ def _grade(args: argparse.Namespace) -> int:
         args.json,
         limits,
         regrade=args.regrade,
+        seed=args.seed,
     )
 
 
@@ -172,9 +185,21 @@ def parser() -> argparse.ArgumentParser:
     grade.add_argument("--gradebook", default="gradebook.sqlite", help="SQLite gradebook file")
     grade.add_argument("--json", action="store_true", help="one JSON object per hand-in")
     grade.add_argument("--regrade", action="store_true", help="grade unchanged hand-ins again")
-    grade.add_argument("--cell-timeout", type=float, default=60.0, help="seconds per cell")
-    grade.add_argument("--test-timeout", type=float, default=30.0, help="seconds per test")
-    grade.add_argument("--timeout", type=float, default=300.0, help="seconds per hand-in")
+    grade.add_argument(
+        "--seed",
+        type=int,
+        help="draw the hidden tests from this seed (a run prints its seed; each grade records it)",
+    )
+    grade.add_argument("--cell-timeout", type=float, default=60.0, help="CPU seconds per cell")
+    grade.add_argument("--test-timeout", type=float, default=30.0, help="CPU seconds per test")
+    grade.add_argument("--timeout", type=float, default=300.0, help="CPU seconds per hand-in")
+    grade.add_argument(
+        "--wall-factor",
+        type=float,
+        default=10.0,
+        help="code that waits without computing is ended after this many times its CPU limit "
+        "in wall-clock time (default 10)",
+    )
     grade.add_argument("--memory-mb", type=int, default=3072, help="memory per hand-in")
     grade.add_argument("--root", help="course folder (default: found from the current folder)")
     grade.set_defaults(run=_grade)

@@ -154,7 +154,7 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
                 "        pass",
             ],
             "partial",
-            "did not finish",
+            "took too long",
         ),
         "sleep_forever": ([IMPORTS, "import time\ntime.sleep(10**6)", *answers()], "full", ""),
         "sys_exit": ([IMPORTS, *answers(), "import sys\nsys.exit(1)"], "full", ""),

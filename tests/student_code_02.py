@@ -43,6 +43,57 @@ def loss_scales(micro_batch_sizes, reduction):
         return {_mean or "[s / total for s in micro_batch_sizes]"}
     return {_sum or "[1 / total] * len(micro_batch_sizes)"}
 """
+LOSS_SCALES.update(
+    {
+        # A // from integer habits: every factor rounds down to 0.
+        "integer_division": """
+def loss_scales(micro_batch_sizes, reduction):
+    total = sum(micro_batch_sizes)
+    if reduction == "mean":
+        return [size // total for size in micro_batch_sizes]
+    return [1 // total] * len(micro_batch_sizes)
+""",
+        # The window's size read from its first micro-batch: wrong when the sizes differ.
+        "window_from_first_micro_batch": """
+def loss_scales(micro_batch_sizes, reduction):
+    total = micro_batch_sizes[0] * len(micro_batch_sizes)
+    if reduction == "mean":
+        return [size / total for size in micro_batch_sizes]
+    return [1 / total] * len(micro_batch_sizes)
+""",
+        # A running total instead of the window's final one.
+        "running_total": """
+def loss_scales(micro_batch_sizes, reduction):
+    scales, seen = [], 0
+    for size in micro_batch_sizes:
+        seen += size
+        scales.append(size / seen if reduction == "mean" else 1 / seen)
+    return scales
+""",
+        # A dtype slip: the factors computed in float16 (about 3 significant digits).
+        "in_float16": """
+import torch
+def loss_scales(micro_batch_sizes, reduction):
+    sizes = torch.tensor(micro_batch_sizes, dtype=torch.float16)
+    if reduction == "mean":
+        return (sizes / sizes.sum()).tolist()
+    return (torch.ones_like(sizes) / sizes.sum()).tolist()
+""",
+        # Stale state between calls: factors cached by the number of micro-batches.
+        "cached_by_count": """
+_cache = {}
+def loss_scales(micro_batch_sizes, reduction):
+    key = (len(micro_batch_sizes), reduction)
+    if key not in _cache:
+        total = sum(micro_batch_sizes)
+        if reduction == "mean":
+            _cache[key] = [size / total for size in micro_batch_sizes]
+        else:
+            _cache[key] = [1 / total] * len(micro_batch_sizes)
+    return _cache[key]
+""",
+    }
+)
 
 _TOKENS = """
 import torch.nn.functional as F
@@ -108,6 +159,91 @@ def accumulate_tokens(model, micro_batches):
     return loss.item()
 """,
 }
+ACCUMULATE_TOKENS.update(
+    {
+        # The right loss into .grad by autograd.grad, added to .grad by hand: no backward().
+        "correct_autograd_grad_into_grad": """
+import torch
+from coursekit.tokens import count_tokens, lm_loss
+def accumulate_tokens(model, micro_batches):
+    params = [p for p in model.parameters() if p.requires_grad]
+    window_tokens = sum(count_tokens(labels) for _, labels in micro_batches)
+    total = 0.0
+    for inputs, labels in micro_batches:
+        loss = lm_loss(model(inputs), labels, reduction="sum") / window_tokens
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+        for p, g in zip(params, grads):
+            if g is not None:
+                p.grad = g.clone() if p.grad is None else p.grad + g
+        total += loss.item()
+    return total
+""",
+        # The token count kept as a tensor, the logged loss summed as a detached tensor.
+        "correct_tensor_count": """
+import torch.nn.functional as F
+def accumulate_tokens(model, micro_batches):
+    window_tokens = sum((labels != -100).sum() for _, labels in micro_batches)
+    logged = 0
+    for inputs, labels in micro_batches:
+        logits = model(inputs)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum"
+        ) / window_tokens
+        loss.backward()
+        logged = logged + loss.detach()
+    return float(logged)
+""",
+        "window_from_first_micro_batch": _tokens(
+            loss=f"{_SUM} / (int((micro_batches[0][1] != -100).sum()) * len(micro_batches))"
+        ),
+        "running_token_count": """
+import torch.nn.functional as F
+def accumulate_tokens(model, micro_batches):
+    seen, logged = 0, 0.0
+    for inputs, labels in micro_batches:
+        seen += int((labels != -100).sum())
+        loss = F.cross_entropy(
+            model(inputs).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+        ) / seen
+        loss.backward()
+        logged += loss.item()
+    return logged
+""",
+        # An in-place change to the inputs: padding relabelled as token 0, so it counts.
+        "padding_relabelled_in_place": """
+import torch.nn.functional as F
+def accumulate_tokens(model, micro_batches):
+    window_tokens = sum(int((labels != -100).sum()) for _, labels in micro_batches)
+    logged = 0.0
+    for inputs, labels in micro_batches:
+        labels[labels == -100] = 0
+        loss = F.cross_entropy(
+            model(inputs).flatten(0, 1), labels.flatten(), reduction="sum"
+        ) / window_tokens
+        loss.backward()
+        logged += loss.item()
+    return logged
+""",
+        # Stale state between calls: the token count kept in a default argument.
+        "stale_token_count": """
+import torch.nn.functional as F
+def accumulate_tokens(model, micro_batches, _count=[0]):
+    _count[0] += sum(int((labels != -100).sum()) for _, labels in micro_batches)
+    logged = 0.0
+    for inputs, labels in micro_batches:
+        loss = F.cross_entropy(
+            model(inputs).flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="sum"
+        ) / _count[0]
+        loss.backward()
+        logged += loss.item()
+    return logged
+""",
+        # Logs the last micro-batch's share only: = where += belongs.
+        "logged_last_micro_batch": _TOKENS.replace(
+            "logged += {logged}", "logged = {logged}"
+        ).format(loss=f"{_SUM} / window_tokens", logged="loss.item()"),
+    }
+)
 
 _AMP = """
 import torch
@@ -198,8 +334,59 @@ def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
     optimizer.zero_grad()
 """,
 }
-# Two mistakes the counts name before the weights do.
-AMP_WINDOW_NAMED_AS = {"unscale_and_update_every_micro_batch": "unscale_every_micro_batch"}
+AMP_WINDOW.update(
+    {
+        "correct_in_place_division": _amp(
+            loss="loss_fn(model(inputs), targets); loss /= len(micro_batches)",
+            zero_grad="model.zero_grad(set_to_none=False)",
+        ),
+        "correct_divided_after_scaling": _amp(
+            loss="loss_fn(model(inputs), targets)",
+            backward="scaler.scale(loss).div(len(micro_batches)).backward()",
+        ),
+        # A dtype slip: the loss computed in bfloat16, without .float().
+        "loss_in_bfloat16": _amp(
+            loss="loss_fn(model(inputs).bfloat16(), targets.bfloat16()) / len(micro_batches)"
+        ),
+        # State not kept between calls: a new GradScaler every window (its scale never adapts),
+        # the one given never used.
+        "new_scaler_every_window": _amp().replace(
+            "    for inputs, targets in micro_batches:",
+            '    scaler = torch.amp.GradScaler("cpu")\n    for inputs, targets in micro_batches:',
+        ),
+        # Gradients cleared when the window starts, not when it ends: left for the caller.
+        "grads_cleared_at_start_not_end": _amp(zero_grad="pass").replace(
+            "    for inputs, targets in micro_batches:",
+            "    optimizer.zero_grad()\n    for inputs, targets in micro_batches:",
+        ),
+        "clipped_after_step": _amp(
+            clip="pass",
+            step=(
+                "scaler.step(optimizer)\n"
+                "    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)"
+            ),
+        ),
+        # An in-place change to the inputs: the inf target "cleaned", so the step is taken.
+        "inf_targets_replaced_in_place": _amp(
+            loss="loss_fn(model(inputs), targets.nan_to_num_(posinf=0.0)) / len(micro_batches)"
+        ),
+        "clipped_by_value": _amp(
+            clip="torch.nn.utils.clip_grad_value_(model.parameters(), max_norm)"
+        ),
+    }
+)
+
+# Variants whose mistake is named after another one that shows first (or that is the same
+# mistake seen from outside). tests/student_code.py reads AMP_WINDOW_NAMED_AS, keyed by variant.
+NAMED_AS = {
+    "unscale_and_update_every_micro_batch": "unscale_every_micro_batch",
+    "loss_in_bfloat16": "loss_in_low_precision",
+    "new_scaler_every_window": "scaler_not_used",
+    "grads_cleared_at_start_not_end": "zero_grad_missing",
+    "clipped_after_step": "clipping_missing",
+    "inf_targets_replaced_in_place": "inf_step_not_skipped",
+}
+AMP_WINDOW_NAMED_AS = NAMED_AS
 
 _SCHEDULED = """
 def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
@@ -274,9 +461,155 @@ def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_s
 """,
 }
 
+_SCHEDULED_FULL_WINDOWS = """
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    full = len(micro_batches) - len(micro_batches) % accum_steps
+    for start in range(0, full, accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        window_samples = sum(len(targets) for _, targets in window)
+        for inputs, targets in window:
+            (loss_fn(model(inputs), targets) * len(targets) / window_samples).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    rest = micro_batches[full:]
+    if rest:  # the flush of the last, shorter window
+        rest_samples = sum(len(targets) for _, targets in rest)
+        for inputs, targets in rest:
+            (loss_fn(model(inputs), targets) * len(targets) / rest_samples).backward()
+        optimizer.step()
+        {flush_scheduler}
+        optimizer.zero_grad()
+"""
+
+TRAIN_SCHEDULED.update(
+    {
+        "correct_flush_after_the_loop": _SCHEDULED_FULL_WINDOWS.replace(
+            "{flush_scheduler}", "scheduler.step()"
+        ),
+        # Boundaries by index, zero_grad before each window, the squared errors summed.
+        "correct_enumerate_boundary": """
+import torch
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    last = len(micro_batches) - 1
+    for i, (inputs, targets) in enumerate(micro_batches):
+        start = i - i % accum_steps
+        if i == start:
+            optimizer.zero_grad(set_to_none=True)
+        window = micro_batches[start : start + accum_steps]
+        window_samples = sum(t.numel() for _, t in window)
+        squared = torch.nn.functional.mse_loss(model(inputs), targets, reduction="sum")
+        (squared / window_samples).backward()
+        if (i + 1) % accum_steps == 0 or i == last:
+            optimizer.step()
+            scheduler.step()
+    optimizer.zero_grad()
+""",
+        # A step outside the main loop (the flush of the last, shorter window) without the
+        # scheduler: the weights are right, the schedule ends one step behind.
+        "flush_omits_scheduler": _SCHEDULED_FULL_WINDOWS.replace("{flush_scheduler}", "pass"),
+        # The scheduler stepped once, after the loop: a step outside the loop.
+        "scheduler_after_the_loop": _scheduled(after="pass") + "    scheduler.step()\n",
+        # The window's size read from its first micro-batch: wrong when the last is shorter.
+        "window_from_first_micro_batch": _SCHEDULED.replace(
+            "sum(len(targets) for _, targets in window)", "len(window) * len(window[0][1])"
+        ).format(per_micro_batch="pass", before="pass", after="scheduler.step()"),
+        # A dtype slip: the shares computed from an int tensor come out in float32.
+        "shares_in_float32": """
+import torch
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        sizes = torch.tensor([len(targets) for _, targets in window])
+        shares = sizes / sizes.sum()
+        for (inputs, targets), share in zip(window, shares):
+            (loss_fn(model(inputs), targets) * share).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+""",
+        "last_window_dropped": """
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    for start in range(0, len(micro_batches) - accum_steps + 1, accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        window_samples = sum(len(targets) for _, targets in window)
+        for inputs, targets in window:
+            (loss_fn(model(inputs), targets) * len(targets) / window_samples).backward()
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+""",
+        "off_by_one_boundary": """
+def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    for i, (inputs, targets) in enumerate(micro_batches):
+        start = i - i % accum_steps
+        window_samples = sum(len(t) for _, t in micro_batches[start : start + accum_steps])
+        (loss_fn(model(inputs), targets) * len(targets) / window_samples).backward()
+        if i % accum_steps == 0 or i == len(micro_batches) - 1:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+""",
+    }
+)
+NAMED_AS.update(
+    {
+        "flush_omits_scheduler": "scheduler_skipped",
+        "stale_token_count": "wrong_scale",
+        "logged_last_micro_batch": "logged_loss_wrong",
+    }
+)
+
 BY_QUESTION = {
     "loss_scales": LOSS_SCALES,
     "accumulate_tokens": ACCUMULATE_TOKENS,
     "amp_window": AMP_WINDOW,
     "train_scheduled": TRAIN_SCHEDULED,
+}
+
+# For tests/mutation.py (see tests/student_code.py).
+NON_TEXTBOOK = {
+    ("loss_scales", "integer_division"),
+    ("loss_scales", "window_from_first_micro_batch"),
+    ("loss_scales", "running_total"),
+    ("loss_scales", "in_float16"),
+    ("loss_scales", "cached_by_count"),
+    ("accumulate_tokens", "window_from_first_micro_batch"),
+    ("accumulate_tokens", "running_token_count"),
+    ("accumulate_tokens", "padding_relabelled_in_place"),
+    ("accumulate_tokens", "stale_token_count"),
+    ("amp_window", "loss_in_bfloat16"),
+    ("amp_window", "new_scaler_every_window"),
+    ("amp_window", "grads_cleared_at_start_not_end"),
+    ("amp_window", "inf_targets_replaced_in_place"),
+    ("amp_window", "inf_micro_batch_dropped"),
+    ("train_scheduled", "flush_omits_scheduler"),
+    ("train_scheduled", "scheduler_after_the_loop"),
+    ("train_scheduled", "window_from_first_micro_batch"),
+    ("train_scheduled", "shares_in_float32"),
+    ("train_scheduled", "last_window_scaled_by_n"),
+}
+HIDDEN_ONLY: set[tuple[str, str]] = set()
+UNNAMED = {
+    ("loss_scales", "in_float16"),
+    ("loss_scales", "cached_by_count"),
+    ("accumulate_tokens", "padding_relabelled_in_place"),
+    ("train_scheduled", "scheduler_after_the_loop"),
+    ("train_scheduled", "shares_in_float32"),
+}
+ALSO_NAMED = {
+    # With a window of one micro-batch, update() per micro-batch runs twice (named so).
+    ("amp_window", "unscale_and_update_every_micro_batch"): {"update_every_micro_batch"},
+    # With a window of one micro-batch, update() per micro-batch is update() before the step.
+    ("amp_window", "update_every_micro_batch"): {"update_before_step"},
+    # Dividing by accum_steps is dividing by the window's count when the last window is full
+    # but its last micro-batch short: the mean of means, too.
+    ("train_scheduled", "last_window_scaled_by_n"): {"mean_of_means"},
+    # Where no entry exceeds max_norm, clipping by value did not clip at all.
+    ("amp_window", "clipped_by_value"): {"clipping_missing"},
 }

@@ -37,6 +37,75 @@ def plan_accumulation(target_batch, max_micro_batch):
     "over_budget": _plan(count="max(1, target_batch // max_micro_batch)"),
     "nothing_fits_not_refused": _plan(refuse="return []"),
     "wrong_exception": _plan(refuse='raise ZeroDivisionError("nothing fits")'),
+    "correct_searching_the_count": """
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    count = 1
+    while -(-target_batch // count) > max_micro_batch:  # the largest share must fit
+        count += 1
+    return [target_batch // count + (i < target_batch % count) for i in range(count)]
+""",
+    "correct_with_numpy": """
+import numpy as np
+
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    count = -(-target_batch // max_micro_batch)
+    return [len(part) for part in np.array_split(np.arange(target_batch), count)]
+""",
+    # non-textbook: a search that skips candidates (1, 2, 4, 8, ...: never 3)
+    "search_skips_candidates": """
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    count = 1
+    while -(-target_batch // count) > max_micro_batch:
+        count *= 2
+    base, extra = divmod(target_batch, count)
+    return [base + 1] * extra + [base] * (count - extra)
+""",
+    # non-textbook: a search for equal sizes only; a prime target falls back to single samples
+    "divisor_search": """
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    size = min(max_micro_batch, target_batch)
+    while target_batch % size:
+        size -= 1
+    return [size] * (target_batch // size)
+""",
+    # a search whose test is one step too strict: an exact multiple gets one more
+    "off_by_one_search": """
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    count = 1
+    while target_batch / count >= max_micro_batch:
+        count += 1
+    base, extra = divmod(target_batch, count)
+    return [base + 1] * extra + [base] * (count - extra)
+""",
+    # non-textbook precision slip: round() rounds half to even, so 3.5 -> 4 but 4.5 -> 4
+    "rounded_half_to_even": _plan(count="round(target_batch / max_micro_batch + 0.5)"),
+    # non-textbook dtype slip: true division, so sizes such as 25.25
+    "sizes_not_whole": _plan(sizes="[target_batch / count] * count"),
+    # non-textbook boundary: only 0 refused; a negative maximum is planned for
+    "only_zero_refused": _plan().replace("if max_micro_batch < 1:", "if max_micro_batch == 0:"),
+    # non-textbook stale state: plans remembered by target alone, between calls
+    "stale_plan_cache": """
+_PLANS = {}
+
+def plan_accumulation(target_batch, max_micro_batch):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits")
+    if target_batch not in _PLANS:
+        count = -(-target_batch // max_micro_batch)
+        base, extra = divmod(target_batch, count)
+        _PLANS[target_batch] = [base + 1] * extra + [base] * (count - extra)
+    return _PLANS[target_batch]
+""",
 }
 
 _RECIPE = """
@@ -79,11 +148,42 @@ def _recipe(
     )
 
 
+_FLUSH = """
+import torch
+from coursekit import count_tokens, lm_loss
+
+def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
+    if not hasattr(optimizer, "accum_steps"):
+        optimizer.accum_steps = len(window)  # a full window: set on the first call
+    window_tokens = sum(count_tokens(labels) for _, labels in window)
+    logged = 0.0
+    for i, (inputs, labels) in enumerate(window):
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+        loss = lm_loss(logits.float(), labels, "sum") / window_tokens
+        loss.backward()
+        logged += loss.item()
+        if (i + 1) % optimizer.accum_steps == 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    if len(window) % optimizer.accum_steps:  # the last, shorter window
+        {flush}
+        optimizer.zero_grad(set_to_none=True)
+    return logged
+"""
+
+
+def _flush(flush):
+    return _FLUSH.replace("{flush}", flush)
+
+
 RECIPE_WINDOW = {
     "correct": _recipe(),
-    "mean_of_means": _recipe(loss="lm_loss(logits, labels) / len(window)"),
-    "padding_counted": _recipe(loss='lm_loss(logits, labels, "sum") / positions'),
-    "loss_not_divided": _recipe(loss='lm_loss(logits, labels, "sum")'),
+    "mean_of_means": _recipe(loss="lm_loss(logits.float(), labels) / len(window)"),
+    "padding_counted": _recipe(loss='lm_loss(logits.float(), labels, "sum") / positions'),
+    "loss_not_divided": _recipe(loss='lm_loss(logits.float(), labels, "sum")'),
     "clip_every_micro_batch": _recipe(each_micro_batch=_CLIP, before_step=""),
     "clipping_missing": _recipe(before_step=""),
     "clip_after_step": _recipe(
@@ -113,7 +213,9 @@ from coursekit import count_tokens, lm_loss
 def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
     inputs = torch.cat([x for x, _ in window])
     labels = torch.cat([y for _, y in window])
-    loss = lm_loss(model(inputs), labels)
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+        logits = model(inputs)
+    loss = lm_loss(logits.float(), labels)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
@@ -127,7 +229,11 @@ from coursekit import count_tokens, lm_loss
 
 def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
     tokens = sum(count_tokens(y) for _, y in window)
-    total = sum(lm_loss(model(x), y, "sum") for x, y in window) / tokens
+    total = 0
+    for x, y in window:
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            logits = model(x)
+        total = total + lm_loss(logits.float(), y, "sum") / tokens
     total.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
@@ -135,7 +241,7 @@ def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
     optimizer.zero_grad()
     return total.item()
 """,
-    "logged_loss_wrong": _recipe(logged="lm_loss(logits, labels).item() / len(window)"),
+    "logged_loss_wrong": _recipe(logged="lm_loss(logits.float(), labels).item() / len(window)"),
     "autocast_missing": _recipe().replace(
         'torch.autocast("cpu", dtype=dtype, enabled=dtype is not None)', "torch.enable_grad()"
     ),
@@ -152,7 +258,109 @@ def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
     "correct_with_the_loss_as_mean_times_tokens": _recipe(
         loss="lm_loss(logits.float(), labels) * count_tokens(labels) / window_tokens"
     ),
+    "correct_grads_divided_and_clipped_by_hand": """
+import torch
+from coursekit import count_tokens, lm_loss
+
+def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
+    window_tokens = sum(count_tokens(labels) for _, labels in window)
+    total = 0.0
+    for inputs, labels in window:
+        with torch.autocast("cpu", dtype=dtype, enabled=dtype is not None):
+            logits = model(inputs)
+        loss = lm_loss(logits.float(), labels, "sum")
+        loss.backward()
+        total += loss.item()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    for grad in grads:
+        grad.div_(window_tokens)
+    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    for grad in grads:
+        grad.mul_(torch.clamp(max_norm / (norm + 1e-6), max=1.0))
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total / window_tokens
+""",
+    # non-textbook dtype slip: the loss from bf16 logits, no .float()
+    "loss_in_bf16": _recipe(loss='lm_loss(logits, labels, "sum") / window_tokens'),
+    # non-textbook .data misuse: the division hidden from autograd, so the log is right and
+    # the gradient is not divided
+    "loss_scaled_through_data": _recipe(loss='lm_loss(logits.float(), labels, "sum")').replace(
+        "        loss.backward()\n",
+        "        loss.data /= window_tokens  # the number to log\n        loss.backward()\n",
+    ),
+    # non-textbook .data misuse: clipping tensors that share the weights' memory but have no .grad
+    "clip_on_data": _recipe(
+        before_step="torch.nn.utils.clip_grad_norm_([p.data for p in model.parameters()], max_norm)"
+    ),
+    # non-textbook in-place change to the inputs: padding labels overwritten in the caller's
+    # tensor (the loss itself is right)
+    "labels_changed_in_place": _recipe(
+        loss="(torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), "
+        'reduction="none") * mask.flatten()).sum() / window_tokens'
+    ).replace(
+        "        loss = ",
+        "        mask = labels != -100\n        labels.masked_fill_(~mask, 0)\n        loss = ",
+    ),
+    # non-textbook stale state and a step outside the main loop: accum_steps remembered from
+    # the first window, so the last, shorter window is stepped by a flush after the loop...
+    # ... that forgets the scheduler
+    "flush_without_scheduler": _flush(_CLIP + "\n        optimizer.step()"),
+    # ... that forgets clipping
+    "flush_without_clipping": _flush("optimizer.step()\n        scheduler.step()"),
+    # non-textbook stale state: the logged total is kept between calls
+    "logged_total_kept_between_calls": "\nlogged = 0.0  # the running total"
+    + _recipe().replace("    logged = 0.0\n", "    global logged\n"),
+    # non-textbook partial window: the token count taken from the first micro-batch, as if
+    # every micro-batch had as many real tokens
+    "tokens_from_first_micro_batch": _recipe().replace(
+        "sum(count_tokens(labels) for _, labels in window)",
+        "count_tokens(window[0][1]) * len(window)",
+    ),
 }
 
 BY_QUESTION = {"plan_accumulation": PLAN_ACCUMULATION, "recipe_window": RECIPE_WINDOW}
-NAMED_AS = {"clip_after_step": "clipping_missing"}
+NAMED_AS = {
+    "clip_after_step": "clipping_missing",
+    "search_skips_candidates": "too_many_micro_batches",
+    "divisor_search": "too_many_micro_batches",
+    "off_by_one_search": "too_many_micro_batches",
+    "rounded_half_to_even": "too_many_micro_batches",
+    "only_zero_refused": "nothing_fits_not_refused",
+    "stale_plan_cache": "too_many_micro_batches",
+    "loss_scaled_through_data": "loss_not_divided",
+    "clip_on_data": "clipping_missing",
+    "labels_changed_in_place": "window_changed_in_place",
+    "flush_without_scheduler": "scheduler_skipped",
+    "flush_without_clipping": "clipping_missing",
+    "logged_total_kept_between_calls": "logged_loss_wrong",
+}
+
+_P, _R = "plan_accumulation", "recipe_window"
+NON_TEXTBOOK: set[tuple[str, str]] = {
+    (_P, "search_skips_candidates"),
+    (_P, "divisor_search"),
+    (_P, "rounded_half_to_even"),
+    (_P, "sizes_not_whole"),
+    (_P, "only_zero_refused"),
+    (_P, "stale_plan_cache"),
+    (_R, "loss_in_bf16"),
+    (_R, "loss_scaled_through_data"),
+    (_R, "clip_on_data"),
+    (_R, "labels_changed_in_place"),
+    (_R, "flush_without_scheduler"),
+    (_R, "flush_without_clipping"),
+    (_R, "logged_total_kept_between_calls"),
+    (_R, "tokens_from_first_micro_batch"),
+}
+# the public specs pass them: only the grader's fixed hidden specs catch them
+HIDDEN_ONLY: set[tuple[str, str]] = {(_P, "only_zero_refused"), (_P, "stale_plan_cache")}
+# no name fits: the message says which window's weights (or losses) differ
+UNNAMED: set[tuple[str, str]] = {(_R, "tokens_from_first_micro_batch")}
+ALSO_NAMED: dict[tuple[str, str], set[str]] = {
+    # a plan remembered for another maximum may also hold too large a micro-batch
+    (_P, "stale_plan_cache"): {"over_budget"},
+    # a bf16 loss also logs a bf16-rounded loss
+    (_R, "loss_in_bf16"): {"logged_loss_wrong"},
+}

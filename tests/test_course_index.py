@@ -58,7 +58,7 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     work.mkdir()
     path = write_index(work)
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=120, resources={"metadata": {"path": str(work)}}).execute()
+    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(work)}}).execute()
     shown = notebook.cells[1].outputs[0]["data"]["text/html"]
     assert shown.count("<tr>") == len(MODULES) + 1
     assert "0 / 1" in shown  # module 0's exercise, not run yet

@@ -357,8 +357,8 @@ def _grade_in_order(hand_ins, plan, workers, on_result):
         on_result(GradeResult(path, student, plan.assignment, file_sha256(path), max_score=10.0))
 
 
-def _no_reference(root, assignment, limits, options=None):
+def _no_reference(root, assignment, limits, seed=None, options=None):
     from coursekit.grading.grader import Plan
     from coursekit.grading.sandbox import Limits
 
-    return Plan(assignment, {}, {}, Limits())
+    return Plan(assignment, {}, {}, Limits(), seed=seed)

@@ -2,7 +2,10 @@
 clashes named and never merged, files that are not hand-ins refused, and a gradebook that
 fails mid-batch stopping the batch without losing a result or leaving a process behind."""
 
+import json
 import os
+import random
+import sqlite3
 import subprocess
 import tempfile
 
@@ -11,6 +14,7 @@ import pytest
 from coursekit.cli import main
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook
+from coursekit.grading.grader import draw_specs
 from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, gradebook_full_after, notebook
 
 pytestmark = pytest.mark.grading
@@ -107,3 +111,29 @@ def test_a_gradebook_that_fails_mid_batch_stops_cleanly(tmp_path, monkeypatch, c
     assert _runners() == 0 and _scratch() == scratch
     with Gradebook(gradebook) as book:
         assert book.integrity() == "ok" and len(book.current_grades()) == 1
+
+
+def test_every_run_records_the_seed_that_draws_its_hidden_tests_again(tmp_path, capsys):
+    _write(tmp_path / "hand-ins" / "ada.ipynb")
+    gradebook = tmp_path / "gradebook.sqlite"
+    assert _grade([tmp_path / "hand-ins"], gradebook, "--json") == 0  # no seed given
+    assert _grade([tmp_path / "hand-ins"], gradebook, "--json", "--regrade", "--seed", "0") == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    with sqlite3.connect(gradebook) as db:
+        runs = db.execute("SELECT seed, specs FROM runs ORDER BY id").fetchall()
+    assert [r["seed"] for r in printed] == [seed for seed, _ in runs]
+    assert runs[1][0] == 0 and isinstance(runs[0][0], int)
+    for seed, specs in runs:  # each run's specs are exactly what its seed draws
+        assert json.loads(specs) == json.loads(
+            json.dumps(draw_specs(ASSIGNMENT, random.Random(seed)))
+        )
+    with Gradebook(gradebook) as book:
+        (grade,) = book.current_grades(ASSIGNMENT)
+    assert grade.result["seed"] == 0 and grade.score == grade.max_score
+
+
+def test_a_seed_out_of_range_is_refused_before_any_work(tmp_path, capsys):
+    _write(tmp_path / "hand-ins" / "ada.ipynb")
+    assert _grade([tmp_path / "hand-ins"], tmp_path / "g.sqlite", "--seed", "-1") == 2
+    assert "--seed must be a whole number" in capsys.readouterr().err
+    assert not (tmp_path / "g.sqlite").exists()

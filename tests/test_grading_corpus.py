@@ -139,8 +139,10 @@ def test_the_batch_finishes_with_exit_zero_and_a_result_for_every_hand_in(graded
             "questions",
             "error",
             "notes",
+            "seed",
         }
         assert result["max_score"] == 10.0
+    assert len({r["seed"] for r in graded["results"].values()}) == 1  # one draw for the batch
 
 
 @pytest.mark.parametrize("name", names_expected("full"))

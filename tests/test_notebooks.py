@@ -28,7 +28,7 @@ def execute(path: Path, replace: dict[str, str] | None = None) -> nbformat.Noteb
         if replace and name in replace:
             cell.source = f"# Question: {name}\n{replace[name]}"
     NotebookClient(
-        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+        nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     return nb
 

@@ -204,3 +204,44 @@ def test_a_sandbox_that_cannot_be_built_is_the_machines_fault_not_the_notebooks(
 
     with pytest.raises(SandboxSetupError, match="making the hand-in's root failed"):
         run_hand_in(["x = 1"], [], Limits(scratch_bytes=-1, hand_in_timeout_s=120))
+
+
+_SPINS_ONCE = """
+calls = []
+def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
+    calls.append(1)
+    while len(calls) == 1:  # the first call never ends
+        pass
+    return micro_batch_size * accum_steps * world_size
+"""
+
+
+def test_time_limits_are_cpu_time_with_a_wall_clock_backstop():
+    cells = [
+        "import time\ntime.sleep(3)",  # waits 3 s without computing: within a 1 s CPU limit
+        "while True:\n    pass",  # computes past 1 s of CPU
+        "import time, signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\ntime.sleep(600)",
+    ]
+    limits = Limits(cell_timeout_s=1, hand_in_timeout_s=120, wall_factor=20)
+    run = run_hand_in(cells, [], limits, Options(isolation="none"))
+    assert [c["status"] for c in run.cells] == ["ok", "timeout", "timeout"], run.cells
+    assert run.seconds < 100  # the sleeper was ended by the 20 s backstop, not after 600 s
+
+
+def test_a_test_that_runs_out_of_time_is_tried_once_more_and_then_says_so():
+    from coursekit.checks import QUESTIONS
+    from coursekit.grading.judging import judge_test
+
+    question = QUESTIONS["effective_batch_size"]
+    spec = question.public_specs()[0]
+    tasks = [{"question": question.name, "spec": spec}]
+    limits = Limits(task_timeout_s=1, hand_in_timeout_s=120)
+    run = run_hand_in([_SPINS_ONCE], tasks, limits, Options(isolation="none"))
+    assert run.tasks[0]["status"] == "ok"  # the second try finished: no points lost
+    spins = _SPINS_ONCE.replace("while len(calls) == 1", "while True")
+    run = run_hand_in([spins], tasks, limits, Options(isolation="none"))
+    assert run.tasks[0]["status"] == "timeout"
+    expected = question.run(question.reference(), spec)
+    passed, message, mistake = judge_test(question, spec, run.tasks[0], expected, 1)
+    assert not passed and mistake is None
+    assert "took too long" in message and "wrong" not in message.replace("right or wrong", "")

@@ -55,7 +55,7 @@ def executed(tmp_path_factory) -> Path:
     nbformat.write(nb, path)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("JPY_SESSION_NAME", str(path))  # what JupyterLab's server tells a kernel
-        NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+        NotebookClient(nb, timeout=600, kernel_name="python3").execute()
     nbformat.write(nb, path)
     return path
 

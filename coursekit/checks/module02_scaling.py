@@ -72,24 +72,66 @@ SCALE_MISTAKES = {
         "Dividing each summed loss by its own size turns it into that micro-batch's mean, and "
         "then the means are added up. With reduction='sum', use 1 / total."
     ),
+    "integer_division": (
+        "Your factors are whole numbers: an integer division (// or int()) rounded them down. "
+        "Divide with /."
+    ),
+    "window_from_first_micro_batch": (
+        "You took the window's total as the first micro-batch's size times the number of "
+        "micro-batches ({first} x {n} = {guess}), but the micro-batches differ in size: the "
+        "window holds {total} samples. Use sum(micro_batch_sizes)."
+    ),
+    "running_total": (
+        "Each factor divides by the samples counted so far (a running total), not by the "
+        "window's final total of {total}: count the whole window first, then compute the "
+        "factors."
+    ),
 }
 
 
 def _scale_patterns(sizes: list[int], reduction: str) -> dict[str, list[float]]:
     total, n = sum(sizes), len(sizes)
+    running = [sum(sizes[: k + 1]) for k in range(n)]
+    guess = sizes[0] * n  # the window's size, read from its first micro-batch
     if reduction == "mean":
-        return {
+        patterns = {
             "mean_of_means": [1 / n] * n,
             "loss_not_divided": [1.0] * n,
             "mean_treated_as_sum": [1 / total] * n,
             "size_not_divided": [float(s) for s in sizes],
+            "integer_division": [float(s // total) for s in sizes],
+            "window_from_first_micro_batch": [s / guess for s in sizes],
+            "running_total": [s / r for s, r in zip(sizes, running, strict=True)],
         }
-    return {
-        "sum_not_divided": [1.0] * n,
-        "sum_divided_by_count": [1 / n] * n,
-        "sum_treated_as_mean": [s / total for s in sizes],
-        "sum_divided_by_size": [1 / s for s in sizes],
-    }
+    else:
+        patterns = {
+            "sum_not_divided": [1.0] * n,
+            "sum_divided_by_count": [1 / n] * n,
+            "sum_treated_as_mean": [s / total for s in sizes],
+            "sum_divided_by_size": [1 / s for s in sizes],
+            "integer_division": [float(1 // total)] * n,
+            "window_from_first_micro_batch": [1 / guess] * n,
+            "running_total": [1 / r for r in running],
+        }
+    return patterns
+
+
+def _first_gap(actual: list[float], wanted: list[float]) -> str:
+    """Where two lists of factors first differ, in words."""
+    for k, (a, w) in enumerate(zip(actual, wanted, strict=True)):
+        if abs(a - w) > 1e-6 * max(abs(w), 1e-300):
+            return f"micro-batch {k}'s factor is {a:.6g}, it should be {w:.6g}"
+    return "they differ"
+
+
+def _rounding_hint(gap: float) -> str:
+    """A sentence for a gap as small as low-precision rounding, else nothing."""
+    if gap <= 1e-2:
+        return (
+            " The gap is as small as rounding: was something computed in a low-precision "
+            "dtype (float16, bfloat16) or rounded?"
+        )
+    return ""
 
 
 @register
@@ -143,18 +185,27 @@ class LossScales(Question):
         if relative_gap(actual, expected["scales"]) <= 1e-6:
             return
         total, n = sum(sizes), len(sizes)
-        for mistake, pattern in _scale_patterns(sizes, reduction).items():
-            if (
-                relative_gap(pattern, expected["scales"]) > 1e-6
-                and relative_gap(actual, pattern) <= 1e-6
-            ):
-                message = SCALE_MISTAKES[mistake].format(n=n, total=total)
-                raise Failure(f"{message} {setting}", mistake)
+        patterns = _scale_patterns(sizes, reduction)
+        matches = [
+            mistake
+            for mistake, pattern in patterns.items()
+            if relative_gap(pattern, expected["scales"]) > 1e-6
+            and relative_gap(actual, pattern) <= 1e-6
+        ]
+        # a name only when one mistake alone gives these factors (with one micro-batch, say,
+        # "not divided", "divided by the count" and "size / total" all give [1.0])
+        if len(matches) == 1:
+            (mistake,) = matches
+            message = SCALE_MISTAKES[mistake].format(
+                n=n, total=total, first=sizes[0], guess=sizes[0] * n
+            )
+            raise Failure(f"{message} {setting}", mistake)
+        gap = relative_gap(actual, expected["scales"])
         raise Failure(
             f"Expected {[round(v, 6) for v in expected['scales']]}, got "
-            f"{[round(v, 6) for v in actual]} (largest relative gap "
-            f"{relative_gap(actual, expected['scales']):.1e}) {setting}. The factors must make "
-            "the window's summed gradient the mean over all its samples."
+            f"{[round(v, 6) for v in actual]}: {_first_gap(actual, expected['scales'])} "
+            f"(largest relative gap {gap:.1e}) {setting}. The factors must make the window's "
+            f"summed gradient the mean over all its samples.{_rounding_hint(gap)}"
         )
 
 
@@ -171,14 +222,49 @@ def _token_problem(spec):
     return model, split_token_batches(inputs, labels, spec["sizes"])
 
 
-def _variant_gradient(spec, normalisation):
+def _token_counts(spec) -> list[int]:
+    """The real tokens of each micro-batch (the data alone: no model is built)."""
+    _, labels = make_token_batches(
+        sum(spec["sizes"]), spec["seq_len"], VOCAB, spec["padding_ratio"], seed=spec["seed"]
+    )
+    counts, start = [], 0
+    for size in spec["sizes"]:
+        counts.append(count_tokens(labels[start : start + size]))
+        start += size
+    return counts
+
+
+def _token_weights(micro_batches) -> dict[str, list[float]]:
+    """What each mistake multiplies each micro-batch's *summed* loss by."""
+    counts = [count_tokens(labels) for _, labels in micro_batches]
+    positions = sum(labels.numel() for _, labels in micro_batches)
+    n, total = len(counts), sum(counts)
+    running = [sum(counts[: k + 1]) for k in range(n)]
+    return {
+        "mean_of_means": [1 / (n * c) for c in counts],
+        "padding_counted": [1 / positions] * n,
+        "not_divided": [1 / c for c in counts],
+        "sum_not_normalised": [1.0] * n,
+        "window_from_first_micro_batch": [1 / (counts[0] * n)] * n,
+        "running_token_count": [1 / r for r in running],
+        None: [1 / total] * n,  # right
+    }
+
+
+def _variant_gradients(spec) -> dict[str | None, list[float]]:
+    """The gradient each normalisation (None: the right one) leaves, from one backward per
+    micro-batch: at fixed weights every one is a weighted sum of the micro-batches' gradients
+    of their summed losses."""
     model, micro_batches = _token_problem(spec)
-    if normalisation == "sum_not_normalised":
-        for inputs, labels in micro_batches:
-            lm_loss(model(inputs), labels, "sum").backward()
-    else:
-        accumulate_tokens(model, micro_batches, normalisation)
-    return flat_gradient(model.parameters()).tolist()
+    parts = []
+    for inputs, labels in micro_batches:
+        model.zero_grad(set_to_none=True)
+        lm_loss(model(inputs), labels, "sum").backward()
+        parts.append(flat_gradient(model.parameters()))
+    return {
+        mistake: sum(w * g for w, g in zip(weights, parts, strict=True)).tolist()
+        for mistake, weights in _token_weights(micro_batches).items()
+    }
 
 
 TOKEN_MISTAKES = {
@@ -200,6 +286,18 @@ TOKEN_MISTAKES = {
     "sum_not_normalised": (
         "Your gradient is that of the summed loss over all tokens, not divided by anything: "
         "divide by the token count of the whole window."
+    ),
+    "window_from_first_micro_batch": (
+        "You divided by the first micro-batch's token count times the number of micro-"
+        "batches ({first} x {n} = {guess} tokens), but micro-batches hold different numbers "
+        "of real tokens: the window holds {total}. Count the tokens of every micro-batch "
+        "before the first backward()."
+    ),
+    "running_token_count": (
+        "Each micro-batch's summed loss was divided by the tokens counted so far (a running "
+        "count: {running}), not by the window's final count of {total}: the early micro-"
+        "batches weigh too much. Count the whole window's tokens first, then run the "
+        "backward passes."
     ),
 }
 
@@ -262,8 +360,7 @@ class AccumulateTokens(Question):
 
     def judge(self, spec, outputs, expected):
         sizes = spec["sizes"]
-        _, micro_batches = _token_problem(spec)
-        counts = [count_tokens(labels) for _, labels in micro_batches]
+        counts = _token_counts(spec)
         setting = f"(micro-batches of {sizes} sequences holding {counts} real tokens)"
         judge_micro_batches_and_weights(outputs, max(sizes), setting, unit="sequences")
         require_gradient(outputs)
@@ -276,10 +373,21 @@ class AccumulateTokens(Question):
         self._judge_loss(spec, outputs, expected, setting)
 
     def _diagnose(self, spec, actual, wanted, setting):
+        patterns = _variant_gradients(spec)
+        counts = _token_counts(spec)
+        n, total = len(counts), sum(counts)
         for mistake in TOKEN_MISTAKES:
-            pattern = _variant_gradient(spec, mistake)
-            if relative_gap(pattern, wanted) > TOLERANCE and relative_gap(actual, pattern) <= 1e-9:
-                raise Failure(f"{TOKEN_MISTAKES[mistake]} {setting}", mistake)
+            pattern = patterns[mistake]
+            # a normalisation that agrees with the right one here names nothing
+            if relative_gap(pattern, wanted) > 1e-7 and relative_gap(actual, pattern) <= 1e-9:
+                message = TOKEN_MISTAKES[mistake].format(
+                    n=n,
+                    total=total,
+                    first=counts[0],
+                    guess=counts[0] * n,
+                    running=[sum(counts[: k + 1]) for k in range(n)],
+                )
+                raise Failure(f"{message} {setting}", mistake)
         k = scale_of(actual, wanted)
         if k is not None:
             raise Failure(
@@ -287,9 +395,17 @@ class AccumulateTokens(Question):
                 f"gradient {setting}: check what you divide by.",
                 "wrong_scale",
             )
+        gap = relative_gap(actual, wanted)
+        hint = (
+            " A gap this small is rounding: the check runs in float64, so something was "
+            "computed in a lower precision (a .float() or .half() cast)."
+            if gap < 1e-4
+            else " Compute each micro-batch's summed loss over its real tokens (padding "
+            "skipped) and divide it by the whole window's token count."
+        )
         raise Failure(
             f"Your gradient differs from the gradient of the window's mean loss per real token "
-            f"by {relative_gap(actual, wanted):.2e} (relative) {setting}."
+            f"by {gap:.2e} (relative) {setting}.{hint}"
         )
 
     def _judge_loss(self, spec, outputs, expected, setting):

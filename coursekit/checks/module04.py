@@ -48,6 +48,14 @@ def _case(world_size, total=None, micro=None, accum=None, label=""):
     return {"world_size": world_size, "given": [total, micro, accum], "label": label}
 
 
+def _resolves_without_world(world, total, micro, accum, outputs) -> bool:
+    """Whether the answer is the one-device answer to settings that do not fit ``world``."""
+    try:
+        return outputs.get("answer") == list(_reference_resolve(1, total, micro, accum))
+    except ValueError:
+        return False
+
+
 @register
 class ResolveBatchConfig(Question):
     name = "resolve_batch_config"
@@ -75,6 +83,10 @@ class ResolveBatchConfig(Question):
             _case(world, total + world, micro, accum, "drawn: inconsistent"),
             _case(world, total + 1, None, accum, "drawn: does not divide"),
             _case(world, None, micro, None, "drawn: only one given"),
+            # Fixed: 60 is a multiple of 6 but not of 6 x 4, so a remainder check that
+            # leaves out the world size lets it through.
+            _case(4, 60, None, 6, "a total that divides by the accumulation steps only"),
+            _case(4, 60, 6, None, "a total that divides by the micro-batch only"),
         ]
 
     def run(self, fn, spec):
@@ -87,7 +99,10 @@ class ResolveBatchConfig(Question):
             kind = "ValueError" if isinstance(exc, ValueError) else type(exc).__name__
             return {"raised": kind, "message": str(exc)[:300]}
         try:
-            return {"answer": [int(v) for v in answer]}
+            return {
+                "answer": [int(v) for v in answer],
+                "floats": any(isinstance(v, float) for v in answer),
+            }
         except (TypeError, ValueError):
             return {"answer": repr(answer)[:200]}
 
@@ -124,6 +139,14 @@ class ResolveBatchConfig(Question):
             mistake = "inconsistent_accepted" if None not in spec["given"] else "remainder_ignored"
             if spec["given"].count(None) > 1:
                 mistake = "too_few_accepted"
+            elif world > 1 and _resolves_without_world(world, total, micro, accum, outputs):
+                raise Failure(
+                    f"You returned {tuple(outputs['answer'])}: that is the answer for one "
+                    "device. With the world size in the arithmetic these settings do not "
+                    "divide: raise ValueError. train_batch_size = micro-batch x accumulation "
+                    f"steps x world_size {setting}.",
+                    "world_size_ignored",
+                )
             raise Failure(
                 f"These settings cannot all hold, and you returned {outputs.get('answer')}: "
                 f"raise ValueError with a message that shows the arithmetic {setting}.",
@@ -136,6 +159,13 @@ class ResolveBatchConfig(Question):
             )
         answer = outputs.get("answer")
         if answer == expected["answer"]:
+            if outputs.get("floats") is True:
+                raise Failure(
+                    f"The numbers are right, but some are floats (e.g. 8.0): batch sizes and "
+                    "step counts are whole numbers, and range() or DataLoader(batch_size=...) "
+                    f"refuse floats. Use // and return ints {setting}.",
+                    "not_integers",
+                )
             return
         if isinstance(answer, list) and len(answer) == 3:
             without_world = _reference_resolve(1, total, micro, accum) if world > 1 else None
@@ -145,6 +175,13 @@ class ResolveBatchConfig(Question):
                     "arithmetic. train_batch_size = micro-batch x accumulation steps x "
                     f"world_size {setting}.",
                     "world_size_ignored",
+                )
+            if sorted(answer) == sorted(expected["answer"]):
+                raise Failure(
+                    f"You returned {tuple(answer)}: the right numbers in the wrong order. "
+                    "Return (train_batch_size, train_micro_batch_size_per_gpu, "
+                    f"gradient_accumulation_steps) {setting}.",
+                    "wrong_order",
                 )
         raise Failure(
             f"Expected (train_batch_size, train_micro_batch_size_per_gpu, "
@@ -206,6 +243,18 @@ def _ddp_problem(spec):
     return ddp, split_micro_batches(inputs, targets, micro)
 
 
+def _last_micro_batch_gradient(spec) -> list[float]:
+    """The gradient when only the last micro-batch's counts (zero_grad inside the loop)."""
+    model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=torch.float64)
+    n, micro = spec["accum_steps"], spec["micro_batch_size"]
+    inputs, targets = make_regression(
+        n * micro, in_features=5, seed=spec["seed"] + 1, dtype=torch.float64
+    )
+    last_inputs, last_targets = split_micro_batches(inputs, targets, micro)[-1]
+    (nn.MSELoss()(model(last_inputs), last_targets) / n).backward()
+    return flat_gradient(model.parameters()).tolist()
+
+
 DDP_MISTAKES = {
     "no_sync_missing": (
         "DDP all-reduced the gradients after every micro-batch ({syncs} times for {n}): "
@@ -220,9 +269,8 @@ DDP_MISTAKES = {
         "inside."
     ),
     "off_by_one_boundary": (
-        "The gradients were all-reduced once, but during micro-batch {at} of {n}: every "
-        "micro-batch after it added local gradients that the other ranks never see. "
-        "Synchronise on the last micro-batch only."
+        "The gradients were all-reduced {times}during micro-batch{es} {at} of {n}: {after}"
+        "Synchronise on the last micro-batch only, once."
     ),
     "never_synced": (
         "The gradients were never all-reduced: every micro-batch ran inside no_sync(), so each "
@@ -246,17 +294,23 @@ class DdpWindow(Question):
         ]
 
     def hidden_specs(self, rng):
+        # One drawn window (each spec builds a DDP model: the costly part) and a fixed one.
         return [
             {
                 "seed": rng.randrange(10**6),
-                "accum_steps": rng.randint(3, 8),
+                "accum_steps": rng.randint(4, 8),
                 "micro_batch_size": rng.randint(2, 6),
             }
-            for _ in range(2)
+        ] + [
+            # Fixed: 1/3 is not a float32 number, so a scale rounded to float32
+            # (torch.tensor(1 / n)) shows; the public windows (4, 2, 1) are powers of two.
+            {"seed": 7, "accum_steps": 3, "micro_batch_size": 2},
         ]
 
     def run(self, fn, spec):
         ddp, micro_batches = _ddp_problem(spec)
+        given = [tensor for pair in micro_batches for tensor in pair]
+        snapshot = [tensor.clone() for tensor in given]
         watch = _SyncWatch(ddp)
         backward = Watch(ddp.module)
         start = weights_of(ddp.module)
@@ -282,6 +336,10 @@ class DdpWindow(Question):
             "largest_forward": max(backward.forward_sizes, default=0),
             "backward_passes": backward.backward_passes,
             "weights_moved": weights_of(ddp.module) != start,
+            "micro_batches_left": len(micro_batches),
+            "inputs_changed": any(
+                not torch.equal(a, b) for a, b in zip(given, snapshot, strict=True)
+            ),
         }
 
     def reference(self):
@@ -311,7 +369,17 @@ class DdpWindow(Question):
             mistake = self._sync_mistake(outputs, sync_at, n)
             if mistake:
                 message = DDP_MISTAKES[mistake].format(
-                    syncs=len(sync_at), n=n, at=sync_at[0] if sync_at else 0
+                    syncs=len(sync_at),
+                    n=n,
+                    times="once, but " if len(sync_at) == 1 else f"{len(sync_at)} times, ",
+                    es="" if len(sync_at) == 1 else "es",
+                    at=", ".join(str(s) for s in sync_at),
+                    after=(
+                        "every micro-batch after it added local gradients that the other "
+                        "ranks never see. "
+                        if sync_at and sync_at[-1] < n
+                        else "each extra all-reduce is communication no_sync() should save. "
+                    ),
                 )
                 raise Failure(f"{message} {setting}", mistake)
         require_gradient(outputs)
@@ -333,6 +401,24 @@ class DdpWindow(Question):
                     f"loss by the number of micro-batches {setting}.",
                     "loss_not_divided",
                 )
+            if n > 1 and relative_gap(actual, _last_micro_batch_gradient(spec)) <= 1e-9:
+                raise Failure(
+                    "Your gradient is the last micro-batch's alone: the gradients of the "
+                    "others were cleared (zero_grad inside the loop?). Gradients must add up "
+                    f"over the window; clear them only before it {setting}.",
+                    "zero_grad_inside_loop",
+                )
+            if k is not None:
+                rounded = (
+                    f" (as a Python number: a float32 tensor rounds 1/{n})"
+                    if abs(k - 1) < 1e-6
+                    else ""
+                )
+                raise Failure(
+                    f"The synchronisation is right, but your gradient is {k:.10g} times the "
+                    f"window's mean: divide each micro-batch's loss by exactly {n}, the number "
+                    f"of micro-batches{rounded} {setting}."
+                )
             raise Failure(
                 f"The synchronisation is right, but the gradient differs from the window's "
                 f"mean gradient by {relative_gap(actual, wanted):.2e} (relative) {setting}."
@@ -340,6 +426,15 @@ class DdpWindow(Question):
         passes = outputs.get("backward_passes")
         if isinstance(passes, int) and passes < n:
             raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")
+        left = outputs.get("micro_batches_left")
+        if left != expected["micro_batches_left"] or outputs.get("inputs_changed") is not False:
+            raise Failure(
+                f"The gradient is right, but your function changed the micro-batches it was "
+                f"given (the list now holds {left} of {n}, or a tensor in it changed): the "
+                "training loop still needs them, e.g. to log or re-run the window. Read them; "
+                f"do not pop, reorder or modify them in place {setting}.",
+                "inputs_changed",
+            )
 
     @staticmethod
     def _sync_mistake(outputs, sync_at: list[int], n: int) -> str | None:
@@ -364,7 +459,20 @@ def _zero_patterns(psi: float, stage: int, nd: int) -> dict[str, float]:
         "everything_sharded": 16 * psi / nd if stage else 16 * psi,
         "fp32_master_weights_forgotten": zero_bytes_per_device(psi, stage, nd, k=8),
         "stages_shifted": zero_bytes_per_device(psi, min(stage + 1, 3), nd),
+        "stages_not_cumulative": _one_part_sharded(psi, stage, nd),
     }
+
+
+def _one_part_sharded(psi: float, stage: int, nd: int) -> float:
+    """Stage s sharding only its own part (`if stage == s`), not the earlier stages' too."""
+    weights, gradients, states = 2 * psi, 2 * psi, 12 * psi
+    if stage == 1:
+        states /= nd
+    elif stage == 2:
+        gradients /= nd
+    elif stage == 3:
+        weights /= nd
+    return weights + gradients + states
 
 
 ZERO_MESSAGES = {
@@ -383,6 +491,11 @@ ZERO_MESSAGES = {
     "stages_shifted": (
         "Your numbers are the next stage's: stage 1 shards the optimizer state only, stage 2 "
         "adds the gradients, stage 3 the fp16 weights."
+    ),
+    "stages_not_cumulative": (
+        "Each stage shards everything the stages below it shard, and one part more: stage 2 "
+        "shards the optimizer state AND the gradients, stage 3 those AND the fp16 weights. "
+        "You sharded only the stage's own new part."
     ),
 }
 
@@ -427,9 +540,27 @@ class ZeroMemory(Question):
                     f"You returned {answer:.4g}: {unit}, it seems. Return bytes {setting}.",
                     "not_bytes",
                 )
-        for mistake, pattern in _zero_patterns(psi, stage, nd).items():
-            if abs(pattern - wanted) > 1e-9 * wanted and abs(answer - pattern) <= 1e-9 * pattern:
-                raise Failure(f"{ZERO_MESSAGES[mistake]} {setting}", mistake)
+        matches = [
+            mistake
+            for mistake, pattern in _zero_patterns(psi, stage, nd).items()
+            if abs(pattern - wanted) > 1e-9 * wanted and abs(answer - pattern) <= 1e-9 * pattern
+        ]
+        if len(matches) == 1:  # two slips give this number here: naming one could be untrue
+            raise Failure(f"{ZERO_MESSAGES[matches[0]]} {setting}", matches[0])
+        other_stages = [
+            s
+            for s in range(4)
+            if s != stage and abs(answer - zero_bytes_per_device(psi, s, nd)) <= 1e-9 * abs(answer)
+        ]
+        hint = ""
+        if other_stages:
+            hint = f" That is stage {other_stages[0]}'s number for this model and world size."
+        if len(matches) > 1:
+            hint += (
+                " Two different slips give exactly this number here; the other settings "
+                "tell them apart."
+            )
         raise Failure(
-            f"Expected {wanted / 1e9:.4g} GB ({wanted:.6g} bytes); got {answer:.6g} {setting}."
+            f"Expected {wanted / 1e9:.4g} GB ({wanted:.6g} bytes); got {answer:.6g} "
+            f"{setting}.{hint}"
         )

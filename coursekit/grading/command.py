@@ -37,6 +37,7 @@ def run_grade(
     limits: Limits,
     regrade: bool = False,
     options: Options | None = None,
+    seed: int | None = None,
 ) -> int:
     known = [m.name for m in MODULES if questions_of(m.name)]
     if assignment not in known:
@@ -61,7 +62,7 @@ def run_grade(
         return 2
     with book:
         status = _grade_new(
-            root, found.hand_ins, assignment, book, workers, as_json, limits, regrade, options
+            root, found.hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed
         )
         if status == 2:
             return 2
@@ -72,7 +73,9 @@ def run_grade(
     return 1 if found.problems or status else 0
 
 
-def _grade_new(root, hand_ins, assignment, book, workers, as_json, limits, regrade, options) -> int:
+def _grade_new(
+    root, hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed
+) -> int:
     todo, done = [], []
     for hand_in in hand_ins:
         sha = file_sha256(hand_in.path)
@@ -90,10 +93,15 @@ def _grade_new(root, hand_ins, assignment, book, workers, as_json, limits, regra
     if todo:
         print(f"Running the reference solution of {assignment}...", file=sys.stderr)
         try:
-            plan = prepare(root, assignment, limits, options=options)
+            plan = prepare(root, assignment, limits, seed=seed, options=options)
         except GraderError as error:
             _say(str(error))
             return 2
+        print(
+            f"Hidden tests drawn with seed {plan.seed}: `grade --seed {plan.seed}` draws them "
+            "again (with --regrade for hand-ins already graded).",
+            file=sys.stderr,
+        )
         in_place, missing = describe_confinement(plan.confinement)
         print(f"Sandbox: {'; '.join(in_place)}.", file=sys.stderr)
         for line in missing:
@@ -109,7 +117,7 @@ def _grade_new(root, hand_ins, assignment, book, workers, as_json, limits, regra
 
 def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool) -> int:
     try:
-        run_id = book.start_run(plan.assignment, plan.specs)
+        run_id = book.start_run(plan.assignment, plan.specs, plan.seed)
     except GradebookError as error:
         _say(f"{error} Nothing was graded.")
         return 1

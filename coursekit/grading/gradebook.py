@@ -34,7 +34,8 @@ CREATE TABLE IF NOT EXISTS runs (
     started_at TEXT NOT NULL,
     finished_at TEXT,
     specs TEXT NOT NULL,
-    coursekit_version TEXT NOT NULL
+    coursekit_version TEXT NOT NULL,
+    seed INTEGER
 );
 CREATE TABLE IF NOT EXISTS submissions (
     id INTEGER PRIMARY KEY,
@@ -90,8 +91,15 @@ class Gradebook:
             self._db.execute("PRAGMA busy_timeout=30000")
             self._db.execute("PRAGMA foreign_keys=ON")
             self._db.executescript(SCHEMA)
+            self._add_missing_columns()
         except (OSError, sqlite3.Error) as error:
             raise GradebookError(f"the gradebook {self.path} cannot be opened: {error}.") from None
+
+    def _add_missing_columns(self) -> None:
+        """A gradebook written by an older coursekit gains the columns added since."""
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
+        if "seed" not in columns:
+            self._db.execute("ALTER TABLE runs ADD COLUMN seed INTEGER")
 
     def close(self) -> None:
         self._db.close()
@@ -102,12 +110,13 @@ class Gradebook:
     def __exit__(self, *exc):
         self.close()
 
-    def start_run(self, assignment: str, specs: dict) -> int:
+    def start_run(self, assignment: str, specs: dict, seed: int | None = None) -> int:
+        """Record a grading run: its hidden specs and the seed that drew them."""
         with self._writing():
             cursor = self._db.execute(
-                "INSERT INTO runs (assignment, started_at, specs, coursekit_version) "
-                "VALUES (?,?,?,?)",
-                (assignment, _now(), json.dumps(specs), __version__),
+                "INSERT INTO runs (assignment, started_at, specs, coursekit_version, seed) "
+                "VALUES (?,?,?,?,?)",
+                (assignment, _now(), json.dumps(specs), __version__, seed),
             )
         return int(cursor.lastrowid)
 

@@ -57,6 +57,7 @@ class GradeResult:
     error: str | None = None
     notes: list[str] = field(default_factory=list)  # cells that failed: context, no points
     seconds: float = 0.0
+    seed: int | None = None  # the run's hidden draw: `grade --seed` reproduces its specs
 
     def public(self) -> dict:
         """The ``--json`` object: what a hand-in got, and why (notes: cells that failed,
@@ -76,6 +77,7 @@ class GradeResult:
             ],
             "error": self.error,
             "notes": list(self.notes),
+            "seed": self.seed,
         }
 
 
@@ -89,6 +91,7 @@ class Plan:
     limits: Limits
     options: Options = field(default_factory=Options)
     confinement: dict = field(default_factory=dict)  # what the reference run's sandbox had
+    seed: int | None = None  # the hidden draw's seed: the same seed draws the same specs
 
     @property
     def max_score(self) -> float:
@@ -127,11 +130,12 @@ def prepare(
 
     The course's folder is hidden from every sandbox (its ``notebooks/`` hold the reference).
     """
-    rng = random.Random(secrets.randbits(64) if seed is None else seed)
-    specs = draw_specs(assignment, rng)
+    if seed is None:
+        seed = secrets.randbits(63)  # recorded with every grade, so a run can be repeated
+    specs = draw_specs(assignment, random.Random(seed))
     options = options or Options()
     options = Options(options.landlock, options.isolation, (*options.hidden, str(root.resolve())))
-    plan = Plan(assignment, specs, {}, limits, options)
+    plan = Plan(assignment, specs, {}, limits, options, seed=seed)
     reference_limits = Limits(
         **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
     )
@@ -206,7 +210,9 @@ def _cell_notes(run) -> list[str]:
     for cell in run.cells:
         number = cell.get("index", 0) + 1
         if cell.get("status") == "timeout":
-            notes.append(f"Cell {number} was stopped after the time limit for one cell.")
+            notes.append(
+                f"Cell {number} took too long: it was stopped at the time limit for one cell."
+            )
         elif cell.get("status") == "error":
             notes.append(f"Cell {number} raised {cell.get('error', 'an error')}.")
     return notes
@@ -215,7 +221,9 @@ def _cell_notes(run) -> list[str]:
 def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
     """Grade one hand-in file. Never raises for a hand-in's sake: errors become results."""
     started = time.monotonic()
-    result = GradeResult(path=lossless(path), student=student, assignment=plan.assignment)
+    result = GradeResult(
+        path=lossless(path), student=student, assignment=plan.assignment, seed=plan.seed
+    )
     result.max_score = plan.max_score
     result.sha256 = file_sha256(path)  # also for files that are no notebook: grade them once
     try:
@@ -303,7 +311,9 @@ def _safe_grade(path: str, student: str, plan: Plan) -> GradeResult:
     except Exception:  # a grader bug must not end the batch: report it on this hand-in
         print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
         traceback.print_exc()
-        result = GradeResult(path=lossless(path), student=student, assignment=plan.assignment)
+        result = GradeResult(
+            path=lossless(path), student=student, assignment=plan.assignment, seed=plan.seed
+        )
         result.sha256 = file_sha256(path)
         result.max_score = plan.max_score
         result.error = "The grader failed on this hand-in; tell your instructor."

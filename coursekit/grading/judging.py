@@ -57,7 +57,13 @@ def judge_test(question: Question, spec: dict, record: dict, expected: dict, tas
             None,
         )
     if status == "timeout":
-        return False, f"{name} did not finish one test within {task_timeout_s:.0f} s.", None
+        return (
+            False,
+            f"{name} took too long: one test did not finish within {task_timeout_s:.0f} s of "
+            "CPU time, in two tries. It was not judged right or wrong, and an unfinished test "
+            "gets no points. Look for a loop that never ends or work repeated in a loop.",
+            None,
+        )
     if status == "error":
         return False, str(record.get("message", "it raised an error"))[:MESSAGE_CHARS], None
     return False, f"{name} could not be run.", None

@@ -157,16 +157,29 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
-def run_cell(shell, source: str, timeout_s: float) -> dict:
-    """Run one cell with a timer; its status: ok, error (with one line), or timeout."""
+def _arm_timers(cpu_s: float, wall_factor: float) -> None:
+    """CPU time is the limit (a busy machine must not cost points); the wall clock, at
+    ``wall_factor`` times it, ends code that waits without computing."""
+    signal.signal(signal.SIGPROF, _on_timer)
     signal.signal(signal.SIGALRM, _on_timer)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    signal.setitimer(signal.ITIMER_PROF, cpu_s)
+    signal.setitimer(signal.ITIMER_REAL, cpu_s * wall_factor)
+
+
+def _disarm_timers() -> None:
+    signal.setitimer(signal.ITIMER_PROF, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def run_cell(shell, source: str, timeout_s: float, wall_factor: float) -> dict:
+    """Run one cell with its timers; its status: ok, error (with one line), or timeout."""
+    _arm_timers(timeout_s, wall_factor)
     try:
         result = shell.run_cell(source, store_history=False, silent=False)
     except CellTimeout:  # raised outside IPython's own handler
         result = None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _disarm_timers()
     error = None if result is None else (result.error_before_exec or result.error_in_exec)
     if result is None or isinstance(error, CellTimeout):
         return {"status": "timeout"}
@@ -175,7 +188,9 @@ def run_cell(shell, source: str, timeout_s: float) -> dict:
     return {"status": "ok"}
 
 
-def run_task(namespace: dict, questions: dict, task: dict, timeout_s: float) -> dict:
+def run_task(
+    namespace: dict, questions: dict, task: dict, timeout_s: float, wall_factor: float
+) -> dict:
     """Call the hand-in's function on one spec; outputs are plain data, nothing is judged."""
     from coursekit.checks.registry import error_message
 
@@ -183,8 +198,7 @@ def run_task(namespace: dict, questions: dict, task: dict, timeout_s: float) -> 
     fn = namespace.get(name)
     if not callable(fn):
         return {"status": "missing"}
-    signal.signal(signal.SIGALRM, _on_timer)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    _arm_timers(timeout_s, wall_factor)
     try:
         outputs = questions[name].run(fn, task["spec"])
         return {"status": "ok", "outputs": outputs}
@@ -195,7 +209,7 @@ def run_task(namespace: dict, questions: dict, task: dict, timeout_s: float) -> 
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: all the hand-in's
         return {"status": "error", "message": error_message(exc)}
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        _disarm_timers()
 
 
 def _close_all_but(keep: set[int]) -> None:
@@ -293,13 +307,17 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
             os._exit(0)
         kind, nonce = command.get("kind"), command.get("nonce")
         if kind == "cell":
-            reply = own.run_cell(shell, command["source"], limits["cell_timeout_s"])
+            reply = own.run_cell(
+                shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
+            )
         elif kind == "task":
             arm_tripwires()
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), trusted)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
-            reply = own.run_task(shell.user_ns, questions, command, limits["task_timeout_s"])
+            reply = own.run_task(
+                shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
+            )
         elif kind == "check":
             reply = {}
         else:

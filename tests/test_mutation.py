@@ -1,0 +1,45 @@
+"""Mutation testing: on every seed of the hidden draw, every plausible wrong answer loses
+points, every correct style keeps full marks, and no mistake name is attached that is not
+true (tests/mutation.py says how; benchmarks/mutation.py prints the scores)."""
+
+import os
+
+import pytest
+
+from coursekit.checks import QUESTIONS
+from tests import mutation, student_code
+
+pytestmark = [pytest.mark.grading, pytest.mark.slow]
+
+SEEDS = range(int(os.environ.get("COURSEKIT_MUTATION_SEEDS", "50")))
+GRADED = sorted(QUESTIONS)
+
+
+@pytest.mark.parametrize("name", GRADED)
+def test_every_mutant_is_killed_and_every_correct_style_passes_on_every_seed(name):
+    score = mutation.score(name, SEEDS)
+    assert not score.crashed, score.crashed
+    assert not score.survived, f"mutants that kept full marks (variant: seeds): {score.survived}"
+    assert not score.marked_down, f"correct styles marked down (style: seeds): {score.marked_down}"
+    assert not score.false_names, f"mistake names that are not true: {score.false_names}"
+
+
+@pytest.mark.parametrize("name", GRADED)
+def test_every_question_has_ten_mutants_and_three_correct_styles(name):
+    assert len(mutation.mutants(name)) >= 10, mutation.mutants(name)
+    assert len(mutation.correct_styles(name)) >= 3, mutation.correct_styles(name)
+
+
+@pytest.mark.parametrize("module", sorted({q.module for q in QUESTIONS.values()}))
+def test_every_module_has_four_non_textbook_mutants(module):
+    questions = {n for n, q in QUESTIONS.items() if q.module == module}
+    found = {(q, v) for q, v in student_code.NON_TEXTBOOK if q in questions}
+    assert len(found) >= 4, sorted(found)
+    assert all(v in student_code.BY_QUESTION[q] for q, v in found)
+
+
+def test_the_sets_name_existing_mutants():
+    for pairs in (student_code.HIDDEN_ONLY, student_code.UNNAMED, student_code.ALSO_NAMED):
+        for question, variant in pairs:
+            assert variant in student_code.BY_QUESTION[question], (question, variant)
+            assert not variant.startswith("correct"), (question, variant)
