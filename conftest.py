@@ -33,6 +33,7 @@ SLOW_FILES = {
     "test_mutation.py",
     "test_notebooks.py",
     "test_sandbox_parts.py",
+    "test_warm_parent.py",
 }
 
 

@@ -358,3 +358,34 @@ def gradebook_full_after(count: int):
         real(self, graded, run_id)
 
     return record
+
+
+def runners_left() -> int:
+    """Grading processes (warm parents, runners, their forks) still alive below this test
+    process. The grader is a subreaper, so anything a grading run left behind that outlived
+    its parent is found here, while another test run's processes on the machine are not."""
+    parents: dict[int, int] = {}
+    lines: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            lines[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError):
+            continue
+        parents[int(entry.name)] = int(fields[1])
+    me = os.getpid()
+
+    def below_me(pid: int) -> bool:
+        seen = set()
+        while pid not in (0, 1) and pid not in seen:
+            seen.add(pid)
+            pid = parents.get(pid, 0)
+            if pid == me:
+                return True
+        return False
+
+    return sum(
+        1 for pid, line in lines.items() if b"coursekit.grading.runner" in line and below_me(pid)
+    )

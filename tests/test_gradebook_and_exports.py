@@ -1,5 +1,6 @@
 """The gradebook, exports, feedback pages, certificates and hand-in reading (no sandbox)."""
 
+import contextlib
 import csv
 import json
 import multiprocessing
@@ -334,6 +335,7 @@ def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(
     real = Gradebook.record
     monkeypatch.setattr(command, "grade_all", _grade_in_order)  # this test is about storing
     monkeypatch.setattr(command, "prepare", _no_reference)
+    monkeypatch.setattr(command, "WarmParent", contextlib.nullcontext)  # nothing is run
     monkeypatch.setattr(command, "describe_confinement", lambda applied: (["test"], []))
     monkeypatch.setattr(Gradebook, "record", gradebook_full_after(2))
     args = ["grade", str(folder), "--assignment", "01_accumulation", "--gradebook", str(gradebook)]
@@ -350,14 +352,14 @@ def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(
         assert sorted(g.student for g in book.current_grades()) == ["ann", "ben", "cat", "dan"]
 
 
-def _grade_in_order(hand_ins, plan, workers, on_result):
+def _grade_in_order(hand_ins, plan, workers, on_result, warm=None):
     from coursekit.grading.grader import file_sha256
 
     for path, student in hand_ins:  # a stand-in for the sandbox: this test is about storing
         on_result(GradeResult(path, student, plan.assignment, file_sha256(path), max_score=10.0))
 
 
-def _no_reference(root, assignment, limits, seed=None, options=None):
+def _no_reference(root, assignment, limits, seed=None, options=None, warm=None):
     from coursekit.grading.grader import Plan
     from coursekit.grading.sandbox import Limits
 

@@ -6,7 +6,6 @@ import json
 import os
 import random
 import sqlite3
-import subprocess
 import tempfile
 
 import pytest
@@ -15,7 +14,15 @@ from coursekit.cli import main
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import draw_specs
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, gradebook_full_after, notebook
+from tests.handins import (
+    ASSIGNMENT,
+    IMPORTS,
+    REPO,
+    answers,
+    gradebook_full_after,
+    notebook,
+    runners_left,
+)
 
 pytestmark = pytest.mark.grading
 
@@ -91,8 +98,7 @@ def test_clashes_links_and_odd_files_are_named_and_not_graded(tmp_path, capsys):
 
 
 def _runners() -> int:
-    done = subprocess.run(["pgrep", "-c", "-f", "coursekit.grading.runner"], capture_output=True)
-    return int(done.stdout.strip() or 0)
+    return runners_left()
 
 
 def _scratch() -> set[str]:
@@ -137,3 +143,27 @@ def test_a_seed_out_of_range_is_refused_before_any_work(tmp_path, capsys):
     assert _grade([tmp_path / "hand-ins"], tmp_path / "g.sqlite", "--seed", "-1") == 2
     assert "--seed must be a whole number" in capsys.readouterr().err
     assert not (tmp_path / "g.sqlite").exists()
+
+
+def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkeypatch):
+    from coursekit.grading.warm_parent import WarmParent
+
+    calls = {"start": 0, "fork": 0}
+    start, fork = WarmParent.start, WarmParent.fork
+
+    def counted(name, real):
+        def wrapper(self, *args):
+            calls[name] += 1
+            return real(self, *args)
+
+        return wrapper
+
+    monkeypatch.setattr(WarmParent, "start", counted("start", start))
+    monkeypatch.setattr(WarmParent, "fork", counted("fork", fork))
+    for name in ("ann", "ben", "cat"):
+        _write(tmp_path / "hand-ins" / f"{name}.ipynb")
+    gradebook = tmp_path / "gradebook.sqlite"
+    assert _grade([tmp_path / "hand-ins"], gradebook, "--workers", "2") == 0
+    assert calls == {"start": 1, "fork": 4}  # no second cold start: reference + 3 hand-ins
+    with Gradebook(gradebook) as book:
+        assert [g.score for g in book.current_grades()] == [10.0] * 3

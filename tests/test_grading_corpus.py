@@ -22,7 +22,7 @@ import pytest
 
 from coursekit.cli import main
 from coursekit.grading.gradebook import Gradebook
-from tests.handins import ASSIGNMENT, LAYOUT, REPO, corpus, write_corpus
+from tests.handins import ASSIGNMENT, LAYOUT, REPO, corpus, runners_left, write_corpus
 from tests.hostile import MARKERS
 
 pytestmark = [pytest.mark.grading, pytest.mark.module1]
@@ -34,7 +34,9 @@ def names_expected(outcome: str) -> list[str]:
     return sorted(name for name, (_, expected, _) in everything.items() if expected == outcome)
 
 
-LIMITS = ["--cell-timeout", "10", "--test-timeout", "5", "--timeout", "150"]
+# A notebook that only waits (sleep_forever) is ended at wall_factor x its CPU limit: 3 x 10 s
+# here, rather than the default 10 x, to keep the batch short; no right answer comes near it.
+LIMITS = ["--cell-timeout", "10", "--test-timeout", "5", "--timeout", "150", "--wall-factor", "3"]
 
 
 def _scratch_folders() -> set[str]:
@@ -93,7 +95,7 @@ def graded(tmp_path_factory):
         )
     left = {
         "sleepers": _sleepers(),
-        "runners": _processes("coursekit.grading.runner"),
+        "runners": runners_left(),
         "scratch": _scratch_folders() - scratch_before,
     }
     results = {

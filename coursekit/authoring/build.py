@@ -14,6 +14,7 @@ from pathlib import Path
 import nbformat
 
 from coursekit.authoring.assignment_tag import tag_assignment
+from coursekit.authoring.demo_cells import demo_problems
 from coursekit.authoring.hidden_tests import drop_hidden_tests
 from coursekit.authoring.markup import MarkupError, validate
 from coursekit.authoring.outputs import clear_outputs
@@ -89,6 +90,7 @@ def plan_build(root: Path) -> BuildPlan:
             declared[question] = f"{relative}, cell {cell + 1}"
         for folder in PIPELINES:
             plan.wanted[root / folder / path.name] = render(notebook, relative, folder)
+        _check_demo_cells(notebook, plan.wanted[root / "solutions" / path.name], relative)
     for folder in PIPELINES:
         for existing in sorted((root / folder).glob("*.ipynb")):
             if existing not in plan.wanted:
@@ -97,6 +99,20 @@ def plan_build(root: Path) -> BuildPlan:
     if readme.exists():
         plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"))
     return plan
+
+
+def _check_demo_cells(source: nbformat.NotebookNode, solution: str, relative: str) -> None:
+    """Grading skips demo cells: none may define a name the graded cells need."""
+    problems = demo_problems(nbformat.reads(solution, as_version=4))
+    if problems:
+        cell_id, why = problems[0]
+        index = next((i for i, c in enumerate(source.cells) if c.get("id") == cell_id), -1)
+        raise MarkupError(
+            relative,
+            index,
+            f"{why}. Grading skips demo cells, so the graded code would fail there: move the "
+            "definition to a cell that is not tagged demo, or drop the tag.",
+        )
 
 
 def build(root: Path, check: bool = False) -> list[Path]:

@@ -18,7 +18,14 @@ from coursekit.course import MODULES
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook, GradebookError
 from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
-from coursekit.grading.sandbox import Limits, Options, describe_confinement, sweep_leftovers
+from coursekit.grading.sandbox import (
+    Limits,
+    Options,
+    SandboxSetupError,
+    WarmParent,
+    describe_confinement,
+    sweep_leftovers,
+)
 from coursekit.grading.text import for_terminal
 from coursekit.progress import Progress
 
@@ -93,20 +100,14 @@ def _grade_new(
     if todo:
         print(f"Running the reference solution of {assignment}...", file=sys.stderr)
         try:
-            plan = prepare(root, assignment, limits, seed=seed, options=options)
-        except GraderError as error:
+            # one warm parent for the whole run: the reference and every hand-in fork from it
+            with WarmParent() as warm:
+                plan = prepare(root, assignment, limits, seed=seed, options=options, warm=warm)
+                _say_how_it_runs(plan)
+                status = _grade_todo(todo, plan, book, workers, as_json, warm)
+        except (GraderError, SandboxSetupError) as error:
             _say(str(error))
             return 2
-        print(
-            f"Hidden tests drawn with seed {plan.seed}: `grade --seed {plan.seed}` draws them "
-            "again (with --regrade for hand-ins already graded).",
-            file=sys.stderr,
-        )
-        in_place, missing = describe_confinement(plan.confinement)
-        print(f"Sandbox: {'; '.join(in_place)}.", file=sys.stderr)
-        for line in missing:
-            print(f"Warning: the sandbox here has no {line}", file=sys.stderr)
-        status = _grade_todo(todo, plan, book, workers, as_json)
     if as_json:
         wanted = set(done)
         for grade in book.current_grades(assignment):
@@ -115,7 +116,19 @@ def _grade_new(
     return status
 
 
-def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool) -> int:
+def _say_how_it_runs(plan) -> None:
+    print(
+        f"Hidden tests drawn with seed {plan.seed}: `grade --seed {plan.seed}` draws them "
+        "again (with --regrade for hand-ins already graded).",
+        file=sys.stderr,
+    )
+    in_place, missing = describe_confinement(plan.confinement)
+    print(f"Sandbox: {'; '.join(in_place)}.", file=sys.stderr)
+    for line in missing:
+        print(f"Warning: the sandbox here has no {line}", file=sys.stderr)
+
+
+def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) -> int:
     try:
         run_id = book.start_run(plan.assignment, plan.specs, plan.seed)
     except GradebookError as error:
@@ -136,7 +149,7 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool) -> int
 
     try:
         with Progress(len(todo), f"grading {plan.assignment}") as progress:
-            grade_all(todo, plan, workers, on_result)
+            grade_all(todo, plan, workers, on_result, warm)
     except GradebookError as error:
         _say(
             f"{error} Grading stopped: the {recorded[0]} result(s) recorded before are kept; "

@@ -10,33 +10,33 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import queue
 import random
 import re
 import secrets
-import signal
 import stat
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 
 import nbformat
 
 from coursekit.authoring.build import read_source, render
+from coursekit.authoring.demo_cells import DEMO_TAG, released_demos, skippable
 from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
-from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.handin import HandIn, HandInError, read_hand_in
 from coursekit.grading.judging import as_dict, judge_question, task_outputs
 from coursekit.grading.sandbox import (
     Limits,
     Options,
     SandboxSetupError,
+    WarmParent,
     run_hand_in,
-    start_worker,
 )
 from coursekit.grading.text import capped_notes, for_terminal, lossless
 
@@ -92,6 +92,7 @@ class Plan:
     options: Options = field(default_factory=Options)
     confinement: dict = field(default_factory=dict)  # what the reference run's sandbox had
     seed: int | None = None  # the hidden draw's seed: the same seed draws the same specs
+    demos: dict[str, str] = field(default_factory=dict)  # released demo cells: id -> source
 
     @property
     def max_score(self) -> float:
@@ -109,14 +110,28 @@ def draw_specs(assignment: str, rng: random.Random) -> dict[str, list[dict]]:
     return {q.name: q.public_specs() + q.hidden_specs(rng) for q in questions}
 
 
-def solution_cells(root: Path, assignment: str) -> list[str]:
-    """The code cells of the source notebook's solution (no hidden tests, no markers)."""
+def _rendered(root: Path, assignment: str, folder: str) -> nbformat.NotebookNode:
     source = root / "notebooks" / f"{assignment}.ipynb"
     if not source.exists():
         raise GraderError(f"No source notebook {source} for the assignment {assignment!r}.")
-    text = render(read_source(source), str(source.relative_to(root)), "solutions")
-    notebook = nbformat.reads(text, as_version=4)
-    return [c.source for c in notebook.cells if c.cell_type == "code"]
+    text = render(read_source(source), str(source.relative_to(root)), folder)
+    return nbformat.reads(text, as_version=4)
+
+
+def solution_cells(root: Path, assignment: str, demos: bool = False) -> list[str | None]:
+    """The code cells of the source notebook's solution (no hidden tests, no markers); its
+    demonstration cells are None (not run) unless ``demos``."""
+    notebook = _rendered(root, assignment, "solutions")
+    return [
+        c.source if demos or DEMO_TAG not in c.metadata.get("tags", []) else None
+        for c in notebook.cells
+        if c.cell_type == "code"
+    ]
+
+
+def exercise_demos(root: Path, assignment: str) -> dict[str, str]:
+    """The demonstration cells of the exercise notebook as released: cell id -> source."""
+    return released_demos(_rendered(root, assignment, "exercises"))
 
 
 def prepare(
@@ -125,10 +140,12 @@ def prepare(
     limits: Limits,
     seed: int | None = None,
     options: Options | None = None,
+    warm: WarmParent | None = None,
 ) -> Plan:
     """Draw the specs and compute the reference's outputs on them, checked against coursekit.
 
     The course's folder is hidden from every sandbox (its ``notebooks/`` hold the reference).
+    The reference runs without its demonstration cells, as an unchanged hand-in does.
     """
     if seed is None:
         seed = secrets.randbits(63)  # recorded with every grade, so a run can be repeated
@@ -136,11 +153,13 @@ def prepare(
     options = options or Options()
     options = Options(options.landlock, options.isolation, (*options.hidden, str(root.resolve())))
     plan = Plan(assignment, specs, {}, limits, options, seed=seed)
+    plan.demos = exercise_demos(root, assignment)
     reference_limits = Limits(
         **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
     )
     try:
-        run = run_hand_in(solution_cells(root, assignment), plan.tasks(), reference_limits, options)
+        cells = solution_cells(root, assignment)
+        run = run_hand_in(cells, plan.tasks(), reference_limits, options, warm=warm)
     except SandboxSetupError as error:
         raise GraderError(f"The grading sandbox could not be set up: {error}") from None
     plan.confinement = run.confinement
@@ -218,7 +237,18 @@ def _cell_notes(run) -> list[str]:
     return notes
 
 
-def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
+def cells_to_run(hand_in: HandIn, plan: Plan) -> list[str | None]:
+    """The hand-in's code cells, with None for each demonstration cell grading may skip (left
+    as released, and nothing that runs uses its names)."""
+    ids = list(hand_in.cell_ids) + [None] * (len(hand_in.cells) - len(hand_in.cell_ids))
+    skip = skippable(list(zip(ids, hand_in.cells, strict=False)), plan.demos)
+    return [None if index in skip else source for index, source in enumerate(hand_in.cells)]
+
+
+_JUDGING = threading.Lock()  # judges may seed torch's global generator: one at a time
+
+
+def grade_path(path: str, student: str, plan: Plan, warm: WarmParent | None = None) -> GradeResult:
     """Grade one hand-in file. Never raises for a hand-in's sake: errors become results."""
     started = time.monotonic()
     result = GradeResult(
@@ -234,7 +264,9 @@ def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
         result.seconds = time.monotonic() - started
         return result
     result.sha256 = hand_in.sha256
-    run = run_hand_in(hand_in.cells, plan.tasks(), plan.limits, plan.options)
+    run = run_hand_in(
+        cells_to_run(hand_in, plan), plan.tasks(), plan.limits, plan.options, warm=warm
+    )
     result.notes = _cell_notes(run)
     flags = [f"Flagged for review: {flag}." for flag in hand_in.flags]
     found = suspicious(hand_in.cells)
@@ -261,13 +293,14 @@ def grade_path(path: str, student: str, plan: Plan) -> GradeResult:
         records = iter(run.tasks)
         for name, specs in plan.specs.items():
             question_records = [next(records) for _ in specs]
-            graded = judge_question(
-                QUESTIONS[name],
-                specs,
-                question_records,
-                plan.expected[name],
-                plan.limits.task_timeout_s,
-            )
+            with _JUDGING:
+                graded = judge_question(
+                    QUESTIONS[name],
+                    specs,
+                    question_records,
+                    plan.expected[name],
+                    plan.limits.task_timeout_s,
+                )
             result.questions.append(as_dict(graded))
         result.score = round(sum(q["score"] for q in result.questions), 4)
         result.notes += _claim_notes(hand_in.claimed_passed, result.questions)
@@ -305,9 +338,9 @@ def _zero(plan: Plan, feedback: str) -> list[dict]:
     ]
 
 
-def _safe_grade(path: str, student: str, plan: Plan) -> GradeResult:
+def _safe_grade(path: str, student: str, plan: Plan, warm: WarmParent) -> GradeResult:
     try:
-        return grade_path(path, student, plan)
+        return grade_path(path, student, plan, warm)
     except Exception:  # a grader bug must not end the batch: report it on this hand-in
         print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
         traceback.print_exc()
@@ -326,26 +359,53 @@ def grade_all(
     plan: Plan,
     workers: int,
     on_result: Callable[[GradeResult], None],
+    warm: WarmParent | None = None,
 ) -> None:
-    """Grade (path, student) hand-ins in parallel worker processes; ``on_result`` runs here,
-    one at a time. If it raises, hand-ins still running are stopped (their sandboxes
-    cleaned up) and none not yet started is begun; the exception then propagates."""
+    """Grade (path, student) hand-ins, ``workers`` at a time, each in a process the warm
+    parent forks; ``on_result`` runs here, one at a time. If it raises (or grading is
+    interrupted), hand-ins still running are stopped (their sandboxes cleaned up) and none
+    not yet started is begun; the exception then propagates."""
     hand_ins = list(hand_ins)
     if not hand_ins:
         return
-    context = get_context("spawn")
-    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=start_worker)
-    futures = []
+    if warm is None:
+        with WarmParent() as own:
+            return grade_all(hand_ins, plan, workers, on_result, own)
+    todo: queue.Queue = queue.Queue()
+    for hand_in in hand_ins:
+        todo.put(hand_in)
+    done: queue.Queue = queue.Queue()
+
+    def work() -> None:  # a grading thread: its hand-ins run in processes of their own
+        while not warm.stopped.is_set():
+            try:
+                path, student = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put(_safe_grade(path, student, plan, warm))
+            except BaseException as error:  # noqa: BLE001 - stopped: told to the waiting side
+                done.put(error)
+                return
+
+    threads = [
+        threading.Thread(target=work, name=f"grading-{n}", daemon=True)
+        for n in range(max(1, min(workers, len(hand_ins))))
+    ]
+    for thread in threads:
+        thread.start()
     try:
-        futures = [pool.submit(_safe_grade, path, student, plan) for path, student in hand_ins]
-        for future in as_completed(futures):
-            on_result(future.result())
+        for _ in hand_ins:
+            while True:
+                with contextlib.suppress(queue.Empty):
+                    result = done.get(timeout=0.5)
+                    break
+            if isinstance(result, BaseException):
+                raise result
+            on_result(result)
     except BaseException:
-        for future in futures:
-            future.cancel()
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            with contextlib.suppress(ProcessLookupError, OSError):
-                os.kill(process.pid, signal.SIGTERM)  # the worker cleans up, then stops
+        warm.stop()
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for thread in threads:
+            thread.join()

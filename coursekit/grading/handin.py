@@ -37,6 +37,7 @@ class HandIn:
     sha256: str
     student: str
     cells: list[str]  # code cell sources, in order
+    cell_ids: tuple[str | None, ...] = ()  # their ids (nbformat 4.5), None where there is none
     flags: tuple[str, ...] = ()  # why an instructor should read it (a packed file's manifest)
     claimed_passed: tuple[str, ...] = ()  # questions its manifest says passed when packed
 
@@ -98,13 +99,14 @@ def read_hand_in(path: str | Path, assignment: str, student: str | None = None) 
             "This file is not a Jupyter notebook that can be read (it may be damaged, or "
             "another kind of file). Hand in the .ipynb file itself, as saved by Jupyter or Colab."
         ) from None
-    sources = []
+    sources, ids = [], []
     for cell in cells:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             source = cell.get("source", "")
             if isinstance(source, list):
                 source = "".join(str(part) for part in source)
             sources.append(source if isinstance(source, str) else "")
+            ids.append(cell.get("id") if isinstance(cell.get("id"), str) else None)
     declared = {question_name({"cell_type": "code", "source": s}) for s in sources if s}
     declared.discard(None)
     _check_assignment(_coursekit_metadata(notebook), declared, assignment)
@@ -122,6 +124,7 @@ def read_hand_in(path: str | Path, assignment: str, student: str | None = None) 
         sha256=hashlib.sha256(data).hexdigest(),
         student=student,
         cells=sources,
+        cell_ids=tuple(ids),
         flags=tuple(flags),
         claimed_passed=claimed,
     )

@@ -1,9 +1,10 @@
 """The hand-in's side of grading: runs inside the sandbox, never in the grader.
 
-``python -m coursekit.grading.runner FD_IN FD_OUT`` is started by the grader with two pipes.
-It reads the job (limits and options, no cells and no specs yet) and imports what grading
-needs while it is still trusted. Then it enters new namespaces and forks: the child is
-process 1 of a new PID namespace ("init"), builds the hand-in's own root file system
+Each hand-in's process is forked from a warm parent (:mod:`coursekit.grading.warm_parent`,
+``python -m coursekit.grading.runner --warm FD``) that imported what grading needs once,
+while still trusted (:func:`preload`), and is handed two pipes to the grader. It reads the
+job (limits and options, no cells and no specs yet). Then it enters new namespaces and
+forks: the child is process 1 of a new PID namespace ("init"), builds the hand-in's own root file system
 (:mod:`coursekit.grading.namespaces`) and forks the hand-in's process, which confines itself
 (rlimits, capabilities, Landlock, seccomp) and then does what the grader asks, one command
 at a time: run this cell, run this test (a question's function on one spec), end. Each
@@ -374,22 +375,30 @@ def init(fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
 
 
-def main(fd_in: int, fd_out: int) -> None:
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # if the grader dies, so does this
-    if os.getppid() == 1:  # the grader died before the line above
-        os._exit(1)
-    job = channel.receive(fd_in)
-    # Imported while the process is still trusted: the hand-in's process is forked from here.
+def preload() -> None:
+    """Import (and warm) once, while the process is still trusted, all that a hand-in's
+    process needs: a warm parent does this before any hand-in arrives, and every hand-in's
+    process is forked from it."""
     import torch  # noqa: F401
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
     import coursekit.checks  # noqa: F401  (the questions' code)
     import coursekit.grading.landlock  # noqa: F401  (for confine, in the hand-in's process)
+    import coursekit.grading.namespaces  # noqa: F401
+    import coursekit.grading.privileges  # noqa: F401
     import coursekit.grading.seccomp  # noqa: F401
-    from coursekit.grading import namespaces as ns
-    from coursekit.grading import privileges, tampering
+    from coursekit.grading import tampering
 
     tampering.warm_up()
+
+
+def run_sandbox(fd_in: int, fd_out: int) -> None:
+    """One hand-in's sandbox, in a process of its own (forked by the warm parent): read the
+    job, join cgroups, enter namespaces, start process 1 and wait for it; end as it ended."""
+    job = channel.receive(fd_in)
+    from coursekit.grading import namespaces as ns
+    from coursekit.grading import privileges
+
     isolation = job.get("isolation", "auto")
     cgroups = []
     if isolation == "auto":  # as root, or as a user a cgroup is delegated to
@@ -423,5 +432,7 @@ def main(fd_in: int, fd_out: int) -> None:
     _exit_like(status)
 
 
-if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+if __name__ == "__main__":  # python -m coursekit.grading.runner --warm CONTROL_FD
+    from coursekit.grading import warm_parent
+
+    warm_parent.serve(int(sys.argv[-1]))

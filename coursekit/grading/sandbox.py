@@ -1,7 +1,8 @@
 """The grader's side of running one hand-in: a confined process, driven one command at a time.
 
-The grader starts :mod:`coursekit.grading.runner` with two pipes and sends it the job, then
-each cell, then each test (one spec at a time, only after the last cell has answered), then
+A warm parent (:mod:`coursekit.grading.warm_parent`) forks a runner
+(:mod:`coursekit.grading.runner`) holding two pipes; the grader sends it the job, then each
+cell, then each test (one spec at a time, only after the last cell has answered), then
 the end. Every answer must be the one asked for, echoing its nonce; anything else on the
 channel is the hand-in's doing, which ends the attempt and is flagged. A time limit holds
 for each command and for the whole notebook. The process is killed when it is done, out of
@@ -13,22 +14,25 @@ try, so one such cell costs only itself.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit.grading import channel, privileges
-from coursekit.progress import ENV as PROGRESS_ENV
+from coursekit.grading.warm_parent import (  # noqa: F401  (SandboxSetupError: re-exported)
+    SandboxSetupError,
+    WarmParent,
+    become_subreaper,
+    children,
+)
 
-_PR_SET_CHILD_SUBREAPER = 36
 GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
@@ -80,79 +84,20 @@ class SandboxRun:
     seconds: float = 0.0
 
 
-class SandboxSetupError(RuntimeError):
-    """The sandbox could not be built (before any hand-in code ran): the machine's fault."""
-
-
-def become_subreaper() -> None:
-    """Orphans of our children re-parent to us, so daemons a hand-in starts can be found
-    (needed only where there is no PID namespace to end them)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-_stopping: list[bool] = []  # set in a worker told to stop: it starts no other hand-in
-
-
-def _stop(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: let the clean-up run undisturbed
-    _stopping.append(True)
-    raise SystemExit("grading was stopped")
-
-
-def start_worker() -> None:
-    """A grading worker process: a subreaper that dies with the grader (however it ends), and
-    that stops on SIGTERM by unwinding, so the sandbox it runs is ended and cleaned up."""
-    become_subreaper()
-    signal.signal(signal.SIGTERM, _stop)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-def children() -> set[int]:
-    """Process ids of this process's live children."""
-    me, found = str(os.getpid()), set()
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[1] == me:
-            found.add(int(status.parent.name))
-    return found
-
-
-def kill_new_children(before: set[int], seconds: float = 10.0) -> None:
-    """SIGKILL children that were not there ``before`` (with the subreaper: orphans too),
-    until none is left; killing one re-parents its own children to us."""
+def kill_new_children(new: Callable[[], set[int]], seconds: float = 10.0) -> None:
+    """SIGKILL the processes ``new()`` names (children that should not be there: with the
+    subreaper, orphans too) until none is left; killing one re-parents its own to us."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        new = children() - before
-        if not new:
+        found = new()
+        if not found:
             return
-        for pid in new:
+        for pid in found:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        for pid in new:
+        for pid in found:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-
-
-def _clean_env() -> dict[str, str]:
-    keep = {"PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
-    env = {k: v for k, v in os.environ.items() if k in keep}
-    env.update(
-        MPLBACKEND="Agg",
-        PYTHONDONTWRITEBYTECODE="1",
-        PYTHONUNBUFFERED="1",
-        OMP_NUM_THREADS="1",
-        MKL_NUM_THREADS="1",
-        # the hand-in's network namespace has only a loopback device: gloo must use it
-        # rather than the interface the host name resolves to
-        GLOO_SOCKET_IFNAME="lo",
-    )
-    env[PROGRESS_ENV] = "0"  # no progress bars from the hand-in's long cells: nobody watches
-    return env
 
 
 class _Ended(Exception):
@@ -246,27 +191,19 @@ class _Session:
 
 
 class _Runner:
-    """The runner's process, its pipes and its host folder; :meth:`close` ends it all."""
+    """The runner's process (forked by the warm parent), its pipes and its host folder;
+    :meth:`close` ends it all."""
 
-    def __init__(self, options: Options, limits: Limits):
+    def __init__(self, options: Options, limits: Limits, warm: WarmParent):
         self.fds: list[int] = []
         self.process = None
+        self.warm = warm
         try:
             runner_in, self.to_runner = self._pipe()
             self.from_runner, runner_out = self._pipe()
             self.output, output_w = self._pipe()
-            become_subreaper()
             self.before = children()
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "coursekit.grading.runner", str(runner_in), str(runner_out)],
-                cwd="/",
-                env=_clean_env(),
-                stdin=subprocess.DEVNULL,
-                stdout=output_w,
-                stderr=output_w,
-                pass_fds=(runner_in, runner_out),
-                start_new_session=True,
-            )
+            self.process = warm.fork((runner_in, runner_out, output_w))
             for fd in (runner_in, runner_out, output_w):  # the runner's ends
                 os.close(fd)
                 self.fds.remove(fd)
@@ -292,14 +229,14 @@ class _Runner:
         started, close the pipes, remove its cgroups and its host folder; its exit status."""
         returncode = None
         if self.process is not None:
-            with contextlib.suppress(subprocess.TimeoutExpired):  # how it ended, if it did
-                self.process.wait(timeout=wait_s)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=wait_s)  # how it ended, if it did
+            self.process.kill()
             returncode = self.process.wait()
             for group in privileges.cgroup_paths(self.process.pid):
                 privileges.empty_and_remove_cgroup(group)
-            kill_new_children(self.before)  # only where there was no PID namespace to end them
+            # only where there was no PID namespace to end them
+            kill_new_children(lambda: self.warm.strays(self.before))
+            self.warm.forget(self.process)
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -308,8 +245,8 @@ class _Runner:
         return returncode
 
 
-def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s):
-    if _stopping:
+def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s, warm):
+    if warm.stopped.is_set():
         raise SystemExit("grading was stopped")
     started = time.monotonic()
     notebook_deadline = started + budget_s
@@ -318,7 +255,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     runner = tail = None
     try:
-        runner = _Runner(options, limits)
+        runner = _Runner(options, limits, warm)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
         tail = _Tail(runner.output)
         reader = channel.FrameReader(runner.from_runner)
@@ -326,6 +263,9 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         session.send(runner.job, notebook_deadline)
         attempt.applied = session.expect("ready", notebook_deadline).get("applied") or {}
         for index, source in enumerate(cells):
+            if source is None:  # a demonstration left as released: grading skips it
+                attempt.cells[index] = {"index": index, "status": "demo"}
+                continue
             if index in skip:
                 attempt.cells[index] = {"index": index, "status": "skipped"}
                 continue
@@ -460,16 +400,22 @@ def _why(attempt: _Attempt, limits: Limits) -> str:
 
 
 def run_hand_in(
-    cells: list[str],
+    cells: list[str | None],
     tasks: list[dict],
     limits: Limits,
     options: Options | None = None,
     retries: int = 6,
+    warm: WarmParent | None = None,
 ) -> SandboxRun:
     """Run a hand-in's cells and tasks in a confined process; skip cells that kill it.
 
+    A cell given as None is not run (a demonstration grading does not need). Each try is a
+    process forked by ``warm`` (a warm parent of its own is started when none is given).
     Raises :class:`SandboxSetupError` when the sandbox itself cannot be built.
     """
+    if warm is None:
+        with WarmParent() as own:
+            return run_hand_in(cells, tasks, limits, options, retries, own)
     options = options or Options()
     run = SandboxRun()
     skip: set[int] = set()
@@ -481,7 +427,7 @@ def run_hand_in(
         budget_s = wall_s - run.seconds  # one wall-clock backstop for all the tries
         if budget_s <= 1:
             break
-        attempt = _one_attempt(cells, skip, crashed, tasks, limits, options, budget_s)
+        attempt = _one_attempt(cells, skip, crashed, tasks, limits, options, budget_s, warm)
         run.seconds += attempt.seconds
         run.output_tail = attempt.output
         run.confinement = attempt.applied or run.confinement

@@ -1,0 +1,215 @@
+"""Demonstration cells: cells that show, plot or check, and that grading does not need.
+
+An author tags such a cell ``demo`` in ``notebooks/`` (``coursekit build`` keeps the tag).
+The grader skips a hand-in's demo cell only while it is exactly as released (same cell id,
+same source) and no cell that does run uses a name it defines; every other cell runs. So a
+demo cell must define nothing a graded cell needs: ``build --check`` refuses one that does.
+
+Names are read from the code (``ast``, after IPython's own rewriting of magics). Where a cell
+could reach names in ways the code does not show (``eval``, ``exec``, ``globals()``...), it is
+taken to need every name, and no demo cell is skipped.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import symtable
+
+DEMO_TAG = "demo"
+# Ways to reach the notebook's names that the code does not show by name.
+_DYNAMIC = {"eval", "exec", "globals", "locals", "vars", "__import__", "__main__", "__dict__"}
+_MAGICS = {"run_line_magic", "run_cell_magic"}  # IPython's rewriting of %line and %%cell
+_SHELL = {"system", "getoutput"}  # !command: runs no Python
+EVERYTHING = None  # what names_used returns when it cannot tell
+
+
+def _tree(source: str) -> ast.Module | None:
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        source = TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - IPython missing or its rewriting failed: plain Python
+        pass
+    try:
+        return ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+
+
+def names_defined(source: str) -> set[str]:
+    """Names a cell binds in the notebook's namespace (assignments, defs, classes, imports,
+    loop and with targets, ``global`` names a function assigns), not its functions' locals."""
+    tree = _tree(source)
+    return set() if tree is None else _bound(tree)
+
+
+def _table(tree: ast.Module):
+    try:
+        return symtable.symtable(ast.unparse(tree), "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+
+
+def _bound(tree: ast.Module) -> set[str]:
+    table = _table(tree)
+    if table is None:
+        return set()
+    found = {
+        symbol.get_name()
+        for symbol in table.get_symbols()
+        if symbol.is_assigned() or symbol.is_imported() or symbol.is_namespace()
+    }
+    scopes = list(table.get_children())
+    while scopes:
+        scope = scopes.pop()
+        found |= {
+            symbol.get_name()
+            for symbol in scope.get_symbols()
+            if symbol.is_declared_global() and symbol.is_assigned()
+        }
+        scopes.extend(scope.get_children())
+    return found
+
+
+def names_used(source: str) -> set[str] | None:
+    """Every name a cell reads, anywhere in it (functions included: they run later), or
+    :data:`EVERYTHING` (None) when it could reach names the code does not show."""
+    tree = _tree(source)
+    if tree is None:
+        return set()  # a cell that does not parse raises before it uses anything
+    used: set[str] = set()
+    bound: set[str] = set()
+    for statement in tree.body:  # a name bound by an earlier statement is the cell's own
+        alone = ast.Module(body=[statement], type_ignores=[])
+        used |= _globals_read(alone) - bound
+        bound |= _bound(alone)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _calls_the_shell(node):
+            strings = [a.value for a in node.args[1:] if isinstance(a, ast.Constant)]
+            if node.func.attr in _MAGICS:  # %time f(x): the magic's line is code too
+                for text in strings:
+                    inner = names_used(text) if isinstance(text, str) else set()
+                    if inner is EVERYTHING:
+                        return EVERYTHING
+                    used |= inner
+        elif isinstance(node, ast.Name) and node.id == "get_ipython":
+            if not _is_shell_call(tree, node):
+                return EVERYTHING
+        elif isinstance(node, ast.Attribute) and node.attr in _DYNAMIC | _MAGICS | {"user_ns"}:
+            if not (node.attr in _MAGICS and _is_shell_attribute(tree, node)):
+                return EVERYTHING
+    if used & _DYNAMIC:
+        return EVERYTHING
+    return used - set(dir(builtins)) - {"get_ipython"}
+
+
+def _globals_read(tree: ast.Module) -> set[str]:
+    """Names read from the notebook's namespace, at top level or from inside functions
+    and classes (a function's parameters and locals are its own)."""
+    table = _table(tree)
+    if table is None:
+        return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}  # every name: safe
+    found: set[str] = set()
+    tables = [table]
+    while tables:
+        scope = tables.pop()
+        top = scope.get_type() == "module"
+        for symbol in scope.get_symbols():
+            if symbol.is_referenced() and (top or symbol.is_global()):
+                found.add(symbol.get_name())
+        tables.extend(scope.get_children())
+    return found
+
+
+def _calls_the_shell(node: ast.Call) -> bool:
+    """``get_ipython().run_line_magic(...)`` and the like, as IPython rewrites magics."""
+    func = node.func
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr in _MAGICS | _SHELL
+        and isinstance(func.value, ast.Call)
+        and isinstance(func.value.func, ast.Name)
+        and func.value.func.id == "get_ipython"
+    )
+
+
+def _is_shell_attribute(tree: ast.Module, attribute: ast.Attribute) -> bool:
+    return any(
+        isinstance(node, ast.Call) and node.func is attribute and _calls_the_shell(node)
+        for node in ast.walk(tree)
+    )
+
+
+def _is_shell_call(tree: ast.Module, name: ast.Name) -> bool:
+    """Is this ``get_ipython`` only the start of a magic's or a shell command's call?"""
+    return any(
+        isinstance(node, ast.Call) and _calls_the_shell(node) and node.func.value.func is name
+        for node in ast.walk(tree)
+    )
+
+
+def released_demos(notebook) -> dict[str, str]:
+    """Cell id -> source of the notebook's code cells tagged ``demo``."""
+    demos = {}
+    for cell in notebook.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if DEMO_TAG in tags and isinstance(cell.get("id"), str):
+            demos[cell["id"]] = _text(cell.get("source", ""))
+    return demos
+
+
+def _text(source) -> str:
+    if isinstance(source, list):
+        return "".join(str(part) for part in source)
+    return source if isinstance(source, str) else ""
+
+
+def skippable(cells: list[tuple[str | None, str]], demos: dict[str, str]) -> set[int]:
+    """Indexes of ``cells`` ((cell id, source) of a hand-in's code cells) that grading may
+    skip: demo cells left exactly as released whose names no running cell uses."""
+    skip = {
+        index
+        for index, (cell_id, source) in enumerate(cells)
+        if cell_id is not None and demos.get(cell_id) == source
+    }
+    while skip:
+        needed: set[str] = set()
+        for index, (_, source) in enumerate(cells):
+            if index in skip:
+                continue
+            used = names_used(source)
+            if used is EVERYTHING:
+                return set()
+            needed |= used
+        keep = {index for index in skip if names_defined(cells[index][1]) & needed}
+        if not keep:
+            return skip
+        skip -= keep
+    return skip
+
+
+def demo_problems(notebook) -> list[tuple[str, str]]:
+    """(cell id, why) for each demo cell that defines a name a cell grading runs needs
+    (a graded question, the imports, the set-up): grading skips demo cells, so the graded
+    code would fail there and not in the notebook."""
+    code = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
+    demos = [c for c in code if DEMO_TAG in (c.get("metadata") or {}).get("tags", [])]
+    needed: dict[str, str] = {}
+    for cell in code:
+        if cell in demos:
+            continue
+        used = names_used(_text(cell.get("source", "")))
+        if used is EVERYTHING:
+            return [(str(cell.get("id")), "it reads names dynamically (eval, globals()...)")]
+        for name in used:
+            needed.setdefault(name, str(cell.get("id")))
+    problems = []
+    for cell in demos:
+        clash = sorted(names_defined(_text(cell.get("source", ""))) & set(needed))
+        if clash:
+            users = ", ".join(f"{name} (used by cell {needed[name]})" for name in clash)
+            problems.append((str(cell.get("id")), f"it is tagged {DEMO_TAG} but defines {users}"))
+    return problems

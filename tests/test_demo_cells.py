@@ -1,0 +1,137 @@
+"""Demonstration cells: tagged in notebooks/, kept by build, skipped by grading only while
+they are as released and nothing that runs needs them; build --check refuses a demo cell
+that defines a name a graded cell uses."""
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from coursekit.authoring.build import plan_build
+from coursekit.authoring.demo_cells import (
+    DEMO_TAG,
+    EVERYTHING,
+    demo_problems,
+    names_defined,
+    names_used,
+    released_demos,
+    skippable,
+)
+from coursekit.authoring.markup import MarkupError, question_name
+from coursekit.cli import main
+from coursekit.grading.grader import cells_to_run, exercise_demos, solution_cells
+from coursekit.grading.handin import read_hand_in
+
+pytestmark = pytest.mark.authoring
+REPO = Path(__file__).resolve().parents[1]
+MODULES = sorted(p.stem for p in (REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_names_a_cell_defines_are_its_top_level_bindings():
+    source = (
+        "import a.b as c, d.e\nfrom f import g\nx, (y, z) = 1, (2, 3)\n"
+        "def h(q):\n    w = 1\nfor i in r:\n    pass\nwith o as p:\n    pass\n"
+        "class K:\n    m = 1\n[j for j in r]\ndef s():\n    global G\n    G = 1"
+    )
+    assert names_defined(source) == {"c", "d", "g", "x", "y", "z", "h", "i", "p", "K", "s", "G"}
+
+
+@pytest.mark.parametrize(
+    ("source", "used"),
+    [
+        ("def f(model, x):\n    return model(x) + z", {"z"}),  # parameters are the function's
+        ("class A:\n    q = w\n    def m(self):\n        return v", {"w", "v"}),
+        ("x = x + 1", {"x"}),  # read before the cell binds it
+        ("import sys\nprint(sys.path)", set()),  # bound by an earlier statement
+        ("%timeit f(x)", {"f", "x"}),  # a magic's line is code
+        ("!ls -l\ny = z", {"z"}),
+        ("print(len(items))", {"items"}),  # builtins are nobody's
+    ],
+)
+def test_names_a_cell_reads_from_the_notebook(source, used):
+    assert names_used(source) == used
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["eval('model')", "globals()['model']", "get_ipython().user_ns['m']", "vars()", "exec(s)"],
+)
+def test_a_cell_that_reads_names_dynamically_may_need_anything(source):
+    assert names_used(source) is EVERYTHING
+
+
+DEMOS = {"d1": "data = [1, 2, 3]", "d2": "print(sum(data))", "d3": "plot(data)"}
+
+
+def test_unchanged_demo_cells_are_skipped_and_edited_or_added_cells_run():
+    cells = [("q", "def f(x):\n    return 2 * x"), *DEMOS.items()]
+    assert skippable(cells, DEMOS) == {1, 2, 3}
+    edited = [*cells[:2], ("d2", "print(max(data))"), cells[3]]
+    assert skippable(edited, DEMOS) == {3}  # d2 runs, and so d1, whose data it reads
+    added = [*cells, (None, "print(data)")]
+    assert skippable(added, DEMOS) == {2, 3}
+    same_source_new_id = [cells[0], ("other", DEMOS["d1"])]
+    assert skippable(same_source_new_id, DEMOS) == set()
+
+
+def test_a_demo_cell_whose_names_a_student_uses_runs():
+    cells = [("q", "def f(x):\n    return x + len(data)"), *DEMOS.items()]
+    assert skippable(cells, DEMOS) == {2, 3}
+    dynamic = [("q", "def f(x):\n    return eval('data')"), *DEMOS.items()]
+    assert skippable(dynamic, DEMOS) == set()
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_build_keeps_the_demo_tags_and_the_graded_cells_need_no_demo(module):
+    for folder in ("exercises", "solutions"):
+        notebook = nbformat.read(REPO / folder / f"{module}.ipynb", as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        demos = [c for c in code if DEMO_TAG in c.metadata.get("tags", [])]
+        assert demos, f"{folder}/{module} has no demo cells"
+        assert not any(question_name(c) for c in demos)
+        assert demo_problems(notebook) == []
+    assert released_demos(nbformat.read(REPO / "exercises" / f"{module}.ipynb", 4))
+
+
+def test_build_check_refuses_a_demo_cell_that_defines_what_a_question_uses(tmp_path, capsys):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [
+        nbformat.v4.new_code_cell("scale = 2"),
+        nbformat.v4.new_code_cell(
+            "# Question: double\ndef double(x):\n    ### BEGIN SOLUTION\n"
+            "    return scale * x\n    ### END SOLUTION"
+        ),
+    ]
+    notebook.cells[0].metadata["tags"] = [DEMO_TAG]
+    nbformat.write(notebook, notebooks / "demo.ipynb")
+    with pytest.raises(MarkupError, match=r"tagged demo but defines scale \(used by cell"):
+        plan_build(tmp_path)
+    assert main(["build", "--check", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "notebooks/demo.ipynb, cell 1:" in err and "Traceback" not in err
+    notebook.cells[0].metadata["tags"] = []
+    nbformat.write(notebook, notebooks / "demo.ipynb")
+    plan_build(tmp_path)  # without the tag it builds
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_solution_as_a_hand_in_skips_exactly_its_demo_cells(module, tmp_path):
+    hand_in = read_hand_in(REPO / "solutions" / f"{module}.ipynb", module, "ada")
+    from coursekit.grading.grader import Plan
+    from coursekit.grading.sandbox import Limits
+
+    plan = Plan(module, {}, {}, Limits(), demos=exercise_demos(REPO, module))
+    assert cells_to_run(hand_in, plan) == solution_cells(REPO, module)
+    # the student edits one demo cell: it runs again, and so does what it needs
+    notebook = json.loads((REPO / "solutions" / f"{module}.ipynb").read_text())
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    index = next(i for i, c in enumerate(code) if DEMO_TAG in c["metadata"].get("tags", []))
+    code[index]["source"] = "".join(code[index]["source"]) + "\nprint('mine')"
+    path = tmp_path / "edited.ipynb"
+    path.write_text(json.dumps(notebook))
+    edited = cells_to_run(read_hand_in(path, module, "ada"), plan)
+    assert edited[index] is not None and edited[index].endswith("print('mine')")
+    assert sum(c is None for c in edited) < sum(c is None for c in solution_cells(REPO, module))

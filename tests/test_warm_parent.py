@@ -1,0 +1,103 @@
+"""The warm parent: imports once, forks a fresh runner per hand-in that re-parents to the
+grader, and hands a hand-in nothing of the grader's nor of another hand-in's."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from coursekit.grading.sandbox import Limits, Options, run_hand_in
+from coursekit.grading.warm_parent import WarmParent
+
+pytestmark = pytest.mark.grading
+LIMITS = Limits(hand_in_timeout_s=120)
+GRADERS_SECRET = "grader-secret-" + os.urandom(8).hex()
+
+
+@pytest.fixture(scope="module")
+def warm():
+    os.environ["COURSEKIT_TEST_SECRET"] = GRADERS_SECRET
+    try:
+        with WarmParent() as parent:
+            yield parent
+    finally:
+        del os.environ["COURSEKIT_TEST_SECRET"]
+
+
+def _printed(run) -> str:
+    assert run.failure is None, run.failure
+    assert all(cell["status"] == "ok" for cell in run.cells), run.cells
+    return run.output_tail
+
+
+def test_a_runner_is_forked_as_the_graders_own_child(warm):
+    ends = [os.pipe() for _ in range(3)]
+    child = warm.fork((ends[0][0], ends[1][1], ends[2][1]))
+    try:
+        with open(f"/proc/{child.pid}/stat") as handle:
+            parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+        assert parent == os.getpid()
+    finally:
+        for read, write in ends:
+            os.close(read)
+            os.close(write)
+    assert child.wait(timeout=60) is not None  # no job came: it ends, and we reap it
+    warm.forget(child)
+
+
+def test_each_hand_in_starts_fresh_and_holds_nothing_of_the_graders(warm):
+    leave_marks = (
+        "import torch, pathlib\ntorch._left_by_a = 1\npathlib.Path('/tmp/a.txt').write_text('a')"
+    )
+    _printed(run_hand_in([leave_marks], [], LIMITS, warm=warm))
+    look = (
+        "import os, pathlib, torch\n"
+        "print('marks', hasattr(torch, '_left_by_a'), pathlib.Path('/tmp/a.txt').exists())\n"
+        "print('env', 'COURSEKIT_TEST_SECRET' in os.environ)\n"
+        "def target(fd):\n"
+        "    try:\n"
+        "        return os.readlink(f'/proc/self/fd/{fd}')\n"
+        "    except OSError:  # the folder's own descriptor, closed by now\n"
+        "        return ''\n"
+        "print('sockets', sum('socket:' in target(fd) for fd in os.listdir('/proc/self/fd')))"
+    )
+    printed = _printed(run_hand_in([look], [], LIMITS, warm=warm))
+    assert "marks False False" in printed
+    # the warm parent is started afresh from a clean environment, never forked from the grader
+    assert "env False" in printed
+    assert "sockets 0" in printed  # not the warm parent's: no way to ask it for a fork
+
+
+def test_the_warm_parent_starts_once_and_serves_every_try(warm):
+    started = time.monotonic()
+    for _ in range(3):
+        _printed(run_hand_in(["import torch\nprint(torch.ones(1))"], [], LIMITS, warm=warm))
+    # three sandboxes in far less than three cold starts would take (a loose backstop: the
+    # figures are in benchmarks/grading.py)
+    assert time.monotonic() - started < 3 * warm.seconds_to_start + 60
+
+
+def test_stopping_ends_running_hand_ins_and_refuses_new_ones():
+    with WarmParent() as parent:
+        outcome = {}
+
+        def grade() -> None:
+            try:
+                sleeps = ["import time\ntime.sleep(600)"]
+                outcome["run"] = run_hand_in(sleeps, [], LIMITS, warm=parent)
+            except SystemExit as stopped:
+                outcome["stopped"] = str(stopped)
+
+        thread = threading.Thread(target=grade)
+        thread.start()
+        deadline = time.monotonic() + 120
+        while not parent._live and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)
+        parent.stop()
+        thread.join(timeout=120)
+        assert not thread.is_alive()
+        assert outcome.get("stopped") == "grading was stopped", outcome
+        with pytest.raises(SystemExit):
+            run_hand_in(["x = 1"], [], LIMITS, Options(isolation="none"), warm=parent)
