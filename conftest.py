@@ -1,6 +1,7 @@
 """Test-wide settings, including for nbval's notebook kernels (they inherit this environment)."""
 
 import os
+import sys
 
 import matplotlib
 
@@ -13,6 +14,14 @@ for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_threads, "1")
 # Tests draw figures without a screen (notebook kernels keep their inline backend).
 matplotlib.use("Agg")
+
+# Notebook kernels the tests start (nbval, nbclient) talk to them over Unix sockets rather
+# than TCP on localhost: nothing else can connect, and no kernel prints "Kernel is running
+# over TCP without encryption".
+if sys.platform.startswith("linux"):
+    from jupyter_client.connect import ConnectionFileMixin
+
+    ConnectionFileMixin.class_traits()["transport"].default_value = "ipc"
 
 # Golden notebooks are pipeline fixtures (their exercise stubs raise on purpose), not course
 # notebooks for nbval to run.

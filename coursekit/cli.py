@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from pathlib import Path
+
+
+def _version() -> str:
+    """The installed package's version, without importing torch."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("coursekit")
+    except metadata.PackageNotFoundError:
+        return "(not installed)"
 
 
 def find_course_root(start: Path | None = None, marker: str = "notebooks") -> Path:
@@ -153,7 +164,8 @@ def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(
         prog="coursekit", description="Gradient accumulation, hands-on: course tools."
     )
-    commands = main_parser.add_subparsers(dest="command", required=True)
+    main_parser.add_argument("--version", action="version", version=f"coursekit {_version()}")
+    commands = main_parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     doctor = commands.add_parser("doctor", help="report Python, torch, device, widgets, Colab")
     doctor.set_defaults(run=_doctor)
@@ -176,7 +188,13 @@ def parser() -> argparse.ArgumentParser:
     submit.add_argument("--out", help="folder to write to (default: the notebook's folder)")
     submit.set_defaults(run=_submit)
 
-    grade = commands.add_parser("grade", help="grade a folder of hand-ins into the gradebook")
+    grade = commands.add_parser(
+        "grade",
+        help="grade a folder of hand-ins into the gradebook",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  coursekit grade hand-ins/01 --assignment 01_accumulation --workers 2\n"
+        "  (then: coursekit export --format html --out feedback/)",
+    )
     grade.add_argument(
         "hand_ins", nargs="+", metavar="HAND_IN", help="notebooks, packed hand-ins or folders"
     )
@@ -232,8 +250,29 @@ def parser() -> argparse.ArgumentParser:
     return main_parser
 
 
+def _unknown_command(argv: list[str], main_parser: argparse.ArgumentParser) -> str | None:
+    """A message for a first word that is no command (with the nearest one), else None."""
+    words = [a for a in argv if not a.startswith("-")]
+    if not words or argv[0].startswith("-"):
+        return None
+    choices = next(
+        a.choices for a in main_parser._actions if isinstance(a, argparse._SubParsersAction)
+    )
+    if words[0] in choices:
+        return None
+    near = difflib.get_close_matches(words[0], list(choices), n=1)
+    hint = f" Did you mean '{near[0]}'?" if near else ""
+    return f"coursekit: no command '{words[0]}'.{hint} Commands: {', '.join(choices)}."
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    main_parser = parser()
+    message = _unknown_command(argv, main_parser)
+    if message:
+        print(message, file=sys.stderr)
+        return 2
+    args = main_parser.parse_args(argv)
     return args.run(args)
 
 

@@ -215,3 +215,49 @@ def test_the_training_runs_plot_shows_loss_and_accuracy():
     runs = {"a": ClassifierRun([1.2, 0.8, 0.5], [0.3, 0.9]), "b": ClassifierRun([1.3, 1.3], [0.25])}
     figure = plot_training_runs(runs)
     assert [ax.get_ylabel() for ax in figure.axes] == ["training loss", "test accuracy (%)"]
+
+
+def test_version_prints_the_package_version(capsys):
+    from importlib import metadata
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"coursekit {metadata.version('coursekit')}"
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("grad", "grade"), ("exprot", "export")])
+def test_a_mistyped_command_says_which_was_meant_and_lists_them(typed, meant, capsys):
+    assert main([typed, "x"]) == 2
+    err = capsys.readouterr().err
+    assert f"no command '{typed}'. Did you mean '{meant}'?" in err
+    assert "Commands: doctor, build" in err and "Traceback" not in err
+
+
+def test_grade_help_shows_an_example(capsys):
+    with pytest.raises(SystemExit):
+        main(["grade", "--help"])
+    assert "coursekit grade hand-ins/01 --assignment 01_accumulation" in capsys.readouterr().out
+
+
+def test_the_students_set_up_never_installs_a_system_package(tmp_path):
+    """Only the test command (setup --browser) may install Chromium with apt-get."""
+    log = tmp_path / "apt.log"
+    for tool in ("apt-get", "sudo"):
+        fake = tmp_path / tool
+        fake.write_text(f'#!/bin/sh\necho "{tool} $*" >> {log}\n')
+        fake.chmod(0o755)
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "COURSEKIT_CHROMIUM": str(tmp_path / "no-chromium"),
+    }
+    root = Path(__file__).resolve().parents[1]
+    subprocess.run([root / "scripts" / "setup"], env=env, check=True, capture_output=True)
+    assert not log.exists()
+    subprocess.run(
+        [root / "scripts" / "setup", "--browser"], env=env, check=True, capture_output=True
+    )
+    assert "install" in log.read_text()
+    assert "scripts/setup --browser" in (root / "scripts" / "test").read_text()
+    assert "--browser" not in (root / "scripts" / "start").read_text()

@@ -62,3 +62,12 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     shown = notebook.cells[1].outputs[0]["data"]["text/html"]
     assert shown.count("<tr>") == len(MODULES) + 1
     assert "0 / 1" in shown  # module 0's exercise, not run yet
+
+
+def test_notebook_kernels_in_the_tests_print_no_transport_warning(capfd):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
+    client = NotebookClient(notebook, timeout=120, kernel_name="python3")
+    client.execute()
+    assert notebook.cells[0].outputs[0]["text"] == "42\n"
+    assert "without encryption" not in capfd.readouterr().err  # the kernel spoke over IPC

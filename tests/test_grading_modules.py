@@ -1,22 +1,29 @@
-"""The batch grader on modules 2 and up: the reference runs in the sandbox, a right hand-in
-gets full marks, and every mistake a student makes is named in the feedback, as the
+"""The batch grader on every module: the reference runs in the sandbox, a right hand-in gets
+full marks, so does the solution notebook handed in as it is (its demo cells skipped), and
+every mistake a student makes in modules 2 and up is named in the feedback, as the
 notebook's checks name it. Module 4's checks run a one-process gloo group inside the
-sandbox. (Module 1 has its own, larger corpus: test_grading_corpus.py.)"""
+sandbox. (Module 1's mistakes have their own, larger corpus: test_grading_corpus.py.)"""
 
 import contextlib
 import io
 import json
+import shutil
 
 import pytest
 
 from coursekit.checks import questions_of
 from coursekit.cli import main
+from coursekit.grading.grader import Plan, cells_to_run, exercise_demos
+from coursekit.grading.handin import read_hand_in
+from coursekit.grading.sandbox import Limits
 from tests import student_code
 from tests.handins import REPO, notebook
 
 pytestmark = pytest.mark.grading
 # assignment -> student -> {question: variant}; questions not named get the right answer.
 HAND_INS = {
+    "00_welcome": {"ada": {}},
+    "01_accumulation": {"ada": {}},  # its mistakes: test_grading_corpus.py
     "02_loss_scaling": {
         "ada": {},
         "ben": {
@@ -108,6 +115,9 @@ def graded(request, tmp_path_factory):
         (folder / f"{assignment}.ipynb").write_text(
             notebook(cells_of(assignment, variants), assignment)
         )
+    # the source notebook's solution, handed in as it is: its demo cells are skipped
+    (base / "hand-ins" / "sol").mkdir()
+    shutil.copy(REPO / "solutions" / f"{assignment}.ipynb", base / "hand-ins" / "sol")
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         status = main(
@@ -137,15 +147,26 @@ def test_a_right_hand_in_gets_full_marks(graded):
     assert result["score"] == result["max_score"] == sum(q.points for q in questions_of(assignment))
 
 
-@pytest.mark.parametrize("student", ["ben", "cyd", "dev"])
-def test_each_mistake_is_named_and_costs_only_its_question(graded, student):
+def test_the_solution_with_its_demo_cells_skipped_gets_full_marks(graded):
     assignment, results = graded
-    by_name = {q["name"]: q for q in results[student]["questions"]}
-    for question in questions_of(assignment):
-        variant = HAND_INS[assignment][student].get(question.name, "correct")
-        graded_question = by_name[question.name]
-        if variant.startswith("correct"):
-            assert graded_question["score"] == question.points, graded_question
-        else:
-            assert student_code.mistake_of(variant) in graded_question["mistakes"], graded_question
-            assert graded_question["score"] < question.points
+    hand_in = read_hand_in(REPO / "solutions" / f"{assignment}.ipynb", assignment, "sol")
+    plan = Plan(assignment, {}, {}, Limits(), demos=exercise_demos(REPO, assignment))
+    assert None in cells_to_run(hand_in, plan)  # grading skipped demo cells of this hand-in
+    result = results["sol"]
+    assert result["error"] is None and result["notes"] == [], result
+    assert result["score"] == result["max_score"] == sum(q.points for q in questions_of(assignment))
+
+
+def test_each_mistake_is_named_and_costs_only_its_question(graded):
+    assignment, results = graded
+    for student, variants in HAND_INS[assignment].items():
+        by_name = {q["name"]: q for q in results[student]["questions"]}
+        for question in questions_of(assignment):
+            variant = variants.get(question.name, "correct")
+            graded_question = by_name[question.name]
+            if variant.startswith("correct"):
+                assert graded_question["score"] == question.points, (student, graded_question)
+            else:
+                mistake = student_code.mistake_of(variant)
+                assert mistake in graded_question["mistakes"], (student, graded_question)
+                assert graded_question["score"] < question.points

@@ -131,9 +131,9 @@ class AccumulateWindow(Question):
         ]
         messages = {
             "loss_not_divided": (
-                f"Your gradient is exactly {n} times the full-batch gradient (accum_steps = "
-                f"{n}): the loss was not divided by accum_steps. Divide each micro-batch's loss "
-                "by the number of micro-batches before backward()."
+                f"Your gradient is exactly {n} times the full-batch gradient ({n} micro-batches): "
+                "the loss was not divided by the number of micro-batches. Divide each "
+                "micro-batch's loss by len(micro_batches) before backward()."
             ),
             "zero_grad_inside_loop": (
                 "Your gradient is the last micro-batch's alone: something zeroes the gradients "
@@ -144,8 +144,8 @@ class AccumulateWindow(Question):
                 "after one micro-batch. Run forward and backward on every micro-batch."
             ),
             "divided_twice": (
-                f"Your gradient is {n} times too small: the loss was divided by accum_steps "
-                "twice (or the gradients were divided again after backward)."
+                f"Your gradient is {n} times too small: the loss was divided by the number of "
+                "micro-batches twice (or the gradients were divided again after backward)."
             ),
             "micro_batch_skipped": (
                 f"Your gradient holds {n - 1} of the {n} micro-batches: one (the first or the "

@@ -4,13 +4,13 @@ Each hand-in's process is forked from a warm parent (:mod:`coursekit.grading.war
 ``python -m coursekit.grading.runner --warm FD``) that imported what grading needs once,
 while still trusted (:func:`preload`), and is handed two pipes to the grader. It reads the
 job (limits and options, no cells and no specs yet). Then it enters new namespaces and
-forks: the child is process 1 of a new PID namespace ("init"), builds the hand-in's own root file system
-(:mod:`coursekit.grading.namespaces`) and forks the hand-in's process, which confines itself
-(rlimits, capabilities, Landlock, seccomp) and then does what the grader asks, one command
-at a time: run this cell, run this test (a question's function on one spec), end. Each
-answer echoes the command's nonce. Cells never see a spec: the grader sends the first one
-after the last cell has answered, and one spec per test. The runner judges nothing; scores
-are decided by the grader, in a process this code never ran in.
+forks: the child is process 1 of a new PID namespace ("init"), builds the hand-in's own root
+file system (:mod:`coursekit.grading.namespaces`) and forks the hand-in's process, which
+confines itself (rlimits, capabilities, Landlock, seccomp) and then does what the grader
+asks, one command at a time: run this cell, run this test (a question's function on one
+spec), end. Each answer echoes the command's nonce. Cells never see a spec: the grader sends
+the first one after the last cell has answered, and one spec per test. The runner judges
+nothing; scores are decided by the grader, in a process this code never ran in.
 """
 
 from __future__ import annotations
