@@ -360,21 +360,24 @@ def gradebook_full_after(count: int):
     return record
 
 
-def runners_left() -> int:
-    """Grading processes (warm parents, runners, their forks) still alive below this test
-    process. The grader is a subreaper, so anything a grading run left behind that outlived
-    its parent is found here, while another test run's processes on the machine are not."""
+def processes_below_me() -> list[str]:
+    """Command lines of the live processes below this test process. The grader is a
+    subreaper, so whatever a grading run left behind that outlived its parent is here, while
+    another test run's processes on the machine are not."""
     parents: dict[int, int] = {}
-    lines: dict[int, bytes] = {}
+    lines: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            lines[int(entry.name)] = (entry / "cmdline").read_bytes()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
         except (OSError, IndexError):
             continue
+        if fields[0] == "Z":  # a zombie has ended: only its parent has yet to reap it
+            continue
         parents[int(entry.name)] = int(fields[1])
+        lines[int(entry.name)] = command.decode("utf-8", "replace")
     me = os.getpid()
 
     def below_me(pid: int) -> bool:
@@ -386,6 +389,9 @@ def runners_left() -> int:
                 return True
         return False
 
-    return sum(
-        1 for pid, line in lines.items() if b"coursekit.grading.runner" in line and below_me(pid)
-    )
+    return [line for pid, line in lines.items() if below_me(pid)]
+
+
+def runners_left() -> int:
+    """Grading processes (warm parents, runners, their forks) still alive below this test."""
+    return sum("coursekit.grading.runner" in line for line in processes_below_me())

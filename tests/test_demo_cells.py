@@ -135,3 +135,8 @@ def test_the_solution_as_a_hand_in_skips_exactly_its_demo_cells(module, tmp_path
     edited = cells_to_run(read_hand_in(path, module, "ada"), plan)
     assert edited[index] is not None and edited[index].endswith("print('mine')")
     assert sum(c is None for c in edited) < sum(c is None for c in solution_cells(REPO, module))
+
+
+def test_methods_named_like_builtins_are_not_dynamic_access():
+    assert names_used("model = make().eval()\nprint(model)") == {"make"}
+    assert names_used("import sys\nprint(sys._getframe().f_globals)") is EVERYTHING

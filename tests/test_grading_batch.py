@@ -167,3 +167,28 @@ def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkey
     assert calls == {"start": 1, "fork": 4}  # no second cold start: reference + 3 hand-ins
     with Gradebook(gradebook) as book:
         assert [g.score for g in book.current_grades()] == [10.0] * 3
+
+
+def test_a_sandbox_that_fails_mid_batch_stops_it_and_marks_no_one_down(
+    tmp_path, monkeypatch, capsys
+):
+    from coursekit.grading.warm_parent import SandboxSetupError, WarmParent
+
+    fork, calls = WarmParent.fork, []
+
+    def fails_after_the_reference(self, fds):
+        calls.append(fds)
+        if len(calls) > 1:
+            raise SandboxSetupError("the grading sandbox's parent failed: test")
+        return fork(self, fds)
+
+    monkeypatch.setattr(WarmParent, "fork", fails_after_the_reference)
+    for name in ("ann", "ben"):
+        _write(tmp_path / "hand-ins" / f"{name}.ipynb")
+    gradebook = tmp_path / "gradebook.sqlite"
+    assert _grade([tmp_path / "hand-ins"], gradebook) == 1
+    err = capsys.readouterr().err
+    assert "the grading sandbox failed" in err and "no one was marked down" in err
+    with Gradebook(gradebook) as book:
+        assert book.current_grades() == []  # no zero recorded for the machine's fault
+    assert runners_left() == 0

@@ -101,3 +101,31 @@ def test_stopping_ends_running_hand_ins_and_refuses_new_ones():
         assert outcome.get("stopped") == "grading was stopped", outcome
         with pytest.raises(SystemExit):
             run_hand_in(["x = 1"], [], LIMITS, Options(isolation="none"), warm=parent)
+
+
+def test_a_warm_parent_that_died_is_started_again(warm):
+    os.kill(warm.process.pid, 9)
+    warm.process.wait()
+    before = warm.restarts
+    _printed(run_hand_in(["print('after a restart')"], [], LIMITS, warm=warm))
+    assert warm.restarts == before + 1
+
+
+def test_without_a_pid_namespace_detached_processes_are_still_ended(warm):
+    detach = (
+        "import os, subprocess\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execvp('sleep', ['sleep', '2998.5'])\n"
+        "    os._exit(0)\n"
+        "os.wait()"
+    )
+    _printed(run_hand_in([detach], [], LIMITS, Options(isolation="none"), warm=warm))
+    assert _descendants_running("2998.5") == 0
+
+
+def _descendants_running(marker: str) -> int:
+    from tests.handins import processes_below_me
+
+    return sum(marker in line for line in processes_below_me())

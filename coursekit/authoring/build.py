@@ -110,8 +110,8 @@ def _check_demo_cells(source: nbformat.NotebookNode, solution: str, relative: st
         raise MarkupError(
             relative,
             index,
-            f"{why}. Grading skips demo cells, so the graded code would fail there: move the "
-            "definition to a cell that is not tagged demo, or drop the tag.",
+            f"{why}. Grading skips a demo cell a student left as released, so the graded code "
+            "would run without it: move that code to a cell without the tag, or drop the tag.",
         )
 
 

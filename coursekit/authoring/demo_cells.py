@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 import symtable
 
 DEMO_TAG = "demo"
 # Ways to reach the notebook's names that the code does not show by name.
-_DYNAMIC = {"eval", "exec", "globals", "locals", "vars", "__import__", "__main__", "__dict__"}
+_DYNAMIC = {"eval", "exec", "globals", "locals", "vars", "__import__", "__main__"}
+_DYNAMIC_ATTRIBUTES = {"__dict__", "f_globals", "__globals__", "_getframe", "f_back", "f_locals"}
+_DYNAMIC_ATTRIBUTES |= {"user_ns"}
 _MAGICS = {"run_line_magic", "run_cell_magic"}  # IPython's rewriting of %line and %%cell
 _SHELL = {"system", "getoutput"}  # !command: runs no Python
 EVERYTHING = None  # what names_used returns when it cannot tell
@@ -96,7 +99,7 @@ def names_used(source: str) -> set[str] | None:
         elif isinstance(node, ast.Name) and node.id == "get_ipython":
             if not _is_shell_call(tree, node):
                 return EVERYTHING
-        elif isinstance(node, ast.Attribute) and node.attr in _DYNAMIC | _MAGICS | {"user_ns"}:
+        elif isinstance(node, ast.Attribute) and node.attr in _DYNAMIC_ATTRIBUTES | _MAGICS:
             if not (node.attr in _MAGICS and _is_shell_attribute(tree, node)):
                 return EVERYTHING
     if used & _DYNAMIC:
@@ -173,7 +176,10 @@ def skippable(cells: list[tuple[str | None, str]], demos: dict[str, str]) -> set
     skip = {
         index
         for index, (cell_id, source) in enumerate(cells)
-        if cell_id is not None and demos.get(cell_id) == source
+        if cell_id is not None
+        and demos.get(cell_id) == source
+        and changes_global_state(source) is None
+        and names_used(source) is not EVERYTHING
     }
     while skip:
         needed: set[str] = set()
@@ -191,10 +197,26 @@ def skippable(cells: list[tuple[str | None, str]], demos: dict[str, str]) -> set
     return skip
 
 
+# What a demo cell may not do: change state that outlives it other than by the names it
+# defines (grading skips it, so code that runs after it would see another world there).
+_GLOBAL_STATE = re.compile(
+    r"set_default_(dtype|device|tensor_type)|set_grad_enabled\(|use_deterministic_algorithms"
+    r"|set_num_threads|set_flush_denormal|\bos\.environ|\bos\.(chdir|putenv)|\bsys\.(path|modules)"
+    r"|\bimport\s+\*|\bglobals\(|\bexec\(|\bsetattr\(|\bbuiltins\b|%run\b"
+)
+
+
+def changes_global_state(source: str) -> str | None:
+    """What a cell does that grading could not undo by skipping it (None: nothing seen)."""
+    found = _GLOBAL_STATE.search(source)
+    return found.group(0) if found else None
+
+
 def demo_problems(notebook) -> list[tuple[str, str]]:
     """(cell id, why) for each demo cell that defines a name a cell grading runs needs
-    (a graded question, the imports, the set-up): grading skips demo cells, so the graded
-    code would fail there and not in the notebook."""
+    (a graded question, the imports, the set-up), or that changes state beyond its names
+    (default dtype, environment, imports by star...): grading skips demo cells, so the
+    graded code would see another world there than in the notebook."""
     code = [c for c in notebook.get("cells", []) if c.get("cell_type") == "code"]
     demos = [c for c in code if DEMO_TAG in (c.get("metadata") or {}).get("tags", [])]
     needed: dict[str, str] = {}
@@ -208,6 +230,12 @@ def demo_problems(notebook) -> list[tuple[str, str]]:
             needed.setdefault(name, str(cell.get("id")))
     problems = []
     for cell in demos:
+        change = changes_global_state(_text(cell.get("source", "")))
+        if change:
+            problems.append(
+                (str(cell.get("id")), f"it is tagged {DEMO_TAG} but changes state ({change})")
+            )
+            continue
         clash = sorted(names_defined(_text(cell.get("source", ""))) & set(needed))
         if clash:
             users = ", ".join(f"{name} (used by cell {needed[name]})" for name in clash)

@@ -157,6 +157,14 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
             "gradebook writable) and run the same command again: it grades only those."
         )
         return 1
+    except SandboxSetupError as error:
+        _say(
+            f"the grading sandbox failed ({error}). Grading stopped: the {recorded[0]} "
+            f"result(s) recorded before are kept; {len(todo) - recorded[0]} hand-in(s) were "
+            "not graded, and no one was marked down for it. Run the same command again: it "
+            "grades only those (`coursekit doctor` reports what this machine offers)."
+        )
+        return 1
     book.finish_run(run_id)
     if flagged:  # the bar shows only the latest hand-in: name these once more
         print(f"Flagged for review: {', '.join(flagged)}", file=sys.stderr)

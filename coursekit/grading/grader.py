@@ -341,6 +341,8 @@ def _zero(plan: Plan, feedback: str) -> list[dict]:
 def _safe_grade(path: str, student: str, plan: Plan, warm: WarmParent) -> GradeResult:
     try:
         return grade_path(path, student, plan, warm)
+    except SandboxSetupError:  # the machine's fault: it stops the batch, it is no grade
+        raise
     except Exception:  # a grader bug must not end the batch: report it on this hand-in
         print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
         traceback.print_exc()

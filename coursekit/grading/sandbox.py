@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -208,7 +209,7 @@ class _Runner:
                 os.close(fd)
                 self.fds.remove(fd)
         except BaseException:
-            self.close(wait_s=0)
+            self.close(wait_s=0, orphans_possible=False)
             raise
         self.job = {
             "kind": "job",
@@ -224,9 +225,12 @@ class _Runner:
         self.fds += [read, write]
         return read, write
 
-    def close(self, wait_s: float) -> int | None:
+    def close(self, wait_s: float, orphans_possible: bool) -> int | None:
         """End the process (after ``wait_s`` for it to end by itself) and everything it
-        started, close the pipes, remove its cgroups and its host folder; its exit status."""
+        started, close the pipes, remove its cgroups and its host folder; its exit status.
+
+        ``orphans_possible``: the hand-in ran without a PID namespace, so processes it
+        detached may have re-parented to the grader; they are found and killed."""
         returncode = None
         if self.process is not None:
             self.process.wait(timeout=wait_s)  # how it ended, if it did
@@ -234,15 +238,21 @@ class _Runner:
             returncode = self.process.wait()
             for group in privileges.cgroup_paths(self.process.pid):
                 privileges.empty_and_remove_cgroup(group)
-            # only where there was no PID namespace to end them
-            kill_new_children(lambda: self.warm.strays(self.before))
+            if orphans_possible:
+                with _SWEEPING:  # one thread at a time: none reaps what another one scanned
+                    kill_new_children(lambda: self.warm.strays(self.before))
             self.warm.forget(self.process)
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         if self.process is not None:  # made only where there was no root of its own
-            _remove(Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{self.process.pid}")
+            folder = Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{self.process.pid}"
+            if os.path.lexists(folder):
+                _remove(folder)
         return returncode
+
+
+_SWEEPING = threading.Lock()
 
 
 def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s, warm):
@@ -304,7 +314,11 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         if runner is not None:
             exited = attempt.ended is not None and attempt.ended.why == "exit"
-            attempt.returncode = runner.close(wait_s=2 if exited else 0)
+            namespaces = attempt.applied.get("namespaces") or []
+            attempt.returncode = runner.close(
+                wait_s=2 if exited else 0,
+                orphans_possible=bool(attempt.applied) and "pid" not in namespaces,
+            )
         if tail is not None:
             tail.drain()
             attempt.output = tail.text()
@@ -462,6 +476,8 @@ def run_hand_in(
             break  # nothing to blame and skip: give up
         run.killed_cells[where[1]] = _why(attempt, limits)
         skip.add(where[1])
+    if warm.stopped.is_set():  # the batch was stopped: whatever ended the process, say that
+        raise SystemExit("grading was stopped")
     if attempt is not None and attempt.position == ("start",):  # no hand-in code ran yet
         tail = attempt.output.strip().splitlines()[-3:]
         raise SandboxSetupError(

@@ -34,26 +34,34 @@ from pathlib import Path
 from coursekit.grading import channel
 from coursekit.progress import ENV as PROGRESS_ENV
 
-_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
 SCRATCH_PREFIX = "coursekit-hand-in-"  # + a process id: a host folder the grader removes
 START_TIMEOUT_S = 300.0  # importing torch on a very busy machine
 FORK_TIMEOUT_S = 60.0
 SETUP_FAILED = 70
 
 
+MAX_RESTARTS = 3
+
+
 class SandboxSetupError(RuntimeError):
     """The sandbox could not be built (before any hand-in code ran): the machine's fault."""
 
 
-def _prctl(option: int, value: int) -> None:
-    ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
+class _Broken(Exception):
+    """The warm parent answered wrongly or not at all: it is ended and started again."""
+
+
+def _prctl(option: int, value: int) -> int:
+    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
 def become_subreaper() -> None:
     """Orphans of our descendants re-parent to us: the warm parent's forks (so the grader can
     wait for them), and daemons a hand-in starts where no PID namespace ends them."""
-    if sys.platform.startswith("linux"):
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if sys.platform.startswith("linux") and _prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
+        code = ctypes.get_errno()
+        raise SandboxSetupError(f"the grader could not become a subreaper: {os.strerror(code)}")
 
 
 def children() -> set[int]:
@@ -100,10 +108,13 @@ class Child:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            with contextlib.suppress(ChildProcessError):
+            try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
-                if pid == self.pid:
-                    self.returncode = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:  # not ours (any more): nothing to wait for
+                self.returncode = SETUP_FAILED
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
@@ -152,6 +163,8 @@ class WarmParent:
         self._live: dict[int, Child] = {}
         self._socket: socket.socket | None = None
         self._log = None
+        self._sequence = 0
+        self.restarts = 0
 
     def __enter__(self) -> WarmParent:
         self.start()
@@ -164,9 +177,18 @@ class WarmParent:
         """Start the parent and wait until it has imported everything (or say why not)."""
         started = time.monotonic()
         become_subreaper()
+        try:
+            self._start(started)
+        except BaseException:  # Ctrl-C while it imports, too: leave nothing running
+            self._end_process()
+            raise
+        self.seconds_to_start = time.monotonic() - started
+
+    def _start(self, started: float) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket = ours
-        self._log = tempfile.TemporaryFile()
+        if self._log is None:
+            self._log = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "coursekit.grading.runner", "--warm", str(theirs.fileno())],
@@ -216,24 +238,50 @@ class WarmParent:
         return ""
 
     def fork(self, fds: tuple[int, int, int]) -> Child:
-        """A new runner process holding the runner's ends of one channel (in, out, output)."""
+        """A new runner process holding the runner's ends of one channel (in, out, output).
+
+        A parent that has died (killed, out of memory) is started again, once per failure,
+        up to :data:`MAX_RESTARTS` times a run; past that this raises
+        :class:`SandboxSetupError`, which stops the batch (the machine's fault, not a grade).
+        """
         with self._lock:
             if self.stopped.is_set():
                 raise SystemExit("grading was stopped")
-            if self._socket is None or self.process is None or self.process.poll() is not None:
-                raise SandboxSetupError(f"the grading sandbox's parent ended: {self._log_tail()}")
-            try:
-                socket.send_fds(self._socket, [b"F"], list(fds))
-            except OSError as error:
-                raise SandboxSetupError(
-                    f"the sandbox's parent did not take a hand-in: {error}"
-                ) from None
-            reply = self._receive(time.monotonic() + FORK_TIMEOUT_S)
-            if reply.get("kind") != "forked" or not isinstance(reply.get("pid"), int):
-                raise SandboxSetupError(f"the sandbox's parent could not fork: {reply.get('why')}")
-            child = Child(reply["pid"])
-            self._live[child.pid] = child
-            return child
+            for _ in range(2):
+                if self.process is not None and self.process.poll() is None:
+                    try:
+                        return self._fork_locked(fds)
+                    except _Broken as broken:  # no answer, or a wrong one: end it, start anew
+                        why = str(broken)
+                        self._end_process()
+                else:
+                    why = f"it ended ({self._log_tail()})"
+                if self.restarts >= MAX_RESTARTS:
+                    raise SandboxSetupError(f"the grading sandbox's parent failed: {why}")
+                self.restarts += 1
+                self._end_process()
+                started = time.monotonic()
+                try:
+                    self._start(started)
+                except BaseException:
+                    self._end_process()
+                    raise
+            raise SandboxSetupError(f"the grading sandbox's parent failed: {why}")
+
+    def _fork_locked(self, fds: tuple[int, int, int]) -> Child:
+        self._sequence += 1
+        try:
+            socket.send_fds(self._socket, [struct.pack(">Q", self._sequence)], list(fds))
+        except OSError as error:
+            raise _Broken(f"it took no hand-in ({error})") from None
+        reply = self._receive(time.monotonic() + FORK_TIMEOUT_S)
+        if reply.get("sequence") != self._sequence:  # never another request's answer
+            raise _Broken(f"no answer to this hand-in ({reply.get('why') or reply})")
+        if reply.get("kind") != "forked" or not isinstance(reply.get("pid"), int):
+            raise SandboxSetupError(f"the sandbox's parent could not fork: {reply.get('why')}")
+        child = Child(reply["pid"])
+        self._live[child.pid] = child
+        return child
 
     def forget(self, child: Child) -> None:
         with self._lock:
@@ -257,6 +305,12 @@ class WarmParent:
 
     def close(self) -> None:
         """End the parent (it has nothing to clean but its folder of caches) and its pipes."""
+        self._end_process()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _end_process(self) -> None:
         if self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.close()
@@ -271,9 +325,7 @@ class WarmParent:
             folder = Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{self.process.pid}"
             if folder.is_dir() and not folder.is_symlink():
                 shutil.rmtree(folder, ignore_errors=True)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+            self.process = None
 
 
 # ------------------------------------------------------------------- the parent's own side
@@ -298,20 +350,22 @@ def serve(control_fd: int) -> None:
         channel.send(control_fd, {"kind": "failed", "why": f"{type(error).__name__}: {error}"})
         shutil.rmtree(caches, ignore_errors=True)
         os._exit(SETUP_FAILED)
+    _prctl(_PR_SET_DUMPABLE, 0)  # no process of the same user may read or write its memory
     channel.send(control_fd, {"kind": "ready"})
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(control, 16, 3)
+            data, fds, _, _ = socket.recv_fds(control, 8, 3)
         except OSError:
             break
         if not data:  # the grader closed its end: grading is over
             for fd in fds:
                 os.close(fd)
             break
-        if len(fds) == 3:
+        if len(fds) == 3 and len(data) == 8:
             reply = _fork_runner(tuple(fds), control_fd, grader)
         else:
-            reply = {"kind": "failed", "why": f"{len(fds)} pipes came, not 3"}
+            reply = {"kind": "failed", "why": f"{len(fds)} pipes and {len(data)} bytes came"}
+        reply["sequence"] = struct.unpack(">Q", data)[0] if len(data) == 8 else None
         for fd in fds:
             os.close(fd)
         channel.send(control_fd, reply)
@@ -400,6 +454,7 @@ def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> N
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != grader:  # the grader is gone (or is not a subreaper)
             os._exit(SETUP_FAILED)
+        _prctl(_PR_SET_DUMPABLE, 1)  # as a process started afresh is (user namespaces need it)
         import random
 
         random.seed()  # not the parent's state: as a fresh process would have it
