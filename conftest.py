@@ -1,7 +1,9 @@
 """Test-wide settings, including for nbval's notebook kernels (they inherit this environment)."""
 
+import atexit
 import os
-import sys
+import shutil
+import tempfile
 
 import matplotlib
 
@@ -15,13 +17,26 @@ for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 # Tests draw figures without a screen (notebook kernels keep their inline backend).
 matplotlib.use("Agg")
 
-# Notebook kernels the tests start (nbval, nbclient) talk to them over Unix sockets rather
-# than TCP on localhost: nothing else can connect, and no kernel prints "Kernel is running
-# over TCP without encryption".
-if sys.platform.startswith("linux"):
-    from jupyter_client.connect import ConnectionFileMixin
+# Notebook kernels the tests start (nbval, nbclient, JupyterLab's) would each print "Kernel is
+# running over TCP without encryption": expected for a kernel on localhost in a test, so it
+# is filtered out, through an IPython profile of the tests' own (nothing else is silenced).
+_KERNEL_CONFIG = """
+import logging
 
-    ConnectionFileMixin.class_traits()["transport"].default_value = "ipc"
+
+class _NoTransportWarning(logging.Filter):
+    def filter(self, record):
+        return "without encryption" not in record.getMessage()
+
+
+logging.getLogger("IPKernelApp").addFilter(_NoTransportWarning())
+"""
+_IPYTHONDIR = tempfile.mkdtemp(prefix="coursekit-tests-ipython-")
+os.makedirs(os.path.join(_IPYTHONDIR, "profile_default"))
+with open(os.path.join(_IPYTHONDIR, "profile_default", "ipython_kernel_config.py"), "w") as _f:
+    _f.write(_KERNEL_CONFIG)
+os.environ["IPYTHONDIR"] = _IPYTHONDIR
+atexit.register(shutil.rmtree, _IPYTHONDIR, True)
 
 # Golden notebooks are pipeline fixtures (their exercise stubs raise on purpose), not course
 # notebooks for nbval to run.

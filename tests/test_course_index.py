@@ -70,4 +70,4 @@ def test_notebook_kernels_in_the_tests_print_no_transport_warning(capfd):
     client = NotebookClient(notebook, timeout=120, kernel_name="python3")
     client.execute()
     assert notebook.cells[0].outputs[0]["text"] == "42\n"
-    assert "without encryption" not in capfd.readouterr().err  # the kernel spoke over IPC
+    assert "without encryption" not in capfd.readouterr().err  # filtered: see conftest.py

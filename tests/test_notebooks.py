@@ -1,7 +1,9 @@
-"""Whole notebooks, executed: hidden tests pass on the reference, stubs run to the end as
+"""Notebooks, executed: hidden tests pass on the reference, stubs run to the end as
 "not attempted", and a hand-in with known mistakes has each one named in the notebook.
 
-nbval runs solutions/ separately (see pyproject.toml); these runs cover the other two views.
+nbval runs solutions/ whole (see pyproject.toml), and the untouched exercises run whole here;
+the hidden-test and mistake runs skip the demonstration cells (tagged ``demo``: they define
+nothing a question or its check needs, which ``coursekit build --check`` enforces).
 """
 
 from pathlib import Path
@@ -10,6 +12,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from coursekit.authoring.demo_cells import DEMO_TAG
 from coursekit.authoring.markup import question_name
 from coursekit.checks import evaluate
 from coursekit.course import MODULES
@@ -20,9 +23,17 @@ REPO = Path(__file__).resolve().parents[1]
 NAMES = [m.name for m in MODULES]
 
 
-def execute(path: Path, replace: dict[str, str] | None = None) -> nbformat.NotebookNode:
-    """Run a notebook top to bottom (stopping at the first error) and return it with outputs."""
+def execute(
+    path: Path, replace: dict[str, str] | None = None, graded_only: bool = False
+) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom (stopping at the first error) and return it with outputs.
+
+    ``graded_only``: only the cells a verdict depends on, the set-up, imports, questions and
+    their check cells, without the demonstrations (tagged ``demo``) that nbval and the
+    untouched-exercise run execute anyway."""
     nb = nbformat.read(path, as_version=4)
+    if graded_only:
+        nb.cells = [c for c in nb.cells if c.cell_type == "code" and _needed_for_verdicts(c)]
     for cell in nb.cells:
         name = question_name(cell)
         if replace and name in replace:
@@ -31,6 +42,10 @@ def execute(path: Path, replace: dict[str, str] | None = None) -> nbformat.Noteb
         nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()
     return nb
+
+
+def _needed_for_verdicts(cell) -> bool:
+    return DEMO_TAG not in cell.metadata.get("tags", []) or cell.source.startswith("check(")
 
 
 def text_of(cell) -> str:
@@ -49,8 +64,9 @@ def check_cells(nb):
 @pytest.mark.parametrize("name", NAMES)
 def test_the_source_passes_its_own_hidden_tests(name, monkeypatch):
     monkeypatch.setenv("COURSEKIT_STRICT_CHECKS", "1")
-    nb = execute(REPO / "notebooks" / f"{name}.ipynb")
-    assert all(text_of(c).startswith("[passed]") for c in check_cells(nb))
+    nb = execute(REPO / "notebooks" / f"{name}.ipynb", graded_only=True)
+    checks = check_cells(nb)
+    assert checks and all(text_of(c).startswith("[passed]") for c in checks)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -125,7 +141,7 @@ HAND_INS = {
 def test_a_hand_in_with_known_mistakes_has_each_one_named(name, mistakes, monkeypatch):
     monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
     sources = {q: student_code.BY_QUESTION[q][m] for q, m in mistakes.items()}
-    nb = execute(REPO / "exercises" / f"{name}.ipynb", replace=sources)
+    nb = execute(REPO / "exercises" / f"{name}.ipynb", replace=sources, graded_only=True)
     printed = {c.source.split('"')[1]: text_of(c) for c in check_cells(nb)}
     for question, mistake in mistakes.items():
         verdict = evaluate(question, student_code.load(question, mistake))
