@@ -3,6 +3,8 @@ points, every correct style keeps full marks, and no mistake name is attached th
 true (tests/mutation.py says how; benchmarks/mutation.py prints the scores)."""
 
 import os
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
 import pytest
 
@@ -15,9 +17,18 @@ SEEDS = range(int(os.environ.get("COURSEKIT_MUTATION_SEEDS", "50")))
 GRADED = sorted(QUESTIONS)
 
 
+@pytest.fixture(scope="module")
+def scores():
+    """Every question's score, computed on all the cores there are (each question's work is
+    independent; results come back as each test asks for its own)."""
+    workers = max(1, min(len(GRADED), os.cpu_count() or 1))
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        yield {name: pool.submit(mutation.score, name, SEEDS) for name in GRADED}
+
+
 @pytest.mark.parametrize("name", GRADED)
-def test_every_mutant_is_killed_and_every_correct_style_passes_on_every_seed(name):
-    score = mutation.score(name, SEEDS)
+def test_every_mutant_is_killed_and_every_correct_style_passes_on_every_seed(name, scores):
+    score = scores[name].result()
     assert not score.crashed, score.crashed
     assert not score.survived, f"mutants that kept full marks (variant: seeds): {score.survived}"
     assert not score.marked_down, f"correct styles marked down (style: seeds): {score.marked_down}"
