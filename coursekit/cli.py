@@ -102,8 +102,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from coursekit.grading.command import run_grade
     from coursekit.grading.sandbox import Limits
+    from coursekit.grading.warm_parent import WarmParent
 
     root = Path(args.root).resolve() if args.root else find_course_root()
     if args.workers < 1:
@@ -127,6 +127,19 @@ def _grade(args: argparse.Namespace) -> int:
         wall_factor=args.wall_factor,
         memory_bytes=args.memory_mb * 2**20,
     )
+    # The sandboxes' warm parent imports torch in its own process while this one imports the
+    # grader: the first result comes seconds sooner. It is ended however grading ends.
+    warm = WarmParent()
+    warm.launch()
+    try:
+        return _run_grade(root, args, limits, warm)
+    finally:
+        warm.close()
+
+
+def _run_grade(root: Path, args: argparse.Namespace, limits, warm) -> int:
+    from coursekit.grading.command import run_grade
+
     return run_grade(
         root,
         args.hand_ins,
@@ -137,6 +150,7 @@ def _grade(args: argparse.Namespace) -> int:
         limits,
         regrade=args.regrade,
         seed=args.seed,
+        warm=warm,
     )
 
 

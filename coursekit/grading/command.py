@@ -45,6 +45,7 @@ def run_grade(
     regrade: bool = False,
     options: Options | None = None,
     seed: int | None = None,
+    warm: WarmParent | None = None,
 ) -> int:
     known = [m.name for m in MODULES if questions_of(m.name)]
     if assignment not in known:
@@ -69,7 +70,17 @@ def run_grade(
         return 2
     with book:
         status = _grade_new(
-            root, found.hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed
+            root,
+            found.hand_ins,
+            assignment,
+            book,
+            workers,
+            as_json,
+            limits,
+            regrade,
+            options,
+            seed,
+            warm,
         )
         if status == 2:
             return 2
@@ -81,7 +92,7 @@ def run_grade(
 
 
 def _grade_new(
-    root, hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed
+    root, hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed, warm
 ) -> int:
     todo, done = [], []
     for hand_in in hand_ins:
@@ -101,7 +112,7 @@ def _grade_new(
         print(f"Running the reference solution of {assignment}...", file=sys.stderr)
         try:
             # one warm parent for the whole run: the reference and every hand-in fork from it
-            with WarmParent() as warm:
+            with warm or WarmParent() as warm:
                 plan = prepare(root, assignment, limits, seed=seed, options=options, warm=warm)
                 _say_how_it_runs(plan)
                 status = _grade_todo(todo, plan, book, workers, as_json, warm)

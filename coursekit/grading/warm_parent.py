@@ -164,6 +164,8 @@ class WarmParent:
         self._socket: socket.socket | None = None
         self._log = None
         self._sequence = 0
+        self._launched = 0.0
+        self._ready = False
         self.restarts = 0
 
     def __enter__(self) -> WarmParent:
@@ -173,18 +175,36 @@ class WarmParent:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def launch(self) -> None:
+        """Start the parent without waiting for it: it imports torch while the caller does
+        its own work (``grade`` imports the grader meanwhile). :meth:`start` then waits."""
+        if self.process is None:
+            self._launched = time.monotonic()
+            become_subreaper()
+            try:
+                self._launch()
+            except BaseException:
+                self._end_process()
+                raise
+
     def start(self) -> None:
-        """Start the parent and wait until it has imported everything (or say why not)."""
-        started = time.monotonic()
-        become_subreaper()
+        """Start the parent (unless :meth:`launch` did) and wait until it has imported
+        everything (or say why not)."""
+        if self._ready:
+            return
+        self.launch()
         try:
-            self._start(started)
+            self._wait_ready(self._launched)
         except BaseException:  # Ctrl-C while it imports, too: leave nothing running
             self._end_process()
             raise
-        self.seconds_to_start = time.monotonic() - started
+        self.seconds_to_start = time.monotonic() - self._launched
 
     def _start(self, started: float) -> None:
+        self._launch()
+        self._wait_ready(started)
+
+    def _launch(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self._socket = ours
         if self._log is None:
@@ -207,12 +227,15 @@ class WarmParent:
             ) from None
         finally:
             theirs.close()
+
+    def _wait_ready(self, started: float) -> None:
         reply = self._receive(started + self.start_timeout_s)
         if reply.get("kind") != "ready":
             why = reply.get("why") or self._log_tail()
             self.close()
             raise SandboxSetupError(f"the grading sandbox's parent could not start: {why}")
         self.seconds_to_start = time.monotonic() - started
+        self._ready = True
 
     def _receive(self, deadline: float) -> dict:
         fd = self._socket.fileno()
@@ -311,13 +334,14 @@ class WarmParent:
             self._log = None
 
     def _end_process(self) -> None:
+        ready, self._ready = self._ready, False
         if self._socket is not None:
             with contextlib.suppress(OSError):
                 self._socket.close()
             self._socket = None
         if self.process is not None:
-            try:
-                self.process.wait(timeout=10)
+            try:  # a parent still importing has nothing to finish: it is ended at once
+                self.process.wait(timeout=10 if ready else 0)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.process.pid, signal.SIGKILL)
