@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit.grading import channel, privileges
+from coursekit.grading.runner import SCRATCH_PREFIX  # as the runner names a host folder
 from coursekit.grading.warm_parent import (  # noqa: F401  (SandboxSetupError: re-exported)
     SandboxSetupError,
     WarmParent,
@@ -364,9 +365,6 @@ def _task_record(reply: dict) -> dict:
     elif status == "error":
         record["message"] = str(reply.get("message", "it raised an error"))[:1000]
     return record
-
-
-SCRATCH_PREFIX = "coursekit-hand-in-"  # as the runner names a host scratch folder
 
 
 def sweep_leftovers() -> list[str]:

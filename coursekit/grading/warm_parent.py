@@ -32,13 +32,12 @@ import time
 from pathlib import Path
 
 from coursekit.grading import channel
+from coursekit.grading.runner import SCRATCH_PREFIX, SETUP_FAILED
 from coursekit.progress import ENV as PROGRESS_ENV
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
-SCRATCH_PREFIX = "coursekit-hand-in-"  # + a process id: a host folder the grader removes
 START_TIMEOUT_S = 300.0  # importing torch on a very busy machine
 FORK_TIMEOUT_S = 60.0
-SETUP_FAILED = 70
 
 
 MAX_RESTARTS = 3
