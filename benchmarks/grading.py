@@ -1,18 +1,21 @@
 """Grading speed on module 1: hand-ins per minute, time to the first result, the cost of each
-hand-in beyond the student's own graded code, and the same hand-ins run the way nbgrader runs
-them (one kernel per notebook, every cell, through nbclient).
+hand-in beyond the student's own graded code, and the same hand-ins through nbgrader.
 
-Run: .venv/bin/python benchmarks/grading.py [--rounds 3]
+Run: .venv/bin/python benchmarks/grading.py [--rounds 3] [--baseline auto|nbgrader|nbclient]
 Hand-ins are the released exercise with its three answers filled in, as students hand it in:
 half right, half with a named mistake. Every figure is the median of ``--rounds`` runs of the
 real command (``coursekit grade``, a fresh process each time, gradebook and reference run
 included), with one torch thread per process for every grader.
 
-About the nbgrader column: it is nbclient executing the same notebooks whole, one kernel
-each, which is what ``nbgrader autograde`` does for each submission before its own
-bookkeeping. That makes it a lower bound on nbgrader's time, so the ratio shown is, if
-anything, in nbgrader's favour. nbgrader itself is not run here yet (it needs the notebook
-converted to its format and a course folder of its own).
+The comparison, in the same rounds (interleaved, so that drift hits both alike):
+
+- ``nbgrader`` (the default when the optional extra is installed: ``pip install -e
+  .[nbgrader]``): real ``nbgrader autograde`` over the same 8 hand-ins, in a course made from
+  the same source notebook (``nbgrader_course``), timed from the command's start to its end.
+  Its one-off ``generate_assignment`` is not counted; coursekit's reference run is.
+- ``nbclient`` (without nbgrader): the same notebooks executed whole, one kernel each, which
+  is what ``nbgrader autograde`` does for each submission before its own bookkeeping: a lower
+  bound on nbgrader's time.
 """
 
 from __future__ import annotations
@@ -31,8 +34,12 @@ import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # for tests.student_code: the mistakes students make
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import nbgrader_course  # noqa: E402
 
 from coursekit.authoring.markup import question_name  # noqa: E402
+from coursekit.checks import questions_of  # noqa: E402
 from tests import student_code  # noqa: E402
 
 ASSIGNMENT = "01_accumulation"
@@ -56,11 +63,32 @@ def hand_in(variants: dict[str, str]) -> nbformat.NotebookNode:
     return notebook
 
 
+def variants_of(i: int) -> dict[str, str]:
+    """Hand-in ``i``: right when even, else one of the named mistakes."""
+    return {} if i % 2 == 0 else WRONG[(i // 2) % len(WRONG)]
+
+
+def answers(variants: dict[str, str]) -> dict[str, str]:
+    return {
+        name: by_variant[variants.get(name, "correct")]
+        for name, by_variant in student_code.BY_QUESTION.items()
+        if name in {q.name for q in questions_of(ASSIGNMENT)}
+    }
+
+
 def write_hand_ins(folder: Path, count: int) -> None:
     folder.mkdir(parents=True)
     for i in range(count):
-        variants = {} if i % 2 == 0 else WRONG[(i // 2) % len(WRONG)]
-        nbformat.write(hand_in(variants), folder / f"student{i:02d}.ipynb")
+        nbformat.write(hand_in(variants_of(i)), folder / f"student{i:02d}.ipynb")
+
+
+def make_nbgrader_course(root: Path, count: int) -> Path:
+    """The same ``count`` hand-ins, made from nbgrader's release of the same notebook."""
+    source = REPO / "notebooks" / f"{ASSIGNMENT}.ipynb"
+    nbgrader_course.make_course(root, source, ASSIGNMENT)
+    for i in range(count):
+        nbgrader_course.hand_in(root, ASSIGNMENT, f"student{i:02d}", answers(variants_of(i)))
+    return root
 
 
 def grade_once(folder: Path, workers: int, scratch: Path) -> tuple[float, float, list[float]]:
@@ -108,8 +136,6 @@ def graded_code_seconds() -> float:
     and hidden spec, in this (warm) process: what no grader can avoid."""
     import random
 
-    from coursekit.checks import questions_of
-
     questions = questions_of(ASSIGNMENT)
     namespace: dict = {}
     exec("import torch\nfrom torch import nn\nimport coursekit", namespace)  # noqa: S102
@@ -126,24 +152,47 @@ def graded_code_seconds() -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--baseline",
+        choices=("auto", "nbgrader", "nbclient"),
+        default="auto",
+        help="what to compare with (auto: nbgrader when installed, else nbclient)",
+    )
     args = parser.parse_args()
-    other = "nbclient, whole notebooks (what nbgrader runs: a lower bound on nbgrader)"
+    baseline_kind = args.baseline
+    if baseline_kind == "auto":
+        baseline_kind = "nbgrader" if nbgrader_course.available() else "nbclient"
+    if baseline_kind == "nbgrader" and not nbgrader_course.available():
+        raise SystemExit("nbgrader is not installed here: pip install -e '.[nbgrader]'")
     own_s = graded_code_seconds()
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
         for count in (1, 8):
             write_hand_ins(scratch / f"h{count}", count)
+        if baseline_kind == "nbgrader":
+            course = make_nbgrader_course(scratch / "nbgrader-course", 8)
         figures: dict[tuple[int, int], list[tuple[float, float]]] = {}
         baseline: list[float] = []
+        ours_scores: list[float] = []
+        theirs_scores: dict[str, float] = {}
         for round_ in range(args.rounds):  # interleaved, so that drift hits all alike
             for count in (1, 8):
                 for workers in (1, 2):
                     total, first, scores = grade_once(scratch / f"h{count}", workers, scratch)
                     assert len(scores) == count, scores
                     figures.setdefault((count, workers), []).append((total, first))
-            baseline.append(nbclient_once(scratch / "h8"))
+                    if count == 8:
+                        ours_scores = scores
+            if baseline_kind == "nbgrader":
+                seconds, theirs_scores = nbgrader_course.autograde(
+                    course, ASSIGNMENT, {**ENV, "COURSEKIT_STRICT_CHECKS": "1"}
+                )
+                assert len(theirs_scores) == 8, theirs_scores
+            else:
+                seconds = nbclient_once(scratch / "h8")
+            baseline.append(seconds)
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
     median = statistics.median
     print(f"module 1, {os.cpu_count()} cores, median of {args.rounds} rounds")
@@ -161,7 +210,15 @@ def main() -> None:
     print(f"  beyond the student's own graded code:             {extra - own_s:.2f} s")
     theirs = median(baseline)
     ours = median(t for t, _ in figures[(8, 2)])
-    print(f"8 hand-ins through {other}: {theirs:.1f} s")
+    if baseline_kind == "nbgrader":
+        import nbgrader
+
+        label = f"nbgrader {nbgrader.__version__} autograde (one kernel per hand-in, in turn)"
+        print(f"scores, coursekit: {sorted(ours_scores)}")
+        print(f"scores, nbgrader:  {sorted(theirs_scores.values())}")
+    else:
+        label = "nbclient, whole notebooks (what nbgrader runs: a lower bound on nbgrader)"
+    print(f"8 hand-ins through {label}: {theirs:.1f} s")
     print(f"coursekit grade, 8 hand-ins, 2 workers: {ours:.1f} s = {theirs / ours:.1f}x faster")
 
 

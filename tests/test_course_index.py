@@ -4,7 +4,8 @@ import json
 import shutil
 
 import nbformat
-from nbclient import NotebookClient
+import pytest
+from nbclient.exceptions import CellExecutionError
 
 from coursekit.course import MODULES
 from coursekit.course_index import (
@@ -14,6 +15,7 @@ from coursekit.course_index import (
     summary_lines,
     write_index,
 )
+from tests import kernels
 from tests.handins import REPO
 
 
@@ -58,7 +60,7 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     work.mkdir()
     path = write_index(work)
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, resources={"metadata": {"path": str(work)}}).execute()
+    kernels.execute(notebook, timeout_s=600, cwd=work)
     shown = notebook.cells[1].outputs[0]["data"]["text/html"]
     assert shown.count("<tr>") == len(MODULES) + 1
     assert "0 / 1" in shown  # module 0's exercise, not run yet
@@ -67,7 +69,14 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
 def test_notebook_kernels_in_the_tests_print_no_transport_warning(capfd):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("print(6 * 7)")]
-    client = NotebookClient(notebook, timeout=120, kernel_name="python3")
-    client.execute()
+    kernels.execute(notebook, timeout_s=120)
     assert notebook.cells[0].outputs[0]["text"] == "42\n"
     assert "without encryption" not in capfd.readouterr().err  # filtered: see conftest.py
+
+
+def test_a_cell_past_its_timeout_fails_with_its_own_traceback_and_no_zmq_noise(capfd):
+    notebook = nbformat.v4.new_notebook()
+    notebook.cells = [nbformat.v4.new_code_cell("while True:\n    pass")]
+    with pytest.raises(CellExecutionError, match="KeyboardInterrupt"):
+        kernels.execute(notebook, timeout_s=2)
+    assert "ZMQError" not in capfd.readouterr().err

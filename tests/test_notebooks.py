@@ -10,13 +10,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 from coursekit.authoring.demo_cells import DEMO_TAG
 from coursekit.authoring.markup import question_name
 from coursekit.checks import evaluate
 from coursekit.course import MODULES
-from tests import student_code
+from tests import kernels, student_code
 
 pytestmark = pytest.mark.notebook
 REPO = Path(__file__).resolve().parents[1]
@@ -38,9 +37,7 @@ def execute(
         name = question_name(cell)
         if replace and name in replace:
             cell.source = f"# Question: {name}\n{replace[name]}"
-    NotebookClient(
-        nb, timeout=1200, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
+    kernels.execute(nb, timeout_s=1200, cwd=path.parent)
     return nb
 
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 import coursekit
 from coursekit import hand_in
@@ -29,7 +28,7 @@ from coursekit.grading.grader import _claim_notes
 from coursekit.grading.handin import HandInError, read_hand_in
 from coursekit.grading.packed import MANIFEST, PackedFileError, disagreements, unpack
 from coursekit.grading.submission import SubmissionError, pack, packed_name, saved_checks
-from tests import student_code
+from tests import kernels, student_code
 from tests.handins import IMPORTS, REPO, answers, notebook
 
 pytestmark = pytest.mark.grading
@@ -55,7 +54,7 @@ def executed(tmp_path_factory) -> Path:
     nbformat.write(nb, path)
     with pytest.MonkeyPatch.context() as env:
         env.setenv("JPY_SESSION_NAME", str(path))  # what JupyterLab's server tells a kernel
-        NotebookClient(nb, timeout=600, kernel_name="python3").execute()
+        kernels.execute(nb, timeout_s=600)
     nbformat.write(nb, path)
     return path
 
