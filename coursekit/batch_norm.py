@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from coursekit.arguments import real, whole
 from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
 
 
@@ -85,6 +86,8 @@ def corrected_momentum(momentum: float, accum_steps: int) -> float:
         >>> round(corrected_momentum(0.1, 4), 5)
         0.02600
     """
+    momentum = real("momentum", momentum, 0, 1)
+    accum_steps = whole("accum_steps", accum_steps)
     return 1.0 - (1.0 - momentum) ** (1.0 / accum_steps)
 
 
@@ -94,6 +97,7 @@ def set_accumulation_momentum(model: nn.Module, accum_steps: int) -> None:
     ``momentum=None`` (a cumulative average over all batches) has nothing to correct and is
     left alone.
     """
+    accum_steps = whole("accum_steps", accum_steps)
     for layer in batch_norms(model):
         if layer.momentum is not None:
             layer.momentum = corrected_momentum(layer.momentum, accum_steps)

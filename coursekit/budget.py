@@ -12,13 +12,13 @@ dropped remainder or a rounded-up batch.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
+from coursekit.arguments import whole
 from coursekit.memory import peak_live_bytes, track_cuda_peak
 from coursekit.progress import Progress
 from coursekit.units import format_bytes
@@ -69,16 +69,6 @@ class AccumulationPlan:
         )
 
 
-def _whole(name: str, value) -> int:
-    """``value`` as an int (NumPy and torch integers too); a named error for anything else."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} must be a whole number of samples, got {value!r} ({type(value).__name__})."
-        ) from None
-
-
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
@@ -98,17 +88,9 @@ def plan_accumulation(
         >>> plan_accumulation(101, 32).sizes
         (26, 25, 25, 25)
     """
-    target_batch, max_micro_batch, world_size = (
-        _whole(name, value)
-        for name, value in (
-            ("target_batch", target_batch),
-            ("max_micro_batch", max_micro_batch),
-            ("world_size", world_size),
-        )
-    )
-    for name, value in (("target_batch", target_batch), ("world_size", world_size)):
-        if value < 1:
-            raise ValueError(f"{name} must be at least 1, got {value}.")
+    target_batch = whole("target_batch", target_batch)
+    max_micro_batch = whole("max_micro_batch", max_micro_batch, minimum=None)
+    world_size = whole("world_size", world_size)
     if max_micro_batch < 1:
         raise NothingFits(
             f"The largest micro-batch that fits is {max_micro_batch}: not even one sample "
@@ -116,13 +98,13 @@ def plan_accumulation(
         )
     if target_batch % world_size:
         below = target_batch - target_batch % world_size
+        examples = f"{below} or {below + world_size}" if below else f"{world_size}"
         raise ValueError(
             f"An effective batch of {target_batch} cannot be shared by {world_size} devices "
-            f"equally; choose a multiple of {world_size}, such as {below or world_size} or "
-            f"{below + world_size}."
+            f"equally; choose a multiple of {world_size}, such as {examples}."
         )
     share = target_batch // world_size
-    count = math.ceil(share / max_micro_batch)
+    count = -(-share // max_micro_batch)  # a ceiling in whole numbers: exact at any size
     base, extra = divmod(share, count)
     sizes = (base + 1,) * extra + (base,) * (count - extra)
     return AccumulationPlan(target_batch, max_micro_batch, world_size, sizes)
@@ -136,9 +118,7 @@ def largest_micro_batch(fits: Callable[[int], bool], limit: int) -> int:
     micro-batch, so ``fits`` is assumed to be true up to some size and false after it.
     Raises :class:`NothingFits` when even a micro-batch of 1 does not fit.
     """
-    limit = _whole("limit", limit)
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}.")
+    limit = whole("limit", limit)
     if not fits(1):
         raise NothingFits(f"Not even a micro-batch of 1 fits. Try {WHEN_NOTHING_FITS}.")
     good = 1

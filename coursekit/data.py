@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from coursekit.arguments import real, whole
+
 
 def make_regression(
     n_samples: int,
@@ -18,6 +20,9 @@ def make_regression(
     The generator is local, so the same seed gives the same data whatever else the
     notebook has drawn: accumulated and full-batch runs can be compared sample for sample.
     """
+    n_samples, in_features = whole("n_samples", n_samples), whole("in_features", in_features)
+    out_features = whole("out_features", out_features)
+    noise, seed = real("noise", noise, 0), whole("seed", seed, minimum=None)
     generator = torch.Generator().manual_seed(seed)
     weight = torch.randn(in_features, out_features, generator=generator, dtype=dtype)
     inputs = torch.randn(n_samples, in_features, generator=generator, dtype=dtype)
@@ -35,6 +40,8 @@ def make_classification(
     dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gaussian blobs, one per class: a task a tiny MLP learns in a few hundred steps."""
+    n_samples, in_features = whole("n_samples", n_samples), whole("in_features", in_features)
+    n_classes, seed = whole("n_classes", n_classes), whole("seed", seed, minimum=None)
     generator = torch.Generator().manual_seed(seed)
     centres = 2.0 * torch.randn(n_classes, in_features, generator=generator, dtype=dtype)
     labels = torch.randint(0, n_classes, (n_samples,), generator=generator)
@@ -52,8 +59,7 @@ def split_micro_batches(
         >>> [len(xb) for xb, _ in split_micro_batches(x, y, 4)]
         [4, 4, 2]
     """
-    if micro_batch_size < 1:
-        raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}.")
+    micro_batch_size = whole("micro_batch_size", micro_batch_size)
     if len(inputs) != len(targets):
         raise ValueError(f"inputs and targets differ in length ({len(inputs)} vs {len(targets)}).")
     return [
@@ -74,6 +80,8 @@ def make_images(
     frequency, contrast and brightness, plus pixel noise, so a small CNN needs a few
     epochs to learn them, and the images of a batch differ as real photos do.
     """
+    n_images, size = whole("n_images", n_images), whole("size", size)
+    seed = whole("seed", seed, minimum=None)
     generator = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, 4, (n_images,), generator=generator)
     rows, cols = torch.meshgrid(

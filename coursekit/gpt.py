@@ -12,6 +12,8 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from coursekit.arguments import whole
+
 
 class Block(nn.Module):
     """One pre-norm transformer block: ``x + attention(norm(x))``, then ``x + mlp(norm(x))``."""
@@ -69,6 +71,12 @@ def tiny_gpt(
     dtype: torch.dtype = torch.float32,
 ) -> TinyGPT:
     """A :class:`TinyGPT` initialised from ``seed`` (locally: the global generator is kept)."""
+    vocab_size, context = whole("vocab_size", vocab_size), whole("context", context)
+    dim, heads = whole("dim", dim), whole("heads", heads)
+    layers = whole("layers", layers, minimum=0)  # 0: embeddings and head only
+    if dim % heads:
+        raise ValueError(f"dim ({dim}) must be a multiple of heads ({heads}).")
+    seed = whole("seed", seed, minimum=None)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -81,7 +89,8 @@ def tiny_gpt(
 @torch.no_grad()
 def generate(model: TinyGPT, prompt: list[int], new_tokens: int, seed: int = 0) -> list[int]:
     """``prompt`` continued by ``new_tokens`` tokens sampled from the model (seeded)."""
-    generator = torch.Generator().manual_seed(seed)
+    new_tokens = whole("new_tokens", new_tokens, minimum=0)
+    generator = torch.Generator().manual_seed(whole("seed", seed, minimum=None))
     device = next(model.parameters()).device
     ids = list(prompt)
     was_training = model.training

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import torch
 
+from coursekit.arguments import choice, whole
+
 REDUCTIONS = ("mean", "sum")
 
 
@@ -25,8 +27,10 @@ def loss_scales(micro_batch_sizes: Sequence[int], reduction: str) -> list[float]
         >>> loss_scales([4, 4, 2], "sum")
         [0.1, 0.1, 0.1]
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be 'mean' or 'sum', got {reduction!r}.")
+    reduction = choice("reduction", reduction, REDUCTIONS)
+    micro_batch_sizes = [whole("each micro-batch size", size) for size in micro_batch_sizes]
+    if not micro_batch_sizes:
+        raise ValueError("micro_batch_sizes is empty: a window has at least one micro-batch.")
     total = sum(micro_batch_sizes)
     if reduction == "mean":
         return [size / total for size in micro_batch_sizes]

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from coursekit.arguments import choice, whole
+
 NORMS = ("batch", "group", "layer", "none")
 
 
@@ -18,6 +20,9 @@ def norm_layer(kind: str, channels: int, dims: int = 1, groups: int = 4) -> nn.M
     with one group on images (all of a sample's channels and positions) and LayerNorm on
     vectors. ``"none"`` is the identity.
     """
+    kind = choice("kind", kind, NORMS)
+    channels, dims = whole("channels", channels), choice("dims", whole("dims", dims), (1, 2))
+    groups = whole("groups", groups)
     if kind == "batch":
         return nn.BatchNorm1d(channels) if dims == 1 else nn.BatchNorm2d(channels)
     if kind == "group":
@@ -45,8 +50,9 @@ def tiny_mlp(
     arguments give identical weights, which the accumulation-vs-full-batch comparisons need.
     ``norm`` (see :func:`norm_layer`) puts a normalisation after every hidden Linear.
     """
-    if depth < 1:
-        raise ValueError(f"depth must be at least 1, got {depth}.")
+    in_features, hidden = whole("in_features", in_features), whole("hidden", hidden)
+    out_features, depth = whole("out_features", out_features), whole("depth", depth)
+    seed, norm = whole("seed", seed, minimum=None), choice("norm", norm, NORMS)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -74,6 +80,8 @@ def tiny_lm(
     all the course's token exercises need: a loss per real token, padding to skip, and
     micro-batches whose token counts differ. Initialised from ``seed``, locally.
     """
+    vocab_size, dim = whole("vocab_size", vocab_size), whole("dim", dim)
+    seed = whole("seed", seed, minimum=None)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -96,6 +104,8 @@ def tiny_cnn(
     Linear, norm, ReLU, Linear. The head's norm sees one value per sample and channel, so a
     BatchNorm there normalises over the micro-batch alone: the place small micro-batches hurt.
     """
+    norm, width = choice("norm", norm, NORMS), whole("width", width)
+    n_classes, seed = whole("n_classes", n_classes), whole("seed", seed, minimum=None)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)

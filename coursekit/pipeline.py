@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coursekit.arguments import whole
+
 
 @dataclass(frozen=True)
 class Slot:
@@ -28,8 +30,7 @@ def gpipe_schedule(stages: int, micro_batches: int) -> list[Slot]:
     Forward of micro-batch ``j`` on stage ``s`` runs at ``s + j``; the backward pass starts
     when the last forward leaves the last stage and runs the stages in reverse.
     """
-    if stages < 1 or micro_batches < 1:
-        raise ValueError("Need at least one stage and one micro-batch.")
+    stages, micro_batches = whole("stages", stages), whole("micro_batches", micro_batches)
     slots = [Slot(s + j, s, "F", j) for j in range(micro_batches) for s in range(stages)]
     start = stages + micro_batches - 1  # all forwards are done
     slots += [
@@ -47,10 +48,19 @@ def bubble_fraction(stages: int, micro_batches: int) -> float:
         >>> bubble_fraction(4, 4), bubble_fraction(4, 32)
         (0.42857142857142855, 0.08571428571428572)
     """
+    stages, micro_batches = whole("stages", stages), whole("micro_batches", micro_batches)
     return (stages - 1) / (micro_batches + stages - 1)
 
 
 def measured_bubble(slots: list[Slot], stages: int) -> float:
     """Idle share of a schedule: empty (stage, time) cells over all cells."""
+    stages = whole("stages", stages)
+    slots = list(slots)
+    if not slots:
+        raise ValueError("slots is empty: give the slots of a schedule, e.g. gpipe_schedule(4, 8).")
+    if not all(isinstance(slot, Slot) for slot in slots):
+        raise TypeError("slots must be Slot objects, as gpipe_schedule returns them.")
+    if any(not 0 <= slot.stage < stages for slot in slots):
+        raise ValueError(f"A slot's stage is outside 0..{stages - 1}: is stages={stages} right?")
     length = max(slot.time for slot in slots) + 1
     return 1 - len(slots) / (stages * length)

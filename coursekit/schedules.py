@@ -11,6 +11,8 @@ import math
 
 import torch
 
+from coursekit.arguments import real, whole
+
 
 def optimizer_steps(n_micro_batches: int, accum_steps: int, epochs: int = 1) -> int:
     """Optimizer steps in ``epochs`` passes: one per window, the last shorter one included.
@@ -19,9 +21,10 @@ def optimizer_steps(n_micro_batches: int, accum_steps: int, epochs: int = 1) -> 
         >>> optimizer_steps(n_micro_batches=10, accum_steps=4, epochs=3)
         9
     """
-    if accum_steps < 1 or n_micro_batches < 0 or epochs < 0:
-        raise ValueError("accum_steps must be at least 1; counts cannot be negative.")
-    return math.ceil(n_micro_batches / accum_steps) * epochs
+    n_micro_batches = whole("n_micro_batches", n_micro_batches, minimum=0)
+    accum_steps = whole("accum_steps", accum_steps)
+    epochs = whole("epochs", epochs, minimum=0)
+    return -(-n_micro_batches // accum_steps) * epochs  # a whole-number ceiling
 
 
 def warmup_linear_decay(
@@ -34,6 +37,7 @@ def warmup_linear_decay(
     first step is small but not 0; the peak rate is used at steps ``warmup_steps - 1`` and
     ``warmup_steps``, then the rate falls by the same amount each step.
     """
+    warmup_steps, total_steps = _steps(warmup_steps, total_steps)
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"Need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}."
@@ -63,12 +67,12 @@ def warmup_cosine(
         >>> [round(f(s), 3) for f in scheduler.lr_lambdas for s in range(6)]
         [0.5, 1.0, 1.0, 0.775, 0.325, 0.1]
     """
+    warmup_steps, total_steps = _steps(warmup_steps, total_steps)
+    final_fraction = real("final_fraction", final_fraction, 0, 1)
     if not 0 <= warmup_steps < total_steps:
         raise ValueError(
             f"Need 0 <= warmup_steps < total_steps, got {warmup_steps} and {total_steps}."
         )
-    if not 0.0 <= final_fraction <= 1.0:
-        raise ValueError(f"final_fraction must be in [0, 1], got {final_fraction}.")
 
     def factor(step: int) -> float:
         if step < warmup_steps:
@@ -78,3 +82,7 @@ def warmup_cosine(
         return final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _steps(warmup_steps, total_steps) -> tuple[int, int]:
+    return whole("warmup_steps", warmup_steps, minimum=0), whole("total_steps", total_steps)

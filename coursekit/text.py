@@ -12,6 +12,7 @@ import random
 
 import torch
 
+from coursekit.arguments import whole
 from coursekit.tokens import IGNORE_INDEX, PAD
 
 _SUBJECTS = (
@@ -77,8 +78,7 @@ def make_lines(n_lines: int, seed: int = 0) -> list[str]:
         >>> make_lines(2, seed=3)[0].endswith(".")
         True
     """
-    if n_lines < 1:
-        raise ValueError(f"n_lines must be at least 1, got {n_lines}.")
+    n_lines, seed = whole("n_lines", n_lines), whole("seed", seed, minimum=None)
     rng = random.Random(seed)
 
     def clause() -> str:
@@ -118,6 +118,7 @@ def line_batches(lines: list[str], context: int) -> tuple[torch.Tensor, torch.Te
     Each line starts with ``BOS`` and is cut at ``context`` characters; the rest of the row
     is padding, whose labels are ``IGNORE_INDEX`` so the loss skips them.
     """
+    context = whole("context", context)
     inputs = torch.full((len(lines), context), PAD, dtype=torch.long)
     labels = torch.full((len(lines), context), IGNORE_INDEX, dtype=torch.long)
     for row, line in enumerate(lines):

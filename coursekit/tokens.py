@@ -13,6 +13,9 @@ from collections.abc import Sequence
 import torch
 from torch.nn import functional
 
+from coursekit.arguments import real as real_number
+from coursekit.arguments import whole
+
 IGNORE_INDEX = -100
 PAD = 0  # the input id at padding positions (its label is IGNORE_INDEX)
 BOS = 1  # every sequence starts with it; real tokens are 2 .. vocab_size - 1
@@ -48,12 +51,14 @@ def make_token_batches(
         >>> inputs.shape, int((labels != IGNORE_INDEX).sum()) <= 32
         (torch.Size([4, 8]), True)
     """
+    n_sequences, seq_len = whole("n_sequences", n_sequences), whole("seq_len", seq_len)
+    vocab_size = whole("vocab_size", vocab_size)
     if vocab_size < 4:
         raise ValueError(
             f"vocab_size must be at least 4 (pad, bos and two tokens), got {vocab_size}."
         )
-    if not 0.0 <= padding_ratio < 1.0:
-        raise ValueError(f"padding_ratio must be in [0, 1), got {padding_ratio}.")
+    padding_ratio = real_number("padding_ratio", padding_ratio, 0, 1, high_open=True)
+    seed = whole("seed", seed, minimum=None)
     generator = torch.Generator().manual_seed(seed)
     chain = torch.Generator().manual_seed(1234)  # the same language for every seed
     real = vocab_size - 2
@@ -80,7 +85,8 @@ def split_token_batches(
     inputs: torch.Tensor, labels: torch.Tensor, sizes: Sequence[int]
 ) -> list[TokenBatch]:
     """Consecutive micro-batches of the given numbers of sequences (they may differ)."""
-    if sum(sizes) != len(inputs) or any(size < 1 for size in sizes):
+    sizes = [whole("each of sizes", size) for size in sizes]
+    if sum(sizes) != len(inputs):
         raise ValueError(f"sizes {list(sizes)} must be positive and add up to {len(inputs)}.")
     batches, start = [], 0
     for size in sizes:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from coursekit.arguments import whole
 from coursekit.progress import Progress
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -20,8 +21,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 
 def windows(micro_batches: Sequence[Batch], accum_steps: int) -> list[Sequence[Batch]]:
     """Group micro-batches into windows of ``accum_steps``; the last may be shorter."""
-    if accum_steps < 1:
-        raise ValueError(f"accum_steps must be at least 1, got {accum_steps}.")
+    accum_steps = whole("accum_steps", accum_steps)
     return [
         micro_batches[start : start + accum_steps]
         for start in range(0, len(micro_batches), accum_steps)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from coursekit.arguments import choice, real, whole
+
 ADAM_MIXED_PRECISION_K = 12  # fp32 weights, momentum and variance: 4 + 4 + 4 bytes
 
 
@@ -27,11 +29,10 @@ def zero_bytes_per_device(
         >>> [round(zero_bytes_per_device(7.5e9, s, 64) / 1e9, 1) for s in range(4)]
         [120.0, 31.4, 16.6, 1.9]
     """
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"ZeRO stage must be 0, 1, 2 or 3; got {stage}.")
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1; got {world_size}.")
-    psi, nd = float(n_parameters), world_size
+    psi = real("n_parameters", n_parameters, 0)
+    stage = choice("stage", whole("stage", stage, minimum=None), (0, 1, 2, 3))
+    nd = whole("world_size", world_size)
+    k = real("k", k, 0)
     weights, gradients, states = 2 * psi, 2 * psi, k * psi
     if stage >= 1:
         states /= nd
@@ -73,23 +74,16 @@ def resolve_batch_config(
         "train_micro_batch_size_per_gpu": train_micro_batch_size_per_gpu,
         "gradient_accumulation_steps": gradient_accumulation_steps,
     }
-    if world_size < 1:
-        raise ValueError(f"world_size must be at least 1; got {world_size}.")
+    world_size = whole("world_size", world_size)
     for name, value in given.items():
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
-            raise ValueError(f"{name} must be a positive whole number; got {value!r}.")
+        if value is not None:
+            given[name] = whole(name, value)
     missing = [name for name, value in given.items() if value is None]
     if len(missing) > 1:
         raise ValueError(
             f"Give at least two of the three batch settings; {' and '.join(missing)} are missing."
         )
-    total, micro, accum = (
-        train_batch_size,
-        train_micro_batch_size_per_gpu,
-        gradient_accumulation_steps,
-    )
+    total, micro, accum = given.values()
     if total is None:
         total = micro * accum * world_size
     elif micro is None:
@@ -131,7 +125,7 @@ COMMUNICATION = {
 
 def communication_formula(setup: str) -> str:
     """The volume per step as a formula in N, e.g. ``"2N + 1"``."""
-    per_micro_batch, per_step, _ = COMMUNICATION[setup]
+    per_micro_batch, per_step, _ = COMMUNICATION[_setup(setup)]
     terms = [f"{per_micro_batch}N" if per_micro_batch > 1 else "N"] if per_micro_batch else []
     terms += [str(per_step)] if per_step else []
     return " + ".join(terms)
@@ -144,7 +138,17 @@ def communication_per_step(setup: str, accum_steps: int) -> float:
         >>> [communication_per_step(s, 4) for s in ("ddp", "ddp_no_sync", "fsdp")]
         [8.0, 2.0, 12.0]
     """
-    if setup not in COMMUNICATION:
-        raise ValueError(f"setup must be one of {', '.join(COMMUNICATION)}; got {setup!r}.")
-    per_micro_batch, per_step, _ = COMMUNICATION[setup]
+    per_micro_batch, per_step, _ = COMMUNICATION[_setup(setup)]
+    accum_steps = whole("accum_steps", accum_steps)
     return float(per_micro_batch * accum_steps + per_step)
+
+
+def _setup(setup) -> str:
+    """``setup`` if the table has it; ZeRO-3 is named by its PyTorch twin."""
+    if setup == "zero3":
+        raise ValueError(
+            "setup 'zero3' is not a row of its own: ZeRO stage 3 shards weights, gradients "
+            "and optimizer state as FSDP does, and in the paper's accounting moves the same "
+            "3N per step (DeepSpeed moves less while it keeps weights gathered); use 'fsdp'."
+        )
+    return choice("setup", setup, COMMUNICATION)

@@ -139,7 +139,7 @@ def test_the_explorer_report_shows_the_corrected_window_weight_and_no_stats_for_
 
 
 def test_unknown_norm_names_are_refused():
-    with pytest.raises(ValueError, match="batch, group, layer, none"):
+    with pytest.raises(ValueError, match="'layer', 'none'; got 'instance'"):
         norm_layer("instance", 4)
 
 

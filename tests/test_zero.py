@@ -25,7 +25,7 @@ def test_each_stage_needs_no_more_than_the_one_before_and_one_device_shards_noth
 
 
 def test_bad_stages_and_world_sizes_are_explained():
-    with pytest.raises(ValueError, match="stage must be 0, 1, 2 or 3"):
+    with pytest.raises(ValueError, match="stage must be one of 0, 1, 2, 3; got 4"):
         zero_bytes_per_device(1e9, 4, 8)
     with pytest.raises(ValueError, match="world_size"):
         zero_bytes_per_device(1e9, 1, 0)
@@ -62,7 +62,7 @@ def test_any_two_settings_give_the_third(given_settings):
             "Inconsistent batch settings: train_batch_size 128 != .* = 8 x 8 x 4 = 256",
         ),
         ({"train_batch_size": 256}, "gradient_accumulation_steps are missing"),
-        ({"train_batch_size": 0, "gradient_accumulation_steps": 2}, "positive whole number"),
+        ({"train_batch_size": 0, "gradient_accumulation_steps": 2}, "must be at least 1"),
         ({"train_batch_size": 2, "train_micro_batch_size_per_gpu": 8}, "not a multiple"),
     ],
 )
