@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from coursekit.arguments import whole
+from coursekit.arguments import real, whole
 from coursekit.memory import peak_live_bytes, track_cuda_peak
 from coursekit.progress import Progress
 from coursekit.units import format_bytes
@@ -191,6 +191,7 @@ class BudgetFit:
 def search_probes(limit: int) -> int:
     """The most probes :func:`largest_micro_batch` makes below ``limit``: ``1 + 2 ceil(log2)``
     (one at 1, doubling up to ``limit``, then bisecting the last doubling's gap)."""
+    limit = whole("limit", limit)
     return 1 + 2 * math.ceil(math.log2(max(limit, 1)))
 
 
@@ -209,10 +210,10 @@ def fit_micro_batch(
     micro-batch of one is already over the budget. A progress bar counts the probes against
     their most (:func:`search_probes`); ``progress=False`` hides it.
     """
-    if budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}.")
+    real("budget_bytes", budget_bytes, 0, low_open=True)
+    limit = whole("limit", limit)
     measured: dict[int, int] = {}
-    bound = search_probes(limit) if isinstance(limit, int) else 1
+    bound = search_probes(limit)
     with Progress(bound, "fitting the micro-batch", enabled=progress) as bar:
 
         def fits(size: int) -> bool:

@@ -18,6 +18,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint_sequential
 from torch.utils.flop_counter import FlopCounterMode
 
+from coursekit.arguments import whole
 from coursekit.memory import peak_live_bytes
 from coursekit.progress import Progress
 
@@ -38,6 +39,7 @@ class Checkpointed(nn.Module):
                 "checkpoint_sequential needs an nn.Sequential; wrap other models' blocks with "
                 "torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) instead."
             )
+        segments = whole("segments", segments)
         if not 1 <= segments <= len(model):
             raise ValueError(f"segments must be between 1 and {len(model)}, got {segments}.")
         self.model = model
@@ -112,6 +114,8 @@ def checkpoint_costs(
 
     A progress bar counts the settings measured; ``progress=False`` hides it.
     """
+    segments_options = [whole("each of segments_options", s) for s in segments_options]
+    repeats = whole("repeats", repeats)
     costs = []
     with Progress(len(segments_options), "measuring checkpointing", enabled=progress) as bar:
         for segments in segments_options:

@@ -15,11 +15,15 @@ import torch
 from torch import nn
 from torch.nn import functional
 
+from coursekit.arguments import real, whole
+
 
 def make_pairs(
     n_pairs: int, in_features: int = 16, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Two noisy views (query, key) of ``n_pairs`` hidden points: row i of each is a pair."""
+    n_pairs, in_features = whole("n_pairs", n_pairs), whole("in_features", in_features)
+    seed = whole("seed", seed, minimum=None)
     generator = torch.Generator().manual_seed(seed)
     points = torch.randn(n_pairs, in_features, generator=generator, dtype=dtype)
     queries = points + 0.3 * torch.randn(n_pairs, in_features, generator=generator, dtype=dtype)
@@ -31,6 +35,9 @@ def tiny_encoder(
     in_features: int = 16, out_features: int = 8, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> nn.Sequential:
     """An MLP that embeds queries and keys alike (one shared encoder)."""
+    in_features = whole("in_features", in_features)
+    out_features = whole("out_features", out_features)
+    seed = whole("seed", seed, minimum=None)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -48,6 +55,7 @@ def info_nce(
     Every key in the batch is a negative for every other query, so the loss of one pair
     depends on the whole batch: it does not split into micro-batches.
     """
+    temperature = real("temperature", temperature, 0, low_open=True)
     queries = functional.normalize(query_embeddings, dim=1)
     keys = functional.normalize(key_embeddings, dim=1)
     logits = queries @ keys.T / temperature

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from coursekit.arguments import whole
 from coursekit.progress import Progress
 
 # Collectives the course's models use, and how much data each moves, counted in units of
@@ -190,6 +191,12 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
     """
     import torch.multiprocessing as mp
 
+    world_size = whole("world_size", world_size)
+    if not isinstance(worker, str) or "." not in worker:
+        raise TypeError(
+            f"worker must name a function in an importable module, as 'package.module.function' "
+            f"(spawned processes cannot import a function defined in a notebook); got {worker!r}."
+        )
     interface = _loopback_if_needed()
     label = f"{world_size} processes: {worker.rpartition('.')[2]}"
     with (

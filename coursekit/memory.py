@@ -17,6 +17,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from coursekit.arguments import whole
 from coursekit.units import format_bytes
 
 
@@ -87,6 +88,7 @@ def activation_bytes_by_size(
     micro_batch_sizes: list[int],
 ) -> dict[int, int]:
     """``{micro_batch_size: activation bytes}`` for a model fed ``make_inputs(size)``."""
+    micro_batch_sizes = [whole("each of micro_batch_sizes", s) for s in micro_batch_sizes]
     return {size: activation_bytes(model, make_inputs(size)) for size in micro_batch_sizes}
 
 

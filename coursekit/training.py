@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
-from coursekit.arguments import whole
+from coursekit.arguments import real, whole
 from coursekit.progress import Progress
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -96,6 +96,9 @@ def samples_per_second(
     synchronised before the clock stops. A measurement that takes longer than a second shows
     a progress bar (warm-up calls and repeats); ``progress=False`` hides it.
     """
+    n_samples, repeats = whole("n_samples", n_samples), whole("repeats", repeats)
+    warmup = whole("warmup", warmup, minimum=0)
+    min_time_s = real("min_time_s", min_time_s, 0)
     best = 0.0
     with Progress(warmup + repeats, "measuring throughput", enabled=progress) as bar:
         for _ in range(warmup):

@@ -16,16 +16,21 @@ from hypothesis import strategies as st
 
 from coursekit import arguments
 from coursekit.batch_norm import corrected_momentum, set_accumulation_momentum
-from coursekit.budget import largest_micro_batch, plan_accumulation
+from coursekit.budget import fit_micro_batch, largest_micro_batch, plan_accumulation, search_probes
+from coursekit.checkpointing import Checkpointed, checkpoint_costs
+from coursekit.contrastive import info_nce, make_pairs, tiny_encoder
 from coursekit.data import make_classification, make_images, make_regression, split_micro_batches
+from coursekit.distributed import run_workers
 from coursekit.gpt import generate, tiny_gpt
 from coursekit.loss_scaling import loss_scales
+from coursekit.memory import activation_bytes_by_size
 from coursekit.models import norm_layer, tiny_cnn, tiny_lm, tiny_mlp
 from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+from coursekit.quizzes import quiz
 from coursekit.schedules import optimizer_steps, warmup_cosine, warmup_linear_decay
 from coursekit.text import line_batches, make_lines
 from coursekit.tokens import make_token_batches, split_token_batches
-from coursekit.training import windows
+from coursekit.training import samples_per_second, windows
 from coursekit.units import format_bytes
 from coursekit.zero import (
     communication_formula,
@@ -118,6 +123,27 @@ CALLS = [
      {"size": 2, "reduction": "mean"}, {"size": "count1",
      "reduction": ("choice", ("mean", "sum"))}),
     ("format_bytes", format_bytes, {"n_bytes": 1536}, {"n_bytes": ("real", None, None, False)}),
+    ("Checkpointed", lambda segments: Checkpointed(tiny_mlp(depth=3), segments),
+     {"segments": 2}, {"segments": "count1"}),
+    ("checkpoint_costs", lambda **k: checkpoint_costs(tiny_mlp(in_features=2), _X, _Y[:, None],
+     progress=False, **k), {"segments_options": (1,), "repeats": 1}, {"repeats": "count1"}),
+    ("activation_bytes_by_size", lambda size: activation_bytes_by_size(tiny_mlp(in_features=2),
+     lambda n: torch.zeros(n, 2), [size]), {"size": 2}, {"size": "count1"}),
+    ("fit_micro_batch", lambda **k: fit_micro_batch(tiny_mlp(in_features=2), lambda n: (
+     torch.zeros(n, 2), torch.zeros(n, 1)), progress=False, **k),
+     {"budget_bytes": 2**20, "limit": 4}, {"budget_bytes": ("real", 0, None, False),
+     "limit": "count1"}),
+    ("search_probes", search_probes, {"limit": 8}, {"limit": "count1"}),
+    ("samples_per_second", lambda **k: samples_per_second(lambda: None, progress=False, **k),
+     {"n_samples": 4, "repeats": 1, "warmup": 0, "min_time_s": 0.0}, {"n_samples": "count1",
+     "repeats": "count1", "warmup": "count0", "min_time_s": ("real", 0, None, False)}),
+    ("make_pairs", make_pairs, {"n_pairs": 4, "in_features": 2, "seed": 0},
+     {"n_pairs": "count1", "in_features": "count1", "seed": "seed"}),
+    ("tiny_encoder", tiny_encoder, {"in_features": 2, "out_features": 2, "seed": 0},
+     {"in_features": "count1", "out_features": "count1", "seed": "seed"}),
+    ("info_nce", lambda temperature: info_nce(torch.ones(2, 2), torch.ones(2, 2), temperature),
+     {"temperature": 0.1}, {"temperature": ("real", 0, None, False)}),
+    ("quiz", quiz, {"module": "01_accumulation"}, {"module": ("choice", ("01_accumulation",))}),
 ]  # fmt: skip
 
 _NOT_NUMBERS = st.one_of(
@@ -178,6 +204,17 @@ def test_bad_input_is_refused_with_the_argument_named(function, accepted, argume
         assert argument in str(raised.value), raised.value
 
     refused()
+
+
+@pytest.mark.parametrize("world_size", [0, -1, 2.0, True, "2", None])
+def test_run_workers_refuses_a_bad_world_size_before_starting_anything(world_size):
+    with pytest.raises((TypeError, ValueError), match="world_size"):
+        run_workers("coursekit.distributed_workers.hello", world_size, progress=False)
+
+
+def test_run_workers_refuses_a_worker_it_could_not_import():
+    with pytest.raises(TypeError, match="importable module"):
+        run_workers(print, 2, progress=False)
 
 
 def test_the_review_cases_are_refused_or_right():

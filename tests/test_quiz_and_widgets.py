@@ -50,8 +50,10 @@ def test_module_1_quiz_has_the_seed_questions():
     assert "What does gradient accumulation let you do?" in prompts
     assert "when do optimizer.step() and optimizer.zero_grad() run?" in prompts
     assert set(QUIZZES) == {m.name for m in MODULES}  # every module has its quiz
-    with pytest.raises(KeyError, match="No quiz"):
+    with pytest.raises(ValueError, match="module must be one of '00_welcome'"):
         quiz("99_nothing")
+    with pytest.raises(ValueError, match="Did you mean '01_accumulation'"):
+        quiz("01_acumulation")
 
 
 def test_the_planner_measures_activations_for_the_chosen_micro_batch():

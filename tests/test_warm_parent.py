@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from coursekit.grading.sandbox import Limits, Options, run_hand_in
-from coursekit.grading.warm_parent import WarmParent
+from coursekit.grading import sandbox
+from coursekit.grading.sandbox import Limits, Options, SandboxSetupError, run_hand_in
+from coursekit.grading.warm_parent import Child, WarmParent, become_subreaper, wait_until_reparented
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(hand_in_timeout_s=120)
@@ -129,3 +130,73 @@ def _descendants_running(marker: str) -> int:
     from tests.handins import processes_below_me
 
     return sum(marker in line for line in processes_below_me())
+
+
+def test_a_runner_whose_middle_process_ended_before_it_ran_does_not_wait_forever():
+    """The race a loaded machine lost: the middle process wrote the runner's pid and ended
+    before the runner first ran, so the runner's parent was already the grader. A runner that
+    then asked for its parent's pid to learn the middle one waited for it to change forever."""
+    become_subreaper()  # as the grader is
+    grader = os.getpid()
+    read_pid, write_pid = os.pipe()
+    middle = os.fork()
+    if middle == 0:  # the middle process: fork the runner, say its pid, end at once
+        try:
+            middle_pid = os.getpid()
+            runner = os.fork()
+            if runner == 0:
+                try:
+                    while os.getppid() == middle_pid:  # let the middle process end first
+                        time.sleep(0.001)
+                    os._exit(0 if wait_until_reparented(middle_pid, grader) else 1)
+                finally:
+                    os._exit(2)
+            os.write(write_pid, runner.to_bytes(8, "big"))
+        finally:
+            os._exit(0)
+    os.close(write_pid)
+    runner = int.from_bytes(os.read(read_pid, 8), "big")
+    os.close(read_pid)
+    os.waitpid(middle, 0)
+    deadline = time.monotonic() + 60
+    while (ended := os.waitpid(runner, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.kill(runner, 9)
+        os.waitpid(runner, 0)
+        raise AssertionError("the runner still waited to be re-parented after 60 s")
+    assert os.waitstatus_to_exitcode(ended[1]) == 0
+
+
+class _StuckParent:
+    """A warm parent whose runners hold their channel open and never say they are ready."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+        self.children = []
+
+    def fork(self, fds):
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            time.sleep(600)
+            os._exit(0)
+        self.children.append(pid)
+        return Child(pid)
+
+    def forget(self, child):
+        child.release()
+
+    def strays(self, before):
+        return set()
+
+
+def test_a_runner_that_never_gets_ready_stops_the_batch_with_that_said(monkeypatch):
+    monkeypatch.setattr(sandbox, "READY_TIMEOUT_S", 1.0)
+    stuck = _StuckParent()
+    with pytest.raises(SandboxSetupError, match="not ready within 1 s"):
+        # with the hand-in's own backstop at 30 s, should the ready one be missing
+        run_hand_in(["print(1)"], [], Limits(hand_in_timeout_s=10, wall_factor=3), warm=stuck)
+    for pid in stuck.children:  # killed, and reaped by the grader
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)

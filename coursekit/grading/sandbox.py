@@ -36,6 +36,10 @@ from coursekit.grading.warm_parent import (  # noqa: F401  (SandboxSetupError: r
 )
 
 GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed from outside
+# A backstop, in wall-clock seconds, for the sandbox to be built, before any hand-in code runs:
+# that takes well under a second even on a loaded machine; a runner stuck there (a bug) stops
+# the batch with that said, instead of holding it until the hand-in's own backstop (50 min).
+READY_TIMEOUT_S = 120.0
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
 
@@ -272,7 +276,16 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         reader = channel.FrameReader(runner.from_runner)
         session = _Session(runner.process, runner.to_runner, reader, tail, attempt)
         session.send(runner.job, notebook_deadline)
-        attempt.applied = session.expect("ready", notebook_deadline).get("applied") or {}
+        ready_by = min(notebook_deadline, started + READY_TIMEOUT_S)
+        try:
+            attempt.applied = session.expect("ready", ready_by).get("applied") or {}
+        except _Ended as ended:
+            if ended.why == "timeout":
+                raise SandboxSetupError(
+                    f"the sandbox was not ready within {READY_TIMEOUT_S:.0f} s of its fork "
+                    "(building it takes well under a second); nothing of the hand-in had run"
+                ) from None
+            raise
         for index, source in enumerate(cells):
             if source is None:  # a demonstration left as released: grading skips it
                 attempt.cells[index] = {"index": index, "status": "demo"}

@@ -439,10 +439,11 @@ def _fork_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> dic
     if middle == 0:
         try:
             os.close(read_pid)
+            middle_pid = os.getpid()
             child = os.fork()
             if child == 0:
                 os.close(write_pid)
-                _become_runner(fds, control_fd, grader)
+                _become_runner(fds, control_fd, grader, middle_pid)
             os.write(write_pid, struct.pack(">q", child))
         finally:
             os._exit(0)
@@ -458,12 +459,24 @@ def _fork_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> dic
     return {"kind": "forked", "pid": struct.unpack(">q", data)[0]}
 
 
-def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> None:
+def wait_until_reparented(middle: int, grader: int) -> bool:
+    """Wait until the process ``middle`` (which forked this one, and ends at once) is gone,
+    so that this process is the ``grader``'s child; whether it is.
+
+    ``middle`` must be known from before the fork. Read afterwards with ``os.getppid()`` it
+    can already be the grader's pid (the middle process ended before this one first ran),
+    and a wait for the parent to change would never end: a hang seen on a loaded machine."""
+    while os.getppid() == middle:
+        time.sleep(0.0005)
+    return os.getppid() == grader
+
+
+def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int, middle: int) -> None:
     """In the forked process: drop the parent's channel, take the hand-in's, wait to be the
-    grader's child, then build the sandbox and serve (never returns)."""
+    grader's child, then build the sandbox and serve (never returns). ``middle``: the pid of
+    the process that forked this one, taken before the fork (see wait_until_reparented)."""
     runner_in, runner_out, output = fds
     try:
-        middle = os.getppid()
         os.close(control_fd)  # nothing of another hand-in's, nor a way to ask for forks
         os.setsid()
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -472,10 +485,9 @@ def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> N
         os.dup2(output, 1)
         os.dup2(output, 2)
         os.close(output)
-        while os.getppid() == middle:  # it ends at once; then we re-parent to the grader
-            time.sleep(0.0005)
+        reparented = wait_until_reparented(middle, grader)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != grader:  # the grader is gone (or is not a subreaper)
+        if not reparented or os.getppid() != grader:  # the grader is gone, or no subreaper
             os._exit(SETUP_FAILED)
         _prctl(_PR_SET_DUMPABLE, 1)  # as a process started afresh is (user namespaces need it)
         import random
