@@ -247,7 +247,9 @@ def with_accelerate(
     and ``accelerator.backward``, with model, optimizer, scheduler and dataloader prepared.
 
     ``prepare_dataloader=False`` iterates the plain DataLoader instead: Accelerate then does
-    not see the end of the data, and the last, shorter window is never stepped.
+    not see the end of the data and keeps counting micro-batches across epochs. In this
+    one-epoch run the last, shorter window is therefore never stepped; over several epochs an
+    epoch's leftover micro-batches would share a window with the next epoch's first ones.
     """
     with _quiet(["accelerate"]):
         from accelerate import Accelerator

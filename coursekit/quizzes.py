@@ -79,8 +79,8 @@ _ACCUMULATION = [
         "equality to 1e-10 in float64 but allow 1e-5 in float32.",
     ),
     QuizQuestion(
-        "10 micro-batches, accum_steps = 4. How many optimizer steps, and what is the last "
-        "window's loss divided by?",
+        "10 equal-sized micro-batches, accum_steps = 4. How many optimizer steps, and what is "
+        "the last window's loss divided by?",
         (
             "2 steps; the last 2 micro-batches are dropped.",
             "3 steps; the last window is divided by 4.",
@@ -102,7 +102,7 @@ _LOSS_SCALING = [
         "an 8 times larger learning rate.",
     ),
     QuizQuestion(
-        "The same mistake under Adam (no weight decay). What changes?",
+        "The same mistake under Adam (no weight decay, no gradient clipping). What changes?",
         (
             "Almost nothing: Adam divides by the root of its squared-gradient average, so the "
             "factor cancels except against epsilon, which acts as epsilon / 8.",
@@ -111,7 +111,8 @@ _LOSS_SCALING = [
         ),
         0,
         "m grows 8 times and sqrt(v) grows 8 times; only epsilon does not. With "
-        "Adam(weight_decay=...) the decay also acts 8 times weaker.",
+        "Adam(weight_decay=...) the decay also acts 8 times weaker, and gradient clipping at a "
+        "fixed norm acts 8 times tighter.",
     ),
     QuizQuestion(
         "A window has two micro-batches: A with 100 real tokens, B with 10. Under the mean of "
@@ -256,11 +257,12 @@ _DISTRIBUTED = [
     ),
     QuizQuestion(
         "7.5B parameters, mixed-precision Adam, 64 GPUs, ZeRO stage 2. About how much memory "
-        "do the model states take per GPU?",
+        "do the model states take per GPU, in the paper's accounting?",
         ("120 GB", "31.4 GB", "16.6 GB", "1.9 GB"),
         2,
         "2 psi of fp16 weights stay whole (15 GB); gradients and optimizer state are sharded: "
-        "(2 + 12) x 7.5e9 / 64 bytes = 1.6 GB.",
+        "(2 + 12) x 7.5e9 / 64 bytes = 1.6 GB. DeepSpeed's own estimator, which also counts "
+        "an fp32 copy of the gradient shard (18 bytes sharded instead of 14), says 17.1 GB.",
     ),
     QuizQuestion(
         "Why does DeepSpeed's no_sync() refuse ZeRO stages 2 and 3?",
@@ -336,14 +338,15 @@ _FINAL = [
         "the same 32 images would give through the same model?",
         (
             "Set every BatchNorm's momentum to 1 - 0.9 ** (1 / 8) = 0.013.",
-            "Freeze the BatchNorm layers in eval mode (again after every model.train()), or "
-            "replace them with GroupNorm.",
+            "Freeze the BatchNorm layers in eval mode (again after every model.train()).",
             "Divide each micro-batch's loss by 8.",
         ),
         1,
         "In train mode BatchNorm normalises with each micro-batch's statistics, so the forward "
-        "pass itself differs. Frozen BatchNorm and GroupNorm make each sample's loss depend on "
-        "that sample alone. The momentum fix corrects only the running statistics used in eval "
+        "pass itself differs. Frozen BatchNorm makes each sample's loss depend on that sample "
+        "alone. (Swapping in GroupNorm would too, but a pretrained network's features expect "
+        "its BatchNorm: that is a different model, to train, not to fine-tune.) "
+        "The momentum fix corrects only the running statistics used in eval "
         "mode: the gradient is unchanged. Dividing by 8 is needed anyway, but it only sets the "
         "scale.",
     ),
@@ -411,8 +414,9 @@ _FINAL = [
         "time. Measure both.",
     ),
     QuizQuestion(
-        "An epoch of 22 batches with Accelerator(gradient_accumulation_steps=8) and "
-        "accelerator.backward(loss). What does the last step of the epoch follow?",
+        "An epoch of 22 batches from a dataloader passed through accelerator.prepare, with "
+        "Accelerator(gradient_accumulation_steps=8) and accelerator.backward(loss). What does "
+        "the last step of the epoch follow?",
         (
             "The mean gradient of its 6 batches: Accelerate syncs at the end of the dataloader.",
             "Nothing: the last 6 batches are dropped.",
@@ -423,7 +427,8 @@ _FINAL = [
         "Windows of 8, 8 and 6. Accelerate does step at the end of the dataloader, but "
         "backward() divides every loss by 8, the last window's too: 6/8 of the mean. Under SGD "
         "that step is a quarter too short. Multiply the last window's losses by 8/6, so "
-        "that each weighs 1/6, its share of the window.",
+        "that each weighs 1/6, its share of the window. (With a dataloader that did not go "
+        "through prepare, Accelerate would not see the epoch end: the third answer.)",
     ),
     QuizQuestion(
         "A window of the HF Trainer has two micro-batches, with 300 and 100 real label tokens. "

@@ -7,6 +7,10 @@ shards the K bytes over the Nd devices, stage 2 the gradients too, stage 3 every
 
     stage 0: (2 + 2 + K) psi        stage 2: 2 psi + (2 + K) psi / Nd
     stage 1: 4 psi + K psi / Nd     stage 3: (2 + 2 + K) psi / Nd
+
+That is the paper's accounting, which the course teaches. DeepSpeed's own estimators count 18
+bytes per parameter (fp16 and fp32 gradients, fp32 weights, Adam) with the fp16 weights whole:
+stage 2 = 2 psi + 18 psi / Nd, stage 3 = 18 psi / Nd.
 """
 
 from __future__ import annotations
@@ -62,7 +66,10 @@ def resolve_batch_config(
     """Fill in the missing one of DeepSpeed's batch settings, or check all three.
 
     DeepSpeed requires ``train_batch_size == train_micro_batch_size_per_gpu x
-    gradient_accumulation_steps x world_size`` and derives the third from any two.
+    gradient_accumulation_steps x world_size`` and derives the third from any two. This
+    function is stricter on purpose (exercise 4.1): DeepSpeed also takes ``train_batch_size``
+    or ``train_micro_batch_size_per_gpu`` alone, with accumulation silently 1; here a single
+    setting is refused, so that accumulation is always stated.
 
     Example:
         >>> config = resolve_batch_config(4, train_batch_size=256, train_micro_batch_size_per_gpu=8)
@@ -81,7 +88,9 @@ def resolve_batch_config(
     missing = [name for name, value in given.items() if value is None]
     if len(missing) > 1:
         raise ValueError(
-            f"Give at least two of the three batch settings; {' and '.join(missing)} are missing."
+            f"Give at least two of the three batch settings; {' and '.join(missing)} are "
+            "missing. (DeepSpeed would set gradient_accumulation_steps to 1 for a single "
+            "setting; this course asks you to state it.)"
         )
     total, micro, accum = given.values()
     if total is None:
