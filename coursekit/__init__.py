@@ -39,6 +39,7 @@ _EXPORTS = {
     "in_colab": "coursekit.environment",
     "pick_device": "coursekit.environment",
     "seed_everything": "coursekit.environment",
+    "seeded": "coursekit.environment",
     "flat_gradient": "coursekit.gradients",
     "full_batch_gradient": "coursekit.gradients",
     "relative_error": "coursekit.gradients",

@@ -16,6 +16,7 @@ from torch import nn
 from torch.nn import functional
 
 from coursekit.arguments import real, whole
+from coursekit.environment import seeded
 
 
 def make_pairs(
@@ -37,13 +38,8 @@ def tiny_encoder(
     """An MLP that embeds queries and keys alike (one shared encoder)."""
     in_features = whole("in_features", in_features)
     out_features = whole("out_features", out_features)
-    seed = whole("seed", seed, minimum=None)
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = nn.Sequential(nn.Linear(in_features, 32), nn.Tanh(), nn.Linear(32, out_features))
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)
 
 

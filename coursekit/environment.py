@@ -6,15 +6,17 @@ tested, rather than being re-derived in cells.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from coursekit.colab import in_colab
 
-__all__ = ["DEVICES", "gpu_summary", "in_colab", "pick_device", "seed_everything"]
+__all__ = ["DEVICES", "gpu_summary", "in_colab", "pick_device", "seed_everything", "seeded"]
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -57,6 +59,36 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the block with torch's CPU generator seeded by ``seed``, then give the caller's
+    generator back as it was.
+
+    The course's models and data are built this way: two calls with the same seed give the
+    same weights whatever the notebook drew before (the accumulated-against-full-batch
+    comparisons need that), and building one does not shift the notebook's own random
+    numbers. Only the CPU generator is touched, where the weights are drawn; a CUDA one is
+    neither seeded nor disturbed.
+
+    Example:
+        >>> with seeded(0):
+        ...     a = torch.randn(2)
+        >>> with seeded(0):
+        ...     b = torch.randn(2)
+        >>> bool((a == b).all())
+        True
+    """
+    from coursekit.arguments import whole
+
+    seed = whole("seed", seed, minimum=None)
+    state = torch.random.get_rng_state()
+    torch.random.default_generator.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
 
 
 def gpu_summary() -> dict | None:

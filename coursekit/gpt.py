@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional
 
 from coursekit.arguments import whole
+from coursekit.environment import seeded
 
 
 class Block(nn.Module):
@@ -76,13 +77,8 @@ def tiny_gpt(
     layers = whole("layers", layers, minimum=0)  # 0: embeddings and head only
     if dim % heads:
         raise ValueError(f"dim ({dim}) must be a multiple of heads ({heads}).")
-    seed = whole("seed", seed, minimum=None)
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = TinyGPT(vocab_size, context, dim, heads, layers)
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from coursekit.arguments import choice, whole
+from coursekit.environment import seeded
 
 NORMS = ("batch", "group", "layer", "none")
 
@@ -53,9 +54,7 @@ def tiny_mlp(
     in_features, hidden = whole("in_features", in_features), whole("hidden", hidden)
     out_features, depth = whole("out_features", out_features), whole("depth", depth)
     seed, norm = whole("seed", seed, minimum=None), choice("norm", norm, NORMS)
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with seeded(seed):
         layers: list[nn.Module] = []
         width = in_features
         for _ in range(depth - 1):
@@ -66,8 +65,6 @@ def tiny_mlp(
             width = hidden
         layers.append(nn.Linear(width, out_features))
         model = nn.Sequential(*layers).to(dtype)
-    finally:
-        torch.random.set_rng_state(state)
     return model
 
 
@@ -82,12 +79,8 @@ def tiny_lm(
     """
     vocab_size, dim = whole("vocab_size", vocab_size), whole("dim", dim)
     seed = whole("seed", seed, minimum=None)
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = nn.Sequential(nn.Embedding(vocab_size, dim), nn.Linear(dim, vocab_size))
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)
 
 
@@ -106,9 +99,7 @@ def tiny_cnn(
     """
     norm, width = choice("norm", norm, NORMS), whole("width", width)
     n_classes, seed = whole("n_classes", n_classes), whole("seed", seed, minimum=None)
-    state = torch.random.get_rng_state()
-    try:
-        torch.manual_seed(seed)
+    with seeded(seed):
         model = nn.Sequential(
             nn.Conv2d(1, width, 3, padding=1),
             norm_layer(norm, width, dims=2),
@@ -125,6 +116,4 @@ def tiny_cnn(
             nn.ReLU(),
             nn.Linear(4 * width, n_classes),
         )
-    finally:
-        torch.random.set_rng_state(state)
     return model.to(dtype)

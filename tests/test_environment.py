@@ -100,3 +100,21 @@ def test_the_doctor_spots_a_cpu_only_torch_on_a_gpu_machine(monkeypatch):
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr("coursekit.doctor.shutil.which", lambda name: "/usr/bin/nvidia-smi")
     assert "this torch build has no CUDA" in diagnose().render()
+
+
+def test_seeded_gives_the_same_draws_and_gives_the_callers_generator_back():
+    from coursekit.environment import seeded
+
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    with seeded(7):
+        first = torch.randn(4)
+    with seeded(7):
+        second = torch.randn(4)
+    assert torch.equal(first, second)
+    assert torch.equal(torch.rand(3), expected_next)  # the caller's stream did not move
+    with pytest.raises(RuntimeError), seeded(7):  # given back after an error too
+        raise RuntimeError("inside")
+    with pytest.raises(TypeError, match="seed"), seeded(1.5):
+        pass
