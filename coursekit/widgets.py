@@ -182,21 +182,40 @@ def batchnorm_explorer():
 
 
 def zero_html(
-    n_parameters: float, stage: int, world_size: int, accum_steps: int, micro_batch_size: int = 8
+    n_parameters: float,
+    stage: int,
+    world_size: int,
+    accum_steps: int,
+    micro_batch_size: int = 8,
+    accounting: str = "paper",
 ) -> str:
     """The ZeRO calculator's view: the effective batch, model-state memory per device, and
     communication per optimizer step. (Activations come on top, per micro-batch: module 1.)"""
-    from coursekit.zero import COMMUNICATION, communication_per_step, zero_bytes_per_device
+    from coursekit.zero import (
+        ACCOUNTINGS,
+        COMMUNICATION,
+        communication_per_step,
+        zero_bytes_per_device,
+    )
 
-    memory = zero_bytes_per_device(n_parameters, stage, world_size)
+    if accounting == "deepspeed" and stage < 2:
+        states = (
+            "<p><b>model states per device</b>: DeepSpeed's estimators cover stages 2 and 3 "
+            "only; pick one of those, or another accounting.</p>"
+        )
+    else:
+        memory = zero_bytes_per_device(n_parameters, stage, world_size, accounting=accounting)
+        states = (
+            f"<p><b>model states per device</b> ({ACCOUNTINGS[accounting]}): "
+            f"{memory / 1e9:,.1f} GB</p>"
+        )
     setup = {0: "ddp_no_sync", 1: "zero1", 2: "zero2", 3: "fsdp"}[stage]
     volume = communication_per_step(setup, accum_steps) if world_size > 1 else 0.0
     effective = micro_batch_size * accum_steps * world_size
     return (
         f"<p><b>effective batch</b> = {micro_batch_size} x {accum_steps} x {world_size} = "
         f"{effective:,} samples per optimizer step</p>"
-        f"<p><b>model states per device</b> (fp16 weights and gradients, fp32 Adam state): "
-        f"{memory / 1e9:,.1f} GB</p>"
+        f"{states}"
         f"<p><b>communication per optimizer step</b>: {volume:g} x the model "
         f"({volume * 2 * n_parameters / 1e9:,.1f} GB in fp16): {COMMUNICATION[setup][2]}</p>"
     )
@@ -217,17 +236,27 @@ def zero_calculator():
     micro = widgets.SelectionSlider(
         options=[1, 2, 4, 8, 16, 32], value=8, description="micro-batch"
     )
+    accounting = widgets.Dropdown(
+        options=[("the paper", "paper"), ("DeepSpeed", "deepspeed"), ("fp32 (AMP, FSDP2)", "fp32")],
+        value="paper",
+        description="bytes as",
+    )
     view = widgets.HTML()
 
     def update(_change=None):
         view.value = zero_html(
-            sizes[parameters.value], stage.value, world.value, accum.value, micro.value
+            sizes[parameters.value],
+            stage.value,
+            world.value,
+            accum.value,
+            micro.value,
+            accounting.value,
         )
 
-    for control in (parameters, stage, world, accum, micro):
+    for control in (parameters, stage, world, accum, micro, accounting):
         control.observe(update, names="value")
     update()
-    return widgets.VBox([parameters, stage, world, accum, micro, view])
+    return widgets.VBox([parameters, stage, world, accum, micro, accounting, view])
 
 
 def pipeline_html(stages: int, micro_batches: int) -> str:

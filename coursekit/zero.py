@@ -22,22 +22,55 @@ from coursekit.arguments import choice, real, whole
 ADAM_MIXED_PRECISION_K = 12  # fp32 weights, momentum and variance: 4 + 4 + 4 bytes
 
 
+#: Whose bytes per parameter: (label, bytes of weights, of gradients, of optimizer state)
+#: kept whole at stage 0. "deepspeed" follows DeepSpeed's own estimators, which exist for
+#: stages 2 and 3 only (estimate_zero2/zero3_model_states_mem_needs in deepspeed.runtime.zero).
+ACCOUNTINGS = {
+    "paper": "the ZeRO paper: fp16 weights and gradients (2 + 2), fp32 weights and Adam (K = 12)",
+    "deepspeed": "DeepSpeed's estimators: 2 psi + 18 psi / Nd at stage 2 (18 = fp16 and fp32 "
+    "gradients 2 + 4, fp32 weights 4, Adam 8), 18 psi / Nd at stage 3",
+    "fp32": "PyTorch AMP and FSDP2: fp32 weights and gradients (4 + 4) and Adam (8), no fp16 copy",
+}
+
+
 def zero_bytes_per_device(
-    n_parameters: float, stage: int, world_size: int, k: int = ADAM_MIXED_PRECISION_K
+    n_parameters: float,
+    stage: int,
+    world_size: int,
+    k: int = ADAM_MIXED_PRECISION_K,
+    accounting: str = "paper",
 ) -> float:
     """Bytes of model states (weights, gradients, optimizer state) on one device.
 
-    Activations and temporary buffers are not included, as in the paper's table.
+    Activations and temporary buffers are not included, as in the paper's table. ``k`` is the
+    paper's optimizer-state bytes (paper accounting only). ``accounting`` (see ACCOUNTINGS)
+    says whose bytes: the paper's, DeepSpeed's estimators (stages 2 and 3; without the
+    estimator's buffer for gathering the largest layer at stage 3), or fp32 weights as
+    PyTorch's AMP and FSDP2 keep them.
 
     Example (the paper's 7.5B parameters on 64 devices, in GB):
         >>> [round(zero_bytes_per_device(7.5e9, s, 64) / 1e9, 1) for s in range(4)]
         [120.0, 31.4, 16.6, 1.9]
+        >>> [round(zero_bytes_per_device(7.5e9, s, 64, accounting="deepspeed") / 1e9, 2)
+        ...  for s in (2, 3)]
+        [17.11, 2.11]
     """
     psi = real("n_parameters", n_parameters, 0)
     stage = choice("stage", whole("stage", stage, minimum=None), (0, 1, 2, 3))
     nd = whole("world_size", world_size)
     k = real("k", k, 0)
-    weights, gradients, states = 2 * psi, 2 * psi, k * psi
+    accounting = choice("accounting", accounting, ACCOUNTINGS)
+    if accounting == "deepspeed":
+        if stage < 2:
+            raise ValueError(
+                f"DeepSpeed's memory estimators cover ZeRO stages 2 and 3, not stage {stage}; "
+                "use accounting='paper' there."
+            )
+        return (2 * psi if stage == 2 else 0.0) + 18 * psi / nd
+    if accounting == "fp32":
+        weights, gradients, states = 4 * psi, 4 * psi, 8 * psi
+    else:
+        weights, gradients, states = 2 * psi, 2 * psi, k * psi
     if stage >= 1:
         states /= nd
     if stage >= 2:

@@ -115,9 +115,17 @@ def test_the_batchnorm_explorer_follows_its_controls():
 def test_the_zero_calculator_and_the_pipeline_view_follow_their_controls():
     from coursekit.widgets import pipeline_view, zero_calculator
 
-    parameters, stage, world, accum, micro, view = zero_calculator().children
+    parameters, stage, world, accum, micro, accounting, view = zero_calculator().children
     assert "120.0 GB" in view.value  # 7.5B, stage 0
     assert "8 x 4 x 64 = 2,048 samples" in view.value
+    stage.value = 2
+    accounting.value = "deepspeed"
+    assert "17.1 GB" in view.value  # DeepSpeed's estimator: 2 psi + 18 psi / 64
+    accounting.value = "fp32"
+    assert "31.4 GB" in view.value  # fp32 weights whole: 4 psi + (4 + 8) psi / 64
+    stage.value, accounting.value = 1, "deepspeed"
+    assert "stages 2 and 3 only" in view.value
+    accounting.value = "paper"
     stage.value = 3
     assert "1.9 GB" in view.value and "12 x the model" in view.value  # 3N with N = 4
     world.value = 1
@@ -142,7 +150,7 @@ def test_the_final_quiz_spans_the_whole_course():
         "i % accum_steps == 0",  # module 1: the window's end
         "508 steps",  # module 2: schedules in optimizer steps
         "bfloat16",  # module 2: bf16 under autocast
-        "GroupNorm",  # module 3
+        "Freeze the BatchNorm layers",  # module 3
         "no_sync()",  # module 4
         "17 psi",  # module 4: FSDP with gradient sync off
         "25 and 4",  # capstone: planning the micro-batch
