@@ -259,11 +259,21 @@ def zero_calculator():
     return widgets.VBox([parameters, stage, world, accum, micro, accounting, view])
 
 
-def pipeline_html(stages: int, micro_batches: int) -> str:
-    """The GPipe schedule as a grid: a row per stage, a column per time slot."""
-    from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+def pipeline_html(stages: int, micro_batches: int, schedule: str = "gpipe") -> str:
+    """A pipeline schedule as a grid (a row per stage, a column per time slot), its bubble,
+    and the micro-batches each stage holds in flight (its activation memory)."""
+    from coursekit.arguments import choice
+    from coursekit.pipeline import (
+        bubble_fraction,
+        gpipe_schedule,
+        in_flight,
+        measured_bubble,
+        one_f_one_b_schedule,
+    )
 
-    slots = gpipe_schedule(stages, micro_batches)
+    schedule = choice("schedule", schedule, ("gpipe", "1f1b"))
+    build = gpipe_schedule if schedule == "gpipe" else one_f_one_b_schedule
+    slots = build(stages, micro_batches)
     length = max(slot.time for slot in slots) + 1
     grid = {(slot.stage, slot.time): slot for slot in slots}
     rows = []
@@ -279,26 +289,34 @@ def pipeline_html(stages: int, micro_batches: int) -> str:
                     f"<td style='background:{colour};color:white;width:18px;text-align:center;"
                     f"font-size:10px'>{slot.kind}{slot.micro_batch}</td>"
                 )
-        rows.append(f"<tr><td>stage {stage}&nbsp;</td>{''.join(cells)}</tr>")
+        held = in_flight(slots, stage)
+        rows.append(
+            f"<tr><td>stage {stage}&nbsp;</td>{''.join(cells)}<td>&nbsp;{held} in flight</td></tr>"
+        )
     return (
         f"<table style='border-collapse:separate;border-spacing:1px'>{''.join(rows)}</table>"
         f"<p>idle (grey): {measured_bubble(slots, stages):.1%} of the device time; "
-        f"(p - 1) / (m + p - 1) = {bubble_fraction(stages, micro_batches):.1%}</p>"
+        f"(p - 1) / (m + p - 1) = {bubble_fraction(stages, micro_batches):.1%}. "
+        f"Most micro-batches held at once: {max(in_flight(slots, s) for s in range(stages))}"
+        f" (GPipe: m; 1F1B: at most p).</p>"
     )
 
 
 def pipeline_view():
-    """Stages and micro-batches; the GPipe schedule and its bubble update live."""
+    """Stages, micro-batches and schedule; the grid, its bubble and memory update live."""
     import ipywidgets as widgets
 
     stages = widgets.IntSlider(value=4, min=1, max=8, description="stages p")
     micro = widgets.IntSlider(value=4, min=1, max=16, description="micro-batches m")
+    schedule = widgets.Dropdown(
+        options=[("GPipe", "gpipe"), ("1F1B", "1f1b")], value="gpipe", description="schedule"
+    )
     view = widgets.HTML()
 
     def update(_change=None):
-        view.value = pipeline_html(stages.value, micro.value)
+        view.value = pipeline_html(stages.value, micro.value, schedule.value)
 
-    stages.observe(update, names="value")
-    micro.observe(update, names="value")
+    for control in (stages, micro, schedule):
+        control.observe(update, names="value")
     update()
-    return widgets.VBox([stages, micro, view])
+    return widgets.VBox([stages, micro, schedule, view])

@@ -25,7 +25,13 @@ from coursekit.gpt import generate, tiny_gpt
 from coursekit.loss_scaling import loss_scales
 from coursekit.memory import activation_bytes_by_size
 from coursekit.models import norm_layer, tiny_cnn, tiny_lm, tiny_mlp
-from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+from coursekit.pipeline import (
+    bubble_fraction,
+    gpipe_schedule,
+    interleaved_bubble_fraction,
+    measured_bubble,
+    one_f_one_b_schedule,
+)
 from coursekit.quizzes import quiz
 from coursekit.schedules import optimizer_steps, warmup_cosine, warmup_linear_decay
 from coursekit.text import line_batches, make_lines
@@ -56,6 +62,11 @@ CALLS = [
      {"stages": "count1", "micro_batches": "count1"}),
     ("bubble_fraction", bubble_fraction, {"stages": 4, "micro_batches": 8},
      {"stages": "count1", "micro_batches": "count1"}),
+    ("one_f_one_b_schedule", one_f_one_b_schedule, {"stages": 4, "micro_batches": 8},
+     {"stages": "count1", "micro_batches": "count1"}),
+    ("interleaved_bubble_fraction", interleaved_bubble_fraction, {"stages": 4,
+     "micro_batches": 8, "chunks": 2}, {"stages": "count1", "micro_batches": "count1",
+     "chunks": "count1"}),
     ("measured_bubble", lambda stages: measured_bubble(gpipe_schedule(4, 4), stages),
      {"stages": 4}, {"stages": "count1"}),
     ("zero_bytes_per_device", zero_bytes_per_device, {"n_parameters": 7.5e9, "stage": 2,

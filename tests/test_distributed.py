@@ -12,7 +12,14 @@ import torch
 import torch.distributed as dist
 
 from coursekit.distributed import CollectiveCounter, ensure_single_process_group, run_workers
-from coursekit.pipeline import bubble_fraction, gpipe_schedule, measured_bubble
+from coursekit.pipeline import (
+    bubble_fraction,
+    gpipe_schedule,
+    in_flight,
+    interleaved_bubble_fraction,
+    measured_bubble,
+    one_f_one_b_schedule,
+)
 from coursekit.zero import COMMUNICATION, communication_formula, communication_per_step
 
 pytestmark = pytest.mark.module4
@@ -104,6 +111,36 @@ def test_the_gpipe_schedule_is_complete_ordered_and_has_the_formula_s_bubble(sta
             when["F", stages - 1, k] for k in range(micro_batches)
         )
     assert measured_bubble(slots, stages) == pytest.approx(bubble_fraction(stages, micro_batches))
+
+
+@pytest.mark.parametrize("stages", [1, 2, 4, 7])
+@pytest.mark.parametrize("micro_batches", [1, 3, 8, 13])
+def test_1f1b_has_gpipes_bubble_with_at_most_p_micro_batches_in_flight(stages, micro_batches):
+    slots = one_f_one_b_schedule(stages, micro_batches)
+    assert sorted((s.kind, s.stage, s.micro_batch) for s in slots) == sorted(
+        (kind, stage, j) for kind in "FB" for stage in range(stages) for j in range(micro_batches)
+    )
+    assert len({(s.stage, s.time) for s in slots}) == len(slots)  # one thing at a time
+    when = {(s.kind, s.stage, s.micro_batch): s.time for s in slots}
+    for j in range(micro_batches):
+        for s in range(1, stages):
+            assert when["F", s, j] > when["F", s - 1, j]
+            assert when["B", s - 1, j] > when["B", s, j]
+        assert when["B", stages - 1, j] > when["F", stages - 1, j]
+    assert measured_bubble(slots, stages) == pytest.approx(bubble_fraction(stages, micro_batches))
+    gpipe = gpipe_schedule(stages, micro_batches)
+    for stage in range(stages):
+        assert in_flight(slots, stage) == min(stages - stage, micro_batches)
+        assert in_flight(gpipe, stage) == micro_batches
+
+
+def test_interleaving_divides_the_idle_time_by_the_chunks():
+    """Idle time, in units of one micro-batch's work on a stage: (p - 1) / v against m."""
+    assert interleaved_bubble_fraction(4, 8, 1) == bubble_fraction(4, 8)
+    for chunks in (1, 2, 4):
+        share = interleaved_bubble_fraction(4, 8, chunks)
+        idle = share * 8 / (1 - share)  # idle / (idle + 8 units of work) = share
+        assert idle == pytest.approx(3 / chunks)
 
 
 def test_communication_formulas_read_as_the_notebook_writes_them():

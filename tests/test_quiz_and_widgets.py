@@ -130,11 +130,13 @@ def test_the_zero_calculator_and_the_pipeline_view_follow_their_controls():
     assert "1.9 GB" in view.value and "12 x the model" in view.value  # 3N with N = 4
     world.value = 1
     assert "0 x the model" in view.value
-    stages, micro, view = pipeline_view().children
+    stages, micro, schedule, view = pipeline_view().children
     stages.value, micro.value = 4, 4
     assert "42.9%" in view.value and view.value.count("<tr>") == 4
     micro.value = 16
-    assert "15.8%" in view.value
+    assert "15.8%" in view.value and "held at once: 16" in view.value
+    schedule.value = "1f1b"
+    assert "15.8%" in view.value and "held at once: 4" in view.value
 
 
 def test_module_4_quiz_checks_the_arithmetic_it_teaches():
