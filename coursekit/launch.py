@@ -64,6 +64,11 @@ def lab_command(root: Path, port: int, token: str, open_browser: bool) -> list[s
         f"--LabApp.default_url=/lab/tree/{WORK_FOLDER}/{INDEX_NOTEBOOK}",
         f"--ServerApp.open_browser={open_browser}",
     ]
+    if os.name == "posix":
+        # Kernels talk to the server over Unix sockets in Jupyter's runtime folder (readable
+        # by this user only), not over localhost TCP, which any local user could read and
+        # which makes every kernel print "Kernel is running over TCP without encryption".
+        command.append("--KernelManager.transport=ipc")
     if hasattr(os, "geteuid") and os.geteuid() == 0:  # containers often run as root
         command.append("--ServerApp.allow_root=True")
     return command

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coursekit.checks.registry import STRICT_ENV
-from coursekit.launch import free_port
+from coursekit.launch import free_port, lab_command
 
 #: Debian's chromium: Playwright's own browser download is not available everywhere we run.
 CHROMIUM = "/usr/bin/chromium"
@@ -147,16 +147,7 @@ def running_lab(workdir: Path, wait_s: float = 90) -> Iterator[Lab]:
     env["JUPYTER_CONFIG_DIR"] = str(workdir / "config")
     env["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
     command = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
-        "--no-browser",
-        f"--ServerApp.root_dir={root}",
-        "--ServerApp.ip=127.0.0.1",
-        f"--ServerApp.port={port}",
-        "--ServerApp.port_retries=0",
-        f"--IdentityProvider.token={token}",
-        "--ServerApp.allow_root=True",
+        *lab_command(root, port, token, open_browser=False),  # the student's server, and:
         f"--LabApp.user_settings_dir={workdir / 'settings'}",
         f"--LabApp.workspaces_dir={workdir / 'workspaces'}",
         # Lets the test read the notebook model (outputs as saved) without saving it.

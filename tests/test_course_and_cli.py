@@ -162,6 +162,12 @@ def test_root_may_run_lab(monkeypatch, tmp_path):
     assert "--ServerApp.allow_root=True" in launch.lab_command(tmp_path, 1, "t", False)
 
 
+def test_lab_kernels_talk_over_unix_sockets(tmp_path):
+    """No localhost TCP for other users to read, and no "without encryption" warning; the
+    browser test runs this very command, so a kernel that could not start over IPC fails it."""
+    assert "--KernelManager.transport=ipc" in launch.lab_command(tmp_path, 1, "t", False)
+
+
 def test_start_without_jupyterlab_says_how_to_get_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(launch.importlib.util, "find_spec", lambda name: None)
     assert launch.start_lab(tmp_path) == 2
@@ -251,6 +257,7 @@ def test_the_students_set_up_never_installs_a_system_package(tmp_path):
         "PATH": f"{tmp_path}:/usr/bin:/bin",
         "HOME": str(tmp_path),
         "COURSEKIT_CHROMIUM": str(tmp_path / "no-chromium"),
+        "COURSEKIT_APT_LOG": str(tmp_path / "apt-output.log"),  # not in the checkout's .venv
     }
     root = Path(__file__).resolve().parents[1]
     subprocess.run([root / "scripts" / "setup"], env=env, check=True, capture_output=True)
