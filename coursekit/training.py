@@ -7,6 +7,7 @@ it for demonstrations, so a student's exercise is never a dependency of the stor
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -83,23 +84,24 @@ def train_accumulated(
 def samples_per_second(
     run: Callable[[], None],
     n_samples: int,
-    repeats: int = 3,
+    repeats: int = 5,
     warmup: int = 2,
     min_time_s: float = 0.2,
     progress: bool = True,
 ) -> float:
-    """Best-of-``repeats`` throughput of ``run()``, which processes ``n_samples`` samples.
+    """Median throughput of ``run()`` over ``repeats`` repeats; it processes ``n_samples``.
 
     Each repeat calls ``run()`` until at least ``min_time_s`` has passed, so short runs are
-    not lost in the clock's noise. The best repeat, not the mean, is reported: slower ones
-    measure interference from the rest of the machine, not the code. CUDA work is
+    not lost in the clock's noise. The median, not the best or the mean, is reported: one
+    lucky or one disturbed repeat moves it least, so two settings compared this way swap
+    places less often from run to run on a shared machine. CUDA work is
     synchronised before the clock stops. A measurement that takes longer than a second shows
     a progress bar (warm-up calls and repeats); ``progress=False`` hides it.
     """
     n_samples, repeats = whole("n_samples", n_samples), whole("repeats", repeats)
     warmup = whole("warmup", warmup, minimum=0)
     min_time_s = real("min_time_s", min_time_s, 0)
-    best = 0.0
+    rates = []
     with Progress(warmup + repeats, "measuring throughput", enabled=progress) as bar:
         for _ in range(warmup):
             run()
@@ -114,9 +116,9 @@ def samples_per_second(
                 elapsed = time.perf_counter() - start
                 if elapsed >= min_time_s:
                     break
-            best = max(best, calls * n_samples / elapsed)
-            bar.step(f"best {best:,.0f} samples/s")
-    return best
+            rates.append(calls * n_samples / elapsed)
+            bar.step(f"median so far {statistics.median(rates):,.0f} samples/s")
+    return statistics.median(rates)
 
 
 def _synchronize() -> None:
