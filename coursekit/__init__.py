@@ -54,6 +54,7 @@ _EXPORTS = {
     "tiny_lm": "coursekit.models",
     "tiny_mlp": "coursekit.models",
     "optimizer_steps": "coursekit.schedules",
+    "count_steps": "coursekit.step_counts",
     "warmup_linear_decay": "coursekit.schedules",
     "count_tokens": "coursekit.tokens",
     "lm_loss": "coursekit.tokens",

@@ -67,8 +67,9 @@ MODULES: tuple[Module, ...] = (
         "05_capstone",
         "Putting it together",
         "Fit a memory budget, trade memory for compute with checkpointing, train a tiny GPT "
-        "with the full recipe, and compare with HF Accelerate, Lightning and the HF Trainer.",
-        90,
+        "with the full recipe, compare with HF Accelerate, Lightning and the HF Trainer, and "
+        "count the steps each framework (and DeepSpeed) takes.",
+        100,
     ),
 )
 

@@ -34,6 +34,7 @@ from coursekit.pipeline import (
 )
 from coursekit.quizzes import quiz
 from coursekit.schedules import optimizer_steps, warmup_cosine, warmup_linear_decay
+from coursekit.step_counts import count_steps, deepspeed_boundaries, loop_boundaries
 from coursekit.text import line_batches, make_lines
 from coursekit.tokens import make_token_batches, split_token_batches
 from coursekit.training import samples_per_second, windows
@@ -85,6 +86,16 @@ CALLS = [
      {"limit": 8}, {"limit": "count1"}),
     ("optimizer_steps", optimizer_steps, {"n_micro_batches": 10, "accum_steps": 4, "epochs": 2},
      {"n_micro_batches": "count0", "accum_steps": "count1", "epochs": "count0"}),
+    ("count_steps", count_steps,
+     {"micro_batches_per_epoch": 10, "accum_steps": 4, "epochs": 2, "num_processes": 2},
+     {"micro_batches_per_epoch": "count0", "accum_steps": "count1", "epochs": "count0",
+      "num_processes": "count1"}),
+    ("deepspeed_boundaries", deepspeed_boundaries,
+     {"micro_batches_per_epoch": 10, "accum_steps": 4, "epochs": 2},
+     {"micro_batches_per_epoch": "count0", "accum_steps": "count1", "epochs": "count0"}),
+    ("loop_boundaries", loop_boundaries,
+     {"micro_batches_per_epoch": 10, "accum_steps": 4, "epochs": 2},
+     {"micro_batches_per_epoch": "count0", "accum_steps": "count1", "epochs": "count0"}),
     ("warmup_linear_decay", lambda **k: warmup_linear_decay(_optimizer(), **k),
      {"warmup_steps": 0, "total_steps": 10**9}, {"warmup_steps": "count0"}),
     ("warmup_cosine", lambda **k: warmup_cosine(_optimizer(), **k),

@@ -83,14 +83,20 @@ HAND_INS = {
     },
     "05_capstone": {
         "ada": {},
-        "ben": {"plan_accumulation": "rounded_up", "recipe_window": "mean_of_means"},
+        "ben": {
+            "plan_accumulation": "rounded_up",
+            "recipe_window": "mean_of_means",
+            "count_steps": "scheduler_not_multiplied",
+        },
         "cyd": {
             "plan_accumulation": "wrong_exception",
             "recipe_window": "scheduler_every_micro_batch",
+            "count_steps": "deepspeed_counted_like_the_loop",
         },
         "dev": {
             "plan_accumulation": "correct_full_micro_batches_then_the_rest",
             "recipe_window": "zero_grad_missing",
+            "count_steps": "correct_by_simulation",
         },
     },
 }

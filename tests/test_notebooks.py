@@ -127,7 +127,11 @@ HAND_INS = {
         },
     ],
     "05_capstone": [
-        {"plan_accumulation": "remainder_dropped", "recipe_window": "clip_every_micro_batch"},
+        {
+            "plan_accumulation": "remainder_dropped",
+            "recipe_window": "clip_every_micro_batch",
+            "count_steps": "short_window_not_counted",
+        },
     ],
 }
 

@@ -1,0 +1,129 @@
+"""Step counts (coursekit.step_counts, exercise 5.3) against simulated loops and real frameworks."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coursekit.step_counts import count_steps, deepspeed_boundaries, loop_boundaries
+
+pytestmark = pytest.mark.module5
+
+
+def simulate(micro: int, accum: int, epochs: int) -> tuple[int, int]:
+    """Steps of the course's loop and of DeepSpeed's engine rule, by running both counters."""
+    loop_steps = engine_steps = micro_steps = 0
+    for _ in range(epochs):
+        for index in range(micro):
+            if (index + 1) % accum == 0 or index + 1 == micro:  # the loop: short windows too
+                loop_steps += 1
+            if (micro_steps + 1) % accum == 0:  # DeepSpeedEngine.is_gradient_accumulation_boundary
+                engine_steps += 1
+            micro_steps += 1  # DeepSpeedEngine.step() increments it after every micro-batch
+    return loop_steps, engine_steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    micro=st.integers(0, 60),
+    accum=st.integers(1, 12),
+    epochs=st.integers(0, 5),
+    procs=st.integers(1, 8),
+)
+def test_counts_equal_the_simulated_loops(micro, accum, epochs, procs):
+    counts = count_steps(micro, accum, epochs, procs)
+    loop_steps, engine_steps = simulate(micro, accum, epochs)
+    assert counts.optimizer_steps == loop_steps == len(loop_boundaries(micro, accum, epochs))
+    assert counts.deepspeed_steps == engine_steps == len(deepspeed_boundaries(micro, accum, epochs))
+    assert counts.prepared_scheduler_total == loop_steps * procs
+    assert counts.deepspeed_loss_divisor == 1
+    assert all(type(value) is int for value in counts)
+
+
+def test_the_example_in_the_exercise_text():
+    assert count_steps(10, 4, 3, 2).as_dict() == {
+        "optimizer_steps": 9,
+        "prepared_scheduler_total": 18,
+        "deepspeed_steps": 7,
+        "deepspeed_loss_divisor": 1,
+    }
+
+
+def test_where_each_counter_steps():
+    # 5 micro-batches per epoch, N = 2: the loop closes a short window at each epoch's end;
+    # DeepSpeed's windows run across the epoch boundary, and the last micro-batch is left.
+    assert loop_boundaries(5, 2, 2) == [(0, 1), (0, 3), (0, 4), (1, 1), (1, 3), (1, 4)]
+    assert deepspeed_boundaries(5, 2, 2) == [(0, 1), (0, 3), (1, 0), (1, 2), (1, 4)]
+
+
+# ---------------------------------------------------------------- the real frameworks
+
+
+@pytest.mark.frameworks
+def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes():
+    pytest.importorskip("accelerate")
+    from coursekit.distributed import run_workers
+
+    counts = count_steps(5, 2, 2, num_processes=2)
+    for total in (counts.optimizer_steps, counts.prepared_scheduler_total):
+        results = run_workers(
+            "coursekit.framework_workers.accelerate_scheduler_run",
+            world_size=2,
+            progress=False,
+            micro_batches_per_epoch=5,
+            accum_steps=2,
+            epochs=2,
+            scheduler_total=total,
+        )
+        for result in results:
+            assert result["distributed_type"] == "MULTI_CPU"
+            assert result["micro_batches_per_epoch"] == 5
+            assert result["optimizer_steps"] == counts.optimizer_steps == 6
+            assert result["scheduler_steps"] == counts.prepared_scheduler_total == 12
+            rates = result["learning_rates"]
+            if total == counts.optimizer_steps:  # sized without num_processes: done halfway
+                assert rates[:3] == pytest.approx([4 / 6, 2 / 6, 0.0]) and rates[3:] == [0.0] * 3
+            else:  # sized right: the decay spans the run and ends at the last step
+                assert rates == pytest.approx([10 / 12, 8 / 12, 6 / 12, 4 / 12, 2 / 12, 0.0])
+
+
+class _TinyRegression(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(1, 1)
+
+    def forward(self, x, y):
+        return {"loss": torch.nn.functional.mse_loss(self.linear(x), y)}
+
+
+@pytest.mark.frameworks
+@pytest.mark.parametrize(("micro", "accum", "epochs"), [(5, 2, 3), (9, 4, 2), (8, 4, 2)])
+def test_the_hf_trainer_takes_the_loops_step_count(micro, accum, epochs, tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    from transformers import PrinterCallback, Trainer, TrainingArguments
+
+    dataset = [{"x": torch.ones(1), "y": torch.ones(1)} for _ in range(micro)]
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        num_train_epochs=epochs,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=accum,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        dataloader_pin_memory=False,
+        remove_unused_columns=False,
+        logging_strategy="no",
+    )
+    trainer = Trainer(model=_TinyRegression(), args=args, train_dataset=dataset)
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    expected = count_steps(micro, accum, epochs).optimizer_steps
+    assert trainer.state.max_steps == expected
+    assert trainer.state.global_step == expected
+    assert trainer.state.epoch == pytest.approx(epochs)  # every epoch it was asked for
