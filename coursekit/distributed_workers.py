@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import nn
 
 from coursekit.data import make_regression, split_micro_batches
-from coursekit.distributed import CollectiveCounter
+from coursekit.distributed import CollectiveCounter, bytes_written
 from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
 from coursekit.models import tiny_mlp
 
@@ -169,8 +169,10 @@ def communication_run(
     """One optimizer step of ``accum_steps`` micro-batches under each setup; what it moved.
 
     Returns, per setup: bytes moved by each kind of collective (in the units of
-    :class:`CollectiveCounter`), the model's parameter bytes (psi, in float32), the gradient
-    bytes this rank held after the first micro-batch, and its optimizer-state bytes.
+    :class:`CollectiveCounter`, the paper's accounting), the bytes this process really sent
+    (:func:`~coursekit.distributed.bytes_written`; None off Linux), the model's parameter
+    bytes (psi, in float32), the gradient bytes this rank held after the first micro-batch,
+    and its optimizer-state bytes.
     """
     inputs, targets = make_regression(
         micro_batch_size * accum_steps * world_size, in_features=64, seed=seed + 1 + rank
@@ -185,6 +187,8 @@ def communication_run(
         if not setup.startswith("fsdp"):
             model.register_comm_hook(None, counter.ddp_hook)
         held_after_first = 0
+        dist.barrier()
+        written_before = bytes_written()
         with counter:
             for index, (x, y) in enumerate(micro_batches):
                 last = index == len(micro_batches) - 1
@@ -197,7 +201,9 @@ def communication_run(
                     held_after_first = _gradient_bytes(model)
             optimizer.step()
             optimizer.zero_grad()
+        written_after = bytes_written()
         results[setup] = {
+            "bytes_sent": None if written_before is None else written_after - written_before,
             "bytes": dict(counter.bytes),
             "calls": dict(counter.calls),
             "parameter_bytes": parameter_bytes,

@@ -185,6 +185,79 @@ def communication_per_step(setup: str, accum_steps: int) -> float:
     return float(per_micro_batch * accum_steps + per_step)
 
 
+#: The collectives behind each row of COMMUNICATION: kind -> (calls per micro-batch, per step).
+#: zero1_no_sync's broadcasts are left out: each rank broadcasts its own (uneven) shard.
+COLLECTIVES = {
+    "ddp": {"all_reduce": (1, 0)},
+    "ddp_no_sync": {"all_reduce": (0, 1)},
+    "zero1": {"reduce_scatter": (0, 1), "all_gather": (0, 1)},
+    "zero2": {"reduce_scatter": (1, 0), "all_gather": (0, 1)},
+    "fsdp": {"all_gather": (2, 0), "reduce_scatter": (1, 0)},
+    "fsdp_no_sync": {"all_gather": (2, 0), "reduce_scatter": (0, 1)},
+}
+
+
+def bytes_sent_per_process(
+    setup: str, accum_steps: int, world_size: int, *, gloo: bool = True
+) -> float:
+    """What one process really sends per optimizer step, in multiples of the model's size.
+
+    The paper counts an all-reduce as 2 psi and an all-gather or reduce-scatter as psi, the
+    volume for many devices. A ring implementation on ``P`` processes sends ``(P - 1) / P``
+    of that: an all-reduce 1 psi on 2 processes. gloo runs a reduce-scatter as a whole
+    all-reduce (``gloo=True``), so it sends twice a ring's reduce-scatter.
+
+    Example:
+        >>> [bytes_sent_per_process(s, 4, world_size=2) for s in ("ddp", "fsdp", "zero2")]
+        [4.0, 8.0, 4.5]
+        >>> bytes_sent_per_process("fsdp", 4, world_size=2, gloo=False)  # a ring: 12 x 1/2
+        6.0
+    """
+    if _setup(setup) == "zero1_no_sync":
+        raise ValueError(
+            "setup 'zero1_no_sync' has no single figure per process: after its all-reduce, "
+            "each rank broadcasts its own shard of the weights, and the shards are uneven. "
+            "Measure it (communication_run's bytes_sent)."
+        )
+    setup = choice("setup", setup, COLLECTIVES)
+    accum_steps = whole("accum_steps", accum_steps)
+    world_size = whole("world_size", world_size)
+    share = (world_size - 1) / world_size
+    factors = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 2 if gloo else 1}
+    return float(
+        sum(
+            factors[kind] * share * (per_micro * accum_steps + per_step)
+            for kind, (per_micro, per_step) in COLLECTIVES[setup].items()
+        )
+    )
+
+
+def deepspeed_communication_per_step(
+    stage: int, accum_steps: int, *, multi_rank_bucket_allreduce: bool = True
+) -> float:
+    """Data DeepSpeed moves per optimizer step at ZeRO stage 1 or 2, in the paper's units.
+
+    With ``use_multi_rank_bucket_allreduce`` off, DeepSpeed moves the paper's volumes (2 and
+    N + 1). With it on, its default, it all-reduces the full gradient (2 psi) where the paper
+    reduce-scatters (psi): 3 psi per step at stage 1, 2N + 1 at stage 2. Measured on
+    DeepSpeed 0.19.8 with its engine (the course's expert review). Stage 3 depends on how
+    long the engine keeps gathered weights (``stage3_max_reuse_distance``): 3N with 0, and
+    measured 2N on a small model with the default, so it has no single formula here.
+
+    Example:
+        >>> [deepspeed_communication_per_step(s, 4) for s in (1, 2)]
+        [3.0, 9.0]
+        >>> deepspeed_communication_per_step(2, 4, multi_rank_bucket_allreduce=False)
+        5.0
+    """
+    stage = choice("stage", stage, (1, 2))
+    accum_steps = whole("accum_steps", accum_steps)
+    gradient_reduction = 2 if multi_rank_bucket_allreduce else 1
+    if stage == 1:  # gradients kept whole: reduced once, at the boundary
+        return float(gradient_reduction + 1)
+    return float(gradient_reduction * accum_steps + 1)  # reduced every micro-batch
+
+
 def _setup(setup) -> str:
     """``setup`` if the table has it; ZeRO-3 is named by its PyTorch twin."""
     if setup == "zero3":

@@ -40,8 +40,10 @@ from coursekit.tokens import make_token_batches, split_token_batches
 from coursekit.training import samples_per_second, windows
 from coursekit.units import format_bytes
 from coursekit.zero import (
+    bytes_sent_per_process,
     communication_formula,
     communication_per_step,
+    deepspeed_communication_per_step,
     resolve_batch_config,
     zero_bytes_per_device,
 )
@@ -84,6 +86,11 @@ CALLS = [
      "world_size": 2}, {"target_batch": "count1", "world_size": "count1"}),
     ("largest_micro_batch", lambda limit: largest_micro_batch(lambda n: n < 5, limit),
      {"limit": 8}, {"limit": "count1"}),
+    ("bytes_sent_per_process", bytes_sent_per_process,
+     {"setup": "ddp", "accum_steps": 4, "world_size": 2},
+     {"setup": ("choice", ["ddp", "fsdp"]), "accum_steps": "count1", "world_size": "count1"}),
+    ("deepspeed_communication_per_step", deepspeed_communication_per_step,
+     {"stage": 2, "accum_steps": 4}, {"stage": ("choice", [1, 2]), "accum_steps": "count1"}),
     ("optimizer_steps", optimizer_steps, {"n_micro_batches": 10, "accum_steps": 4, "epochs": 2},
      {"n_micro_batches": "count0", "accum_steps": "count1", "epochs": "count0"}),
     ("count_steps", count_steps,
