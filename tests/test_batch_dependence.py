@@ -187,3 +187,17 @@ def test_training_logs_a_loss_per_step_and_an_accuracy_per_epoch_and_keeps_the_m
     model.train()
     accuracy(model, *make_images(8))
     assert model.training
+
+
+def test_negatives_gathered_across_two_processes_give_the_full_batch_gradient_with_grad_cache():
+    from coursekit.distributed import run_workers
+
+    for outcome in run_workers(
+        "coursekit.contrastive_workers.gathered_negatives_run", 2, progress=False
+    ):
+        local = outcome["local_negatives"]
+        assert local["keys_per_query"] == 8 and local["gap"] > 0.05  # only its own keys
+        unwired = outcome["gathered_without_own_slot"]
+        assert unwired["keys_per_query"] == 16 and "does not require grad" in unwired["error"]
+        gathered = outcome["gathered"]
+        assert gathered["keys_per_query"] == 16 and gathered["gap"] < 1e-12
