@@ -16,7 +16,14 @@ from torch import nn
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import CollectiveCounter, bytes_written
 from coursekit.gradients import flat_gradient, full_batch_gradient, relative_error
-from coursekit.models import tiny_mlp
+from coursekit.models import tiny_lm, tiny_mlp
+from coursekit.tokens import (
+    count_tokens,
+    global_token_scale,
+    lm_loss,
+    make_token_batches,
+    split_token_batches,
+)
 
 
 def hello(rank: int, world_size: int) -> dict:
@@ -42,7 +49,7 @@ def _function_from_source(source: str, name: str):
     A name the source uses but does not import fails here, with a hint, not deep in a
     multi-process traceback.
     """
-    namespace = {"torch": torch, "nn": nn, "contextlib": contextlib}
+    namespace = {"torch": torch, "nn": nn, "contextlib": contextlib, "dist": dist}
     try:
         exec(compile(source, f"<your {name}>", "exec"), namespace)  # the student's own cell
     except (ImportError, NameError) as error:
@@ -92,6 +99,46 @@ def ddp_window_run(
         "backend": dist.get_backend(),
         "gradient_bytes": sum(p.numel() * p.element_size() for p in model.parameters()),
     }
+
+
+def _rank_tokens(rank: int, seed: int):
+    """Rank ``rank``'s 8 sequences: even ranks short ones (80% padding), odd ranks long ones."""
+    padding_ratio = 0.8 if rank % 2 == 0 else 0.2
+    return make_token_batches(8, seq_len=12, padding_ratio=padding_ratio, seed=seed + rank)
+
+
+def token_scale_run(rank: int, world_size: int, source: str | None = None, seed: int = 7) -> dict:
+    """Each rank accumulates its own token micro-batches under DDP, its summed losses scaled by
+    ``global_token_scale`` (the reference, or the student's from ``source``), and compares the
+    averaged gradient with the full batch's mean per token. For contrast it then does the same
+    with each rank's own count, ``1 / own count``: DDP's average of the ranks' own means per
+    token, the mean of means across ranks (transformers #34242)."""
+    scale_of = (
+        global_token_scale
+        if source is None
+        else _function_from_source(source, "global_token_scale")
+    )
+    model = tiny_lm(dtype=torch.float64)  # the notebook's model (seed 0)
+    every_rank = [_rank_tokens(other, seed) for other in range(world_size)]
+    inputs, labels = (torch.cat(parts) for parts in zip(*every_rank, strict=True))
+    full = full_batch_gradient(model, lm_loss, inputs, labels)
+    micro_batches = split_token_batches(*every_rank[rank], [4, 4])
+    counts = [count_tokens(y) for _, y in micro_batches]
+    ddp = nn.parallel.DistributedDataParallel(model)
+    gaps = {}
+    for label, scale in (
+        ("global count", float(scale_of(counts))),
+        ("own count", 1 / sum(counts)),  # DDP then averages the ranks' own means
+    ):
+        ddp.zero_grad(set_to_none=True)
+        for index, (x, y) in enumerate(micro_batches):
+            last = index == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                (lm_loss(ddp(x), y, reduction="sum") * scale).backward()
+        gaps[label] = relative_error(flat_gradient(ddp.module.parameters()), full)
+        if label == "global count":
+            mine = scale
+    return {"rank": rank, "tokens": sum(counts), "scale": mine, "gaps": gaps}
 
 
 def _gradient_bytes(model: nn.Module) -> int:

@@ -157,3 +157,35 @@ def train_token_lm(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
     return losses
+
+
+def global_token_scale(local_token_counts: Sequence[int]) -> float:
+    """What this rank multiplies each micro-batch's *summed* token loss by under DDP.
+
+    DDP averages the ranks' gradients, so the window's per-token mean over all ranks needs
+    ``world_size / global_count``, where the global count is every rank's real tokens of this
+    window added up: one ``all_reduce`` of this rank's total, before the first backward.
+    Dividing by this rank's own count instead is the mean of means across ranks
+    (transformers #34242). Without a process group the world is this one process.
+
+    Example:
+        >>> global_token_scale([30, 10])  # one process: 1 / 40
+        0.025
+    """
+    import torch.distributed as dist
+
+    if isinstance(local_token_counts, str | bytes) or not hasattr(local_token_counts, "__iter__"):
+        raise TypeError(
+            "local_token_counts must be a list of this rank's real-token counts, one per "
+            f"micro-batch (e.g. [count_tokens(y) for _, y in micro_batches]); got "
+            f"{local_token_counts!r}."
+        )
+    counts = [whole("each token count", count, minimum=0) for count in local_token_counts]
+    total = torch.tensor(float(sum(counts)), dtype=torch.float64)
+    world_size = 1
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(total)  # the sum over the ranks, one collective for the window
+        world_size = dist.get_world_size()
+    if total.item() == 0:
+        raise ValueError("No real token in the window on any rank: there is nothing to average.")
+    return world_size / total.item()

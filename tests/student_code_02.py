@@ -379,6 +379,8 @@ AMP_WINDOW.update(
 # Variants whose mistake is named after another one that shows first (or that is the same
 # mistake seen from outside). tests/student_code.py reads AMP_WINDOW_NAMED_AS, keyed by variant.
 NAMED_AS = {
+    "own_count_alone": "token_count_not_summed_across_ranks",
+    "all_reduced_a_copy": "token_count_not_summed_across_ranks",
     "unscale_and_update_every_micro_batch": "unscale_every_micro_batch",
     "loss_in_bfloat16": "loss_in_low_precision",
     "new_scaler_every_window": "scaler_not_used",
@@ -561,13 +563,115 @@ NAMED_AS.update(
     {
         "flush_omits_scheduler": "scheduler_skipped",
         "stale_token_count": "wrong_scale",
+        "functions_imported_by_name": "token_count_not_summed_across_ranks",
         "logged_last_micro_batch": "logged_loss_wrong",
     }
 )
 
+_RANKS = """
+import torch
+import torch.distributed as dist
+
+
+def global_token_scale(local_token_counts):
+{body}
+"""
+
+
+def _ranks(body):
+    return _RANKS.format(body=body)
+
+
+GLOBAL_TOKEN_SCALE = {
+    "correct": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    "correct_per_micro_batch_tensor": _ranks(
+        "    counts = torch.tensor(local_token_counts, dtype=torch.float64)\n"
+        "    dist.all_reduce(counts)\n"
+        "    return dist.get_world_size() / counts.sum().item()"
+    ),
+    "correct_averaged_count": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total, op=dist.ReduceOp.AVG)  # the mean count per rank\n"
+        "    return 1 / total.item()"
+    ),
+    "correct_int64_tensor": _ranks(
+        "    total = torch.tensor(sum(local_token_counts), dtype=torch.int64)\n"
+        "    dist.all_reduce(total, op=dist.ReduceOp.SUM)\n"
+        "    return float(dist.get_world_size() / int(total))"
+    ),
+    "token_count_not_summed_across_ranks": _ranks(
+        "    return dist.get_world_size() / sum(local_token_counts)"
+    ),
+    "world_size_not_multiplied": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    return 1 / total.item()"
+    ),
+    "divided_by_world_size": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    return 1 / (total.item() * dist.get_world_size())"
+    ),
+    "averaged_not_summed": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total, op=dist.ReduceOp.AVG)\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    "all_reduce_per_micro_batch": _ranks(
+        "    total = 0.0\n"
+        "    for count in local_token_counts:\n"
+        "        one = torch.tensor(float(count))\n"
+        "        dist.all_reduce(one)\n"
+        "        total += one.item()\n"
+        "    return dist.get_world_size() / total"
+    ),
+    "scale_per_micro_batch": _ranks(
+        "    first = torch.tensor(float(local_token_counts[0]))\n"
+        "    dist.all_reduce(first)\n"
+        "    return dist.get_world_size() / first.item()"
+    ),
+    # the own count alone, and DDP's average not undone either
+    "own_count_alone": _ranks("    return 1 / sum(local_token_counts)"),
+    # the functions imported by name, so the check cannot play the other ranks: in one
+    # process this is the own count alone, named so, with a hint to call them through dist
+    "functions_imported_by_name": """
+import torch
+from torch.distributed import all_reduce, get_world_size
+
+
+def global_token_scale(local_token_counts):
+    total = torch.tensor(float(sum(local_token_counts)))
+    all_reduce(total)
+    return get_world_size() / total.item()
+""",
+    # non-textbook: the all-reduce lands in a copy; the local count is what is used
+    "all_reduced_a_copy": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total.clone())\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    # non-textbook: the count of sequences (micro-batch entries), not of tokens
+    "micro_batches_counted": _ranks(
+        "    total = torch.tensor(float(len(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    # non-textbook: integer division of the world size by the count
+    "integer_division": _ranks(
+        "    total = torch.tensor(sum(local_token_counts))\n"
+        "    dist.all_reduce(total)\n"
+        "    return float(dist.get_world_size() // int(total))"
+    ),
+}
+
 BY_QUESTION = {
     "loss_scales": LOSS_SCALES,
     "accumulate_tokens": ACCUMULATE_TOKENS,
+    "global_token_scale": GLOBAL_TOKEN_SCALE,
     "amp_window": AMP_WINDOW,
     "train_scheduled": TRAIN_SCHEDULED,
 }
@@ -593,6 +697,9 @@ NON_TEXTBOOK = {
     ("train_scheduled", "window_from_first_micro_batch"),
     ("train_scheduled", "shares_in_float32"),
     ("train_scheduled", "last_window_scaled_by_n"),
+    ("global_token_scale", "all_reduced_a_copy"),
+    ("global_token_scale", "micro_batches_counted"),
+    ("global_token_scale", "integer_division"),
 }
 HIDDEN_ONLY: set[tuple[str, str]] = set()
 UNNAMED = {
@@ -601,6 +708,8 @@ UNNAMED = {
     ("accumulate_tokens", "padding_relabelled_in_place"),
     ("train_scheduled", "scheduler_after_the_loop"),
     ("train_scheduled", "shares_in_float32"),
+    ("global_token_scale", "micro_batches_counted"),
+    ("global_token_scale", "integer_division"),
 }
 ALSO_NAMED = {
     # With a window of one micro-batch, update() per micro-batch runs twice (named so).

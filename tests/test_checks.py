@@ -60,6 +60,16 @@ def test_loss_not_divided_message_says_how_many_times_too_large():
     assert "accum_steps" not in result.message  # exercise 1.1 has no such name
 
 
+def test_global_token_scale_says_how_the_check_plays_the_other_ranks():
+    """all_reduce imported by name escapes the played ranks: the message says to use dist."""
+    fn = student_code.load("global_token_scale", "functions_imported_by_name")
+    result = evaluate("global_token_scale", fn)
+    assert result.mistake == "token_count_not_summed_across_ranks", result.render()
+    assert "import torch.distributed as dist" in result.message
+    right = evaluate("global_token_scale", student_code.load("global_token_scale", "correct"))
+    assert "import torch.distributed" not in right.render()
+
+
 def test_zero_grad_inside_the_loop_message_says_only_the_last_micro_batch_counted():
     fn = student_code.load("accumulate_window", "zero_grad_inside_loop")
     assert "last micro-batch" in evaluate("accumulate_window", fn).message

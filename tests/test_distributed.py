@@ -169,3 +169,26 @@ def test_communication_formulas_read_as_the_notebook_writes_them():
     ]
     with pytest.raises(ValueError, match="setup must be one of"):
         communication_per_step("zero4", 2)
+
+
+def test_global_token_scale_on_two_processes_gives_the_full_batch_mean_per_token():
+    """Real DDP on 2 gloo processes, short sequences on one rank and long on the other: the
+    library's scale gives the full batch's gradient; each rank's own count (#34242) and a
+    student's scale without world_size (from source, as the notebook sends it) do not."""
+    results = run_workers("coursekit.distributed_workers.token_scale_run", 2, progress=False)
+    tokens = sum(r["tokens"] for r in results)
+    assert results[0]["tokens"] != results[1]["tokens"]  # the ranks' counts really differ
+    for r in results:
+        assert r["scale"] == pytest.approx(2 / tokens, rel=1e-12)
+        assert r["gaps"]["global count"] < 1e-12
+        assert r["gaps"]["own count"] > 0.1
+    no_world_size = (
+        "def global_token_scale(local_token_counts):\n"
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    return 1 / total.item()\n"
+    )
+    wrong = run_workers(
+        "coursekit.distributed_workers.token_scale_run", 2, source=no_world_size, progress=False
+    )
+    assert all(r["gaps"]["global count"] > 0.1 for r in wrong)

@@ -29,18 +29,21 @@ HAND_INS = {
         "ben": {
             "loss_scales": "mean_of_means",
             "accumulate_tokens": "padding_counted",
+            "global_token_scale": "token_count_not_summed_across_ranks",
             "amp_window": "unscale_every_micro_batch",
             "train_scheduled": "scheduler_every_micro_batch",
         },
         "cyd": {
             "loss_scales": "sum_divided_by_count",
             "accumulate_tokens": "mean_of_means",
+            "global_token_scale": "averaged_not_summed",
             "amp_window": "clipped_before_unscale",
             "train_scheduled": "scheduler_never_stepped",
         },
         "dev": {
             "loss_scales": "correct_with_numpy",
             "accumulate_tokens": "correct_with_coursekit_helpers",
+            "global_token_scale": "correct_per_micro_batch_tensor",
             "amp_window": "update_every_micro_batch",
             "train_scheduled": "last_window_scaled_by_n",
         },

@@ -26,6 +26,7 @@ from coursekit.tokens import (
     PAD,
     accumulate_tokens,
     count_tokens,
+    global_token_scale,
     lm_loss,
     make_token_batches,
     split_token_batches,
@@ -240,3 +241,25 @@ def test_the_scale_history_backs_off_from_a_too_high_start_then_settles():
     assert skipped[0] and scales[1] == scales[0] / 2
     assert not all(skipped[-8:])  # it found a scale that works
     assert min(scales) < scales[0]
+
+
+def test_global_token_scale_in_one_process_is_one_over_the_count():
+    assert global_token_scale([30, 10]) == 1 / 40
+    assert global_token_scale(torch.tensor([0, 7])) == 1 / 7  # a micro-batch of padding only
+
+
+@pytest.mark.parametrize(
+    ("counts", "error", "words"),
+    [
+        (40, TypeError, "list of this rank's real-token counts"),
+        ("40", TypeError, "list of this rank's real-token counts"),
+        ([3, -1], ValueError, "at least 0"),
+        ([True, 2], TypeError, "a bool"),
+        ([2.5], TypeError, "whole number"),
+        ([0, 0], ValueError, "No real token"),
+        ([], ValueError, "No real token"),
+    ],
+)
+def test_global_token_scale_explains_bad_counts(counts, error, words):
+    with pytest.raises(error, match=words):
+        global_token_scale(counts)

@@ -97,12 +97,14 @@ HAND_INS = {
         {
             "loss_scales": "mean_of_means",
             "accumulate_tokens": "padding_counted",
+            "global_token_scale": "token_count_not_summed_across_ranks",
             "amp_window": "unscale_every_micro_batch",
             "train_scheduled": "scheduler_every_micro_batch",
         },
         {
             "loss_scales": "sum_not_divided",
             "accumulate_tokens": "mean_of_means",
+            "global_token_scale": "world_size_not_multiplied",
             "amp_window": "inf_micro_batch_dropped",
             "train_scheduled": "scheduler_before_optimizer",
         },

@@ -4,6 +4,7 @@ from coursekit.checks import (  # noqa: F401  (importing registers the questions
     module00,
     module01,
     module02_scaling,
+    module02_scaling_ranks,
     module02_steps,
     module03,
     module04,
