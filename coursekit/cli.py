@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 from pathlib import Path
 
@@ -106,6 +107,19 @@ def _grade(args: argparse.Namespace) -> int:
     from coursekit.grading.warm_parent import WarmParent
 
     root = Path(args.root).resolve() if args.root else find_course_root()
+    # A mistyped path is found before anything is imported or started: in well under a
+    # second, not after torch has loaded (run_grade checks again, for callers of its own).
+    missing = [item for item in args.hand_ins if not os.path.lexists(item)]
+    if missing:
+        from coursekit.grading.text import for_terminal
+
+        for item in missing:
+            print(f"coursekit grade: {for_terminal(item)} does not exist.", file=sys.stderr)
+        print(
+            "coursekit grade: nothing was graded or written; check the paths and run it again.",
+            file=sys.stderr,
+        )
+        return 2
     if args.workers < 1:
         print("coursekit grade: --workers must be at least 1.", file=sys.stderr)
         return 2

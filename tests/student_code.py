@@ -17,6 +17,12 @@ def accumulate_window(model, loss_fn, micro_batches):
     for inputs, targets in micro_batches:
         loss_fn(model(inputs), targets).backward()
 """,
+    # the loss negated: a gradient -1 times the right one is a sign, not a scale, to fix
+    "wrong_sign": """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (-loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+""",
     "zero_grad_inside_loop": """
 def accumulate_window(model, loss_fn, micro_batches):
     for inputs, targets in micro_batches:

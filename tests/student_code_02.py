@@ -118,6 +118,7 @@ def _tokens(loss=f"{_SUM} / window_tokens", logged="loss.item()"):
 
 ACCUMULATE_TOKENS = {
     "correct": _tokens(),
+    "wrong_sign": _tokens(loss=f"-{_SUM} / window_tokens", logged="-loss.item()"),
     "correct_with_coursekit_helpers": """
 import coursekit.tokens as tk
 def accumulate_tokens(model, micro_batches):

@@ -70,6 +70,13 @@ def test_global_token_scale_says_how_the_check_plays_the_other_ranks():
     assert "import torch.distributed" not in right.render()
 
 
+def test_a_negated_loss_is_called_a_flipped_sign_not_a_scale():
+    result = evaluate("accumulate_window", student_code.load("accumulate_window", "wrong_sign"))
+    assert result.mistake == "wrong_sign", result.render()
+    assert "opposite way" in result.message and "-1 times" in result.message
+    assert "right way" not in result.message and "divide" not in result.message
+
+
 def test_zero_grad_inside_the_loop_message_says_only_the_last_micro_batch_counted():
     fn = student_code.load("accumulate_window", "zero_grad_inside_loop")
     assert "last micro-batch" in evaluate("accumulate_window", fn).message

@@ -232,6 +232,38 @@ def test_version_prints_the_package_version(capsys):
     assert capsys.readouterr().out.strip() == f"coursekit {metadata.version('coursekit')}"
 
 
+def test_grade_names_a_missing_path_before_it_imports_torch(tmp_path):
+    """In a process where importing torch fails, a mistyped hand-in path still gets its
+    message and exit 2: the check comes before any heavy import or sandbox start."""
+    script = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from coursekit.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    missing = tmp_path / "hand-ins"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            "grade",
+            str(missing),
+            "--assignment",
+            "01_accumulation",
+            "--gradebook",
+            str(tmp_path / "book.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    assert done.returncode == 2, done.stderr
+    assert f"{missing} does not exist" in done.stderr
+    assert "nothing was graded or written" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "book.sqlite").exists()
+
+
 @pytest.mark.parametrize(("typed", "meant"), [("grad", "grade"), ("exprot", "export")])
 def test_a_mistyped_command_says_which_was_meant_and_lists_them(typed, meant, capsys):
     assert main([typed, "x"]) == 2

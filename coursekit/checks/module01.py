@@ -22,7 +22,14 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.loop_variants import MISTAKES, run_loop
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.question import (
+    Failure,
+    Question,
+    flipped_sign,
+    number_list,
+    relative_gap,
+    scale_of,
+)
 from coursekit.checks.registry import register
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.gradients import flat_gradient, full_batch_gradient
@@ -157,6 +164,8 @@ class AccumulateWindow(Question):
             if n > 1 and relative_gap(actual, pattern) <= 1e-6:
                 raise Failure(messages[mistake], mistake)
         k = scale_of(actual, wanted)
+        if k is not None and k < 0:
+            raise flipped_sign(k, "the full-batch gradient")
         if k is not None and abs(k - 1) > 1e-4:  # k near 1: rounding, not a scale
             raise Failure(
                 f"Your gradient points the right way but is {k:.3g} times the full-batch "

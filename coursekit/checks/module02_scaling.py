@@ -18,7 +18,14 @@ from coursekit.checks.instruments import (
     tensor_list,
     weights_of,
 )
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.question import (
+    Failure,
+    Question,
+    flipped_sign,
+    number_list,
+    relative_gap,
+    scale_of,
+)
 from coursekit.checks.registry import register
 from coursekit.gradients import flat_gradient
 from coursekit.loss_scaling import loss_scales
@@ -389,6 +396,8 @@ class AccumulateTokens(Question):
                 )
                 raise Failure(f"{message} {setting}", mistake)
         k = scale_of(actual, wanted)
+        if k is not None and k < 0:
+            raise flipped_sign(k, f"the mean-per-token gradient {setting}")
         if k is not None:
             raise Failure(
                 f"Your gradient points the right way but is {k:.4g} times the mean-per-token "

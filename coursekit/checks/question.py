@@ -82,6 +82,17 @@ def relative_gap(actual: list[float], expected: list[float]) -> float:
     return max((abs(a - e) for a, e in zip(actual, expected, strict=True)), default=0.0) / scale
 
 
+def flipped_sign(k: float, wanted: str) -> Failure:
+    """The failure for a gradient ``k`` times ``wanted`` with ``k < 0``: the loss's sign, not
+    its scale, is what went wrong, and saying "check what you divide by" would mislead."""
+    return Failure(
+        f"Your gradient points the opposite way: it is {k:.3g} times {wanted}. The loss's sign "
+        "is flipped somewhere (a minus sign, or a loss subtracted instead of added), so the "
+        "optimizer would climb the loss instead of descending it.",
+        "wrong_sign",
+    )
+
+
 def scale_of(actual: list[float], expected: list[float]) -> float | None:
     """k when ``actual`` is k times ``expected`` (to 1e-6 relative), else None."""
     denominator = sum(e * e for e in expected)
