@@ -47,7 +47,7 @@ MODULES: tuple[Module, ...] = (
         "Scaling the loss right",
         "Scale losses for unequal micro-batches and padded tokens, use a GradScaler with "
         "accumulation, accumulate bf16 in float32, and step schedules in optimizer steps.",
-        85,
+        95,
     ),
     Module(
         "03_batch_dependence",

@@ -67,3 +67,84 @@ def accelerate_scheduler_run(
         "scheduler_steps": scheduler.last_epoch,
         "learning_rates": rates,
     }
+
+
+def _rank_windows(rank: int, world_size: int, accum_steps: int, steps: int, seed: int):
+    """Every rank's micro-batches, window by window, and this rank's own: short sequences on
+    even ranks and long ones on odd ranks, so the ranks' token counts differ."""
+    from coursekit.tokens import make_token_batches, split_token_batches
+
+    per_rank = []
+    for other in range(world_size):
+        padding_ratio = 0.8 if other % 2 == 0 else 0.2
+        inputs, labels = make_token_batches(
+            4 * accum_steps * steps, seq_len=12, padding_ratio=padding_ratio, seed=seed + other
+        )
+        per_rank.append(split_token_batches(inputs, labels, [4] * (accum_steps * steps)))
+    windows = [
+        [batch for other in per_rank for batch in other[s * accum_steps : (s + 1) * accum_steps]]
+        for s in range(steps)
+    ]
+    return windows, per_rank[rank]
+
+
+def accelerate_gradients_run(
+    rank: int, world_size: int, *, accum_steps: int = 2, steps: int = 3, seed: int = 7
+) -> dict:
+    """Train the tiny language model with ``accelerator.accumulate`` on ``world_size``
+    processes and compare how far its weights moved with the course's loop in one process,
+    whose windows hold every rank's micro-batches (SGD, float64, ``steps`` optimizer steps).
+
+    Two losses: the mean per micro-batch that Accelerate's guide starts from (a mean of
+    means, over micro-batches and over ranks), and the sum over tokens scaled by
+    ``global_token_scale`` times ``accum_steps``, which undoes the division
+    ``accelerator.backward`` makes (the recipe of Accelerate's guide for token losses).
+    """
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS="1",
+    )
+    from accelerate import Accelerator
+
+    from coursekit.gradients import relative_error
+    from coursekit.models import tiny_lm
+    from coursekit.tokens import count_tokens, global_token_scale, lm_loss, train_token_lm
+
+    def weights(model):
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    windows, mine = _rank_windows(rank, world_size, accum_steps, steps, seed)
+    start_weights = weights(tiny_lm(dtype=torch.float64))
+    reference = tiny_lm(dtype=torch.float64)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)
+    flat_windows = [batch for window in windows for batch in window]
+    train_token_lm(reference, optimizer, flat_windows, accum_steps * world_size, "tokens")
+    wanted = weights(reference) - start_weights  # what the course's loop moved the weights by
+    gaps, steps_taken = {}, {}
+    for label in ("mean per micro-batch", "global token count"):
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accum_steps)
+        model = tiny_lm(dtype=torch.float64)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        model, optimizer = accelerator.prepare(model, optimizer)
+        taken = 0
+        for start in range(0, len(mine), accum_steps):
+            window = mine[start : start + accum_steps]
+            scale = global_token_scale([count_tokens(y) for _, y in window]) * accum_steps
+            for inputs, labels in window:
+                with accelerator.accumulate(model):
+                    if label == "mean per micro-batch":
+                        loss = lm_loss(model(inputs), labels)
+                    else:
+                        loss = lm_loss(model(inputs), labels, reduction="sum") * scale
+                    accelerator.backward(loss)  # divides by gradient_accumulation_steps
+                    if accelerator.sync_gradients:
+                        taken += 1
+                    optimizer.step()
+                    optimizer.zero_grad()
+        gaps[label] = relative_error(weights(model) - start_weights, wanted)
+        steps_taken[label] = taken
+        accelerator.free_memory()
+    return {"rank": rank, "weight_gaps": gaps, "optimizer_steps": steps_taken}

@@ -565,6 +565,10 @@ NAMED_AS.update(
         "flush_omits_scheduler": "scheduler_skipped",
         "stale_token_count": "wrong_scale",
         "functions_imported_by_name": "token_count_not_summed_across_ranks",
+        "bf16_buffer_returned": "accumulated_in_bf16",
+        "bf16_buffer_converted": "accumulated_in_bf16",
+        "whole_window_at_once": "whole_batch_forward",
+        "sums_in_float16": "sums_not_float32",
         "logged_last_micro_batch": "logged_loss_wrong",
     }
 )
@@ -669,10 +673,155 @@ def global_token_scale(local_token_counts):
     ),
 }
 
+_FLOAT32 = """
+import torch
+def accumulate_in_float32(model, loss_fn, micro_batches):
+{body}
+"""
+
+
+def _float32(body):
+    return _FLOAT32.format(body=body)
+
+
+ACCUMULATE_IN_FLOAT32 = {
+    "correct": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad.float()\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # the micro-batch gradients kept and summed at the end, in float32, in another order
+    "correct_summed_at_the_end": _float32(
+        "    parts = []\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        parts.append([p.grad.float() for p in model.parameters()])\n"
+        "        model.zero_grad(set_to_none=True)\n"
+        "    return [torch.stack(column).sum(0) for column in zip(*parts)]"
+    ),
+    # add_ with an explicit conversion, and zero_grad() to clear
+    "correct_with_add_": _float32(
+        "    sums = [torch.zeros(p.shape, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss = loss_fn(model(inputs), targets) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "        for i, p in enumerate(model.parameters()):\n"
+        "            sums[i].add_(p.grad.to(torch.float32))\n"
+        "        model.zero_grad()\n"
+        "    return sums"
+    ),
+    # float64 sums: finer than asked, and accepted
+    "correct_in_float64": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float64) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad.double()\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # .grad left to add up in bf16, converted at the end: the pitfall itself
+    "accumulated_in_bf16": _float32(
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "    return [p.grad.float() for p in model.parameters()]"
+    ),
+    # a bf16 buffer, returned as it is
+    "bf16_buffer_returned": _float32(
+        "    sums = [torch.zeros_like(p) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # a bf16 buffer, converted at the end
+    "bf16_buffer_converted": _float32(
+        "    sums = [torch.zeros_like(p) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return [total.float() for total in sums]"
+    ),
+    "loss_not_divided": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss_fn(model(inputs), targets).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad.float()\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # .grad never cleared: every micro-batch adds the running .grad again
+    "grad_not_cleared": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad.float()\n"
+        "    return sums"
+    ),
+    # the model cast to float32 for the backward: more accurate, and the memory is gone
+    "model_cast": _float32(
+        "    model.float()\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss = loss_fn(model(inputs.float()), targets.float()) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "    return [p.grad for p in model.parameters()]"
+    ),
+    # float16 sums: 11 significant bits, and a range too small for tiny gradients
+    "sums_in_float16": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float16) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # non-textbook: the loss divided twice
+    "divided_twice": _float32(
+        "    n = len(micro_batches)\n"
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / n / n).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # non-textbook: the sums returned after the first micro-batch
+    "first_micro_batch_only": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "        return sums"
+    ),
+    # the whole window in one forward: no accumulation at all
+    "whole_window_at_once": _float32(
+        "    inputs = torch.cat([x for x, _ in micro_batches])\n"
+        "    targets = torch.cat([y for _, y in micro_batches])\n"
+        "    loss_fn(model(inputs), targets).backward()\n"
+        "    return [p.grad.float() for p in model.parameters()]"
+    ),
+}
+
+
 BY_QUESTION = {
     "loss_scales": LOSS_SCALES,
     "accumulate_tokens": ACCUMULATE_TOKENS,
     "global_token_scale": GLOBAL_TOKEN_SCALE,
+    "accumulate_in_float32": ACCUMULATE_IN_FLOAT32,
     "amp_window": AMP_WINDOW,
     "train_scheduled": TRAIN_SCHEDULED,
 }
@@ -701,6 +850,8 @@ NON_TEXTBOOK = {
     ("global_token_scale", "all_reduced_a_copy"),
     ("global_token_scale", "micro_batches_counted"),
     ("global_token_scale", "integer_division"),
+    ("accumulate_in_float32", "divided_twice"),
+    ("accumulate_in_float32", "first_micro_batch_only"),
 }
 HIDDEN_ONLY: set[tuple[str, str]] = set()
 UNNAMED = {
@@ -711,6 +862,8 @@ UNNAMED = {
     ("train_scheduled", "shares_in_float32"),
     ("global_token_scale", "micro_batches_counted"),
     ("global_token_scale", "integer_division"),
+    ("accumulate_in_float32", "divided_twice"),
+    ("accumulate_in_float32", "first_micro_batch_only"),
 }
 ALSO_NAMED = {
     # With a window of one micro-batch, update() per micro-batch runs twice (named so).

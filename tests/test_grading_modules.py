@@ -31,6 +31,7 @@ HAND_INS = {
             "accumulate_tokens": "padding_counted",
             "global_token_scale": "token_count_not_summed_across_ranks",
             "amp_window": "unscale_every_micro_batch",
+            "accumulate_in_float32": "accumulated_in_bf16",
             "train_scheduled": "scheduler_every_micro_batch",
         },
         "cyd": {
@@ -38,12 +39,14 @@ HAND_INS = {
             "accumulate_tokens": "mean_of_means",
             "global_token_scale": "averaged_not_summed",
             "amp_window": "clipped_before_unscale",
+            "accumulate_in_float32": "bf16_buffer_converted",
             "train_scheduled": "scheduler_never_stepped",
         },
         "dev": {
             "loss_scales": "correct_with_numpy",
             "accumulate_tokens": "correct_with_coursekit_helpers",
             "global_token_scale": "correct_per_micro_batch_tensor",
+            "accumulate_in_float32": "correct_summed_at_the_end",
             "amp_window": "update_every_micro_batch",
             "train_scheduled": "last_window_scaled_by_n",
         },

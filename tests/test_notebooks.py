@@ -99,6 +99,7 @@ HAND_INS = {
             "accumulate_tokens": "padding_counted",
             "global_token_scale": "token_count_not_summed_across_ranks",
             "amp_window": "unscale_every_micro_batch",
+            "accumulate_in_float32": "accumulated_in_bf16",
             "train_scheduled": "scheduler_every_micro_batch",
         },
         {
@@ -106,6 +107,7 @@ HAND_INS = {
             "accumulate_tokens": "mean_of_means",
             "global_token_scale": "world_size_not_multiplied",
             "amp_window": "inf_micro_batch_dropped",
+            "accumulate_in_float32": "grad_not_cleared",
             "train_scheduled": "scheduler_before_optimizer",
         },
     ],

@@ -127,3 +127,20 @@ def test_the_hf_trainer_takes_the_loops_step_count(micro, accum, epochs, tmp_pat
     assert trainer.state.max_steps == expected
     assert trainer.state.global_step == expected
     assert trainer.state.epoch == pytest.approx(epochs)  # every epoch it was asked for
+
+
+@pytest.mark.frameworks
+def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does():
+    """Real Accelerate, 2 gloo processes with different token counts: the mean loss per
+    micro-batch misses the course's loop (a mean of means across micro-batches and ranks);
+    the summed loss times global_token_scale * accum_steps matches it to float64 rounding."""
+    pytest.importorskip("accelerate")
+    from coursekit.distributed import run_workers
+
+    results = run_workers(
+        "coursekit.framework_workers.accelerate_gradients_run", 2, steps=3, progress=False
+    )
+    for r in results:
+        assert r["optimizer_steps"] == {"mean per micro-batch": 3, "global token count": 3}
+        assert r["weight_gaps"]["global token count"] < 1e-12
+        assert r["weight_gaps"]["mean per micro-batch"] > 0.05

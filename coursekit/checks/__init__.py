@@ -1,11 +1,12 @@
 """In-notebook checks: ``check(name, fn)`` prints a verdict; ``evaluate`` returns it."""
 
-from coursekit.checks import (  # noqa: F401  (importing registers the questions)
+from coursekit.checks import (  # noqa: F401, I001  (importing registers, in this order)
     module00,
     module01,
     module02_scaling,
     module02_scaling_ranks,
     module02_steps,
+    module02_bf16,
     module03,
     module04,
     module05,
