@@ -148,3 +148,110 @@ def accelerate_gradients_run(
         steps_taken[label] = taken
         accelerator.free_memory()
     return {"rank": rank, "weight_gaps": gaps, "optimizer_steps": steps_taken}
+
+
+class _TokenLM(torch.nn.Module):
+    """The course's tiny language model as the HF Trainer calls it: ``forward(input_ids,
+    labels, num_items_in_batch=None, **kwargs)`` returns ``{"loss": ...}``. With the window's
+    token count the loss is the summed loss over it (what transformers' own models do);
+    without, the mean per real token of this micro-batch."""
+
+    def __init__(self):
+        from coursekit.models import tiny_lm
+
+        super().__init__()
+        self.net = tiny_lm(dtype=torch.float64)
+
+    def forward(self, input_ids, labels, num_items_in_batch=None, **kwargs):
+        from coursekit.tokens import lm_loss
+
+        logits = self.net(input_ids)
+        if num_items_in_batch is None:
+            return {"loss": lm_loss(logits, labels)}
+        return {"loss": lm_loss(logits, labels, reduction="sum") / num_items_in_batch}
+
+
+def trainer_run(
+    rank: int, world_size: int, *, accum_steps: int = 2, steps: int = 3, seed: int = 7
+) -> dict:
+    """The HF Trainer on ``world_size`` gloo processes (SGD, no clipping, constant rate, the
+    sequences in order), against the course's loop in one process on the same windows. The
+    Trainer counts the window's real tokens (``num_items_in_batch``) and, with
+    ``average_tokens_across_devices`` (its default), sums the count over the processes."""
+    import tempfile
+
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS="1",
+    )
+    import transformers
+    from transformers import Trainer, TrainingArguments
+
+    from coursekit.gradients import relative_error
+    from coursekit.tokens import train_token_lm
+
+    transformers.logging.set_verbosity_error()
+    windows, _ = _rank_windows(rank, world_size, accum_steps, steps, seed)
+    # The Trainer's prepared dataloader gives process r the batches r, r + P, r + 2P, ...:
+    # lay the sequences out so that process r receives its own micro-batches in order.
+    rows = []
+    for window in windows:
+        for index in range(accum_steps):
+            for other in range(world_size):
+                inputs, labels = window[other * accum_steps + index]
+                rows += [{"input_ids": x, "labels": y} for x, y in zip(inputs, labels, strict=True)]
+
+    class InOrder(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            return torch.utils.data.SequentialSampler(train_dataset or self.train_dataset)
+
+    def weights(model):
+        return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    start_weights = weights(_TokenLM())
+    reference = _TokenLM()
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.5)
+    flat_windows = [batch for window in windows for batch in window]
+    train_token_lm(reference.net, sgd, flat_windows, accum_steps * world_size, "tokens")
+    wanted = weights(reference) - start_weights
+    gaps, steps_taken = {}, {}
+    for across in (True, False):
+        model = _TokenLM()
+        with tempfile.TemporaryDirectory(prefix="coursekit-trainer-") as folder:
+            arguments = TrainingArguments(
+                output_dir=folder,
+                per_device_train_batch_size=4,
+                gradient_accumulation_steps=accum_steps,
+                num_train_epochs=1,
+                learning_rate=0.5,
+                lr_scheduler_type="constant",
+                max_grad_norm=0.0,
+                average_tokens_across_devices=across,
+                use_cpu=True,
+                ddp_backend="gloo",
+                ddp_find_unused_parameters=False,
+                report_to="none",
+                save_strategy="no",
+                logging_strategy="no",
+                disable_tqdm=True,
+            )
+            trainer = InOrder(
+                model=model,
+                args=arguments,
+                train_dataset=rows,
+                optimizers=(torch.optim.SGD(model.parameters(), lr=0.5), None),
+            )
+            trainer.remove_callback(transformers.PrinterCallback)  # no metrics printed
+            trainer.train()
+        label = f"average_tokens_across_devices={across}"
+        gaps[label] = relative_error(weights(model) - start_weights, wanted)
+        steps_taken[label] = trainer.state.global_step
+    return {
+        "rank": rank,
+        "transformers": transformers.__version__,
+        "optimizer_steps": steps_taken,
+        "weight_gaps": gaps,
+    }

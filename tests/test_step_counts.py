@@ -144,3 +144,19 @@ def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does()
         assert r["optimizer_steps"] == {"mean per micro-batch": 3, "global token count": 3}
         assert r["weight_gaps"]["global token count"] < 1e-12
         assert r["weight_gaps"]["mean per micro-batch"] > 0.05
+
+
+@pytest.mark.frameworks
+def test_the_trainer_on_two_processes_moves_the_weights_as_the_course_loop_does():
+    """The real HF Trainer on 2 gloo processes: with average_tokens_across_devices (its
+    default) its num_items_in_batch makes the run the course's loop; without, each process
+    divides by its own count and the ranks' means are averaged (transformers #34242)."""
+    pytest.importorskip("transformers")
+    from coursekit.distributed import run_workers
+
+    results = run_workers("coursekit.framework_workers.trainer_run", 2, steps=3, progress=False)
+    on, off = "average_tokens_across_devices=True", "average_tokens_across_devices=False"
+    for r in results:
+        assert r["optimizer_steps"] == {on: 3, off: 3}
+        assert r["weight_gaps"][on] < 1e-12
+        assert r["weight_gaps"][off] > 0.05
