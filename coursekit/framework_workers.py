@@ -15,6 +15,18 @@ import os
 import torch
 
 
+def _announce(rank: int, world_size: int) -> None:
+    """Tell Accelerate (and the Trainer on top of it) who this process is, as a launcher
+    would; it then joins the gloo group run_workers started (``MULTI_CPU``)."""
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world_size),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world_size),
+        OMP_NUM_THREADS="1",  # quiets Accelerate's "we set it at 1" warning
+    )
+
+
 def accelerate_scheduler_run(
     rank: int,
     world_size: int,
@@ -31,13 +43,7 @@ def accelerate_scheduler_run(
     learning rate after every optimizer step, the optimizer steps taken and how far the
     wrapped scheduler itself went (``last_epoch``), for this process.
     """
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        OMP_NUM_THREADS="1",  # quiets Accelerate's "we set it at 1" warning
-    )
+    _announce(rank, world_size)
     from accelerate import Accelerator
 
     accelerator = Accelerator(cpu=True, gradient_accumulation_steps=accum_steps)
@@ -100,13 +106,7 @@ def accelerate_gradients_run(
     ``global_token_scale`` times ``accum_steps``, which undoes the division
     ``accelerator.backward`` makes (the recipe of Accelerate's guide for token losses).
     """
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        OMP_NUM_THREADS="1",
-    )
+    _announce(rank, world_size)
     from accelerate import Accelerator
 
     from coursekit.gradients import relative_error
@@ -180,13 +180,7 @@ def trainer_run(
     ``average_tokens_across_devices`` (its default), sums the count over the processes."""
     import tempfile
 
-    os.environ.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(world_size),
-        LOCAL_RANK=str(rank),
-        LOCAL_WORLD_SIZE=str(world_size),
-        OMP_NUM_THREADS="1",
-    )
+    _announce(rank, world_size)
     import transformers
     from transformers import Trainer, TrainingArguments
 

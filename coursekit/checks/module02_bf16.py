@@ -38,25 +38,22 @@ def _problem(spec):
     return model, batches
 
 
+def _float32_sums(model, loss_fn, micro_batches, clear: bool):
+    """Each micro-batch's bf16 ``.grad`` added into float32 sums; cleared after each addition
+    when ``clear`` (the right answer), kept when not (the slip named "grad_not_cleared")."""
+    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+        for total, parameter in zip(sums, model.parameters(), strict=True):
+            total += parameter.grad
+            if clear:
+                parameter.grad = None
+    return sums
+
+
 def accumulate_in_float32(model, loss_fn, micro_batches):
     """The reference: each micro-batch's bf16 gradient added into a float32 sum, then cleared."""
-    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
-    for inputs, targets in micro_batches:
-        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
-        for total, parameter in zip(sums, model.parameters(), strict=True):
-            total += parameter.grad
-            parameter.grad = None
-    return sums
-
-
-def _grad_never_cleared(model, loss_fn, micro_batches):
-    """The slip the check names "grad_not_cleared": .grad, never cleared, added every time."""
-    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
-    for inputs, targets in micro_batches:
-        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
-        for total, parameter in zip(sums, model.parameters(), strict=True):
-            total += parameter.grad
-    return sums
+    return _float32_sums(model, loss_fn, micro_batches, clear=True)
 
 
 def _bf16_representable(values: list[float]) -> bool:
@@ -156,7 +153,7 @@ class AccumulateInFloat32(Question):
                 "loss_not_divided",
             )
         model, micro_batches = _problem(spec)
-        never_cleared = _grad_never_cleared(model, nn.MSELoss(), micro_batches)
+        never_cleared = _float32_sums(model, nn.MSELoss(), micro_batches, clear=False)
         never_cleared = torch.cat([t.flatten() for t in never_cleared]).double().tolist()
         if n > 1 and relative_gap(actual, never_cleared) <= TOLERANCE:
             raise Failure(
