@@ -9,9 +9,11 @@ a temporary folder (no ports to collide) and use gloo, which runs on any CPU.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import pickle
+import shutil
 import socket
 import sys
 import tempfile
@@ -154,10 +156,22 @@ _STORE_FOLDERS: dict[int, str] = {}
 
 def _store_folder() -> str:
     """A folder for one-process stores, made on first use by this process (not at import:
-    an importing process may hand its modules to another, e.g. a fork into a sandbox)."""
-    if os.getpid() not in _STORE_FOLDERS:
-        _STORE_FOLDERS[os.getpid()] = tempfile.mkdtemp(prefix="coursekit-store-")
-    return _STORE_FOLDERS[os.getpid()]
+    an importing process may hand its modules to another, e.g. a fork into a sandbox).
+
+    Its name carries the process id (``coursekit-store-PID-...``), so a leftover can be traced
+    to its process, and it is removed when the process exits, not left in the temp folder.
+    """
+    pid = os.getpid()
+    if pid not in _STORE_FOLDERS:
+        folder = tempfile.mkdtemp(prefix=f"coursekit-store-{pid}-")
+        _STORE_FOLDERS[pid] = folder
+
+        def remove(folder=folder, pid=pid) -> None:
+            if os.getpid() == pid:  # not in a forked child that inherited the hook
+                shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(remove)
+    return _STORE_FOLDERS[pid]
 
 
 _TIMEOUT = datetime.timedelta(seconds=120)  # a stuck collective fails in minutes, not 30

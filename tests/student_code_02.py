@@ -569,6 +569,8 @@ NAMED_AS.update(
         "bf16_buffer_converted": "accumulated_in_bf16",
         "whole_window_at_once": "whole_batch_forward",
         "sums_in_float16": "sums_not_float32",
+        "model_cast_and_back": "model_cast",
+        "float32_copy": "model_cast",
         "logged_last_micro_batch": "logged_loss_wrong",
     }
 )
@@ -607,6 +609,31 @@ GLOBAL_TOKEN_SCALE = {
         "    total = torch.tensor(sum(local_token_counts), dtype=torch.int64)\n"
         "    dist.all_reduce(total, op=dist.ReduceOp.SUM)\n"
         "    return float(dist.get_world_size() / int(total))"
+    ),
+    "correct_async": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    work = dist.all_reduce(total, async_op=True)\n"
+        "    work.wait()\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    "correct_through_c10d": _ranks(
+        "    from torch.distributed import distributed_c10d as c10d\n"
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    c10d.all_reduce(total)\n"
+        "    return c10d.get_world_size() / total.item()"
+    ),
+    "all_reduce_not_sum": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total, op=dist.ReduceOp.MAX)\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    # the world size counted with a second collective: right, but two all_reduces
+    "several_all_reduces": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total)\n"
+        "    ranks = torch.ones(())\n"
+        "    dist.all_reduce(ranks)\n"
+        "    return ranks.item() / total.item()"
     ),
     "token_count_not_summed_across_ranks": _ranks(
         "    return dist.get_world_size() / sum(local_token_counts)"
@@ -724,6 +751,39 @@ ACCUMULATE_IN_FLOAT32 = {
         "            p.grad = None\n"
         "    return sums"
     ),
+    # the loss computed in float32: its bf16 gradients round a little differently
+    "correct_loss_in_float32": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss = loss_fn(model(inputs).float(), targets.float()) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad.float()\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
+    # the undivided losses' gradients summed, the sums divided at the end
+    "correct_divided_at_the_end": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss_fn(model(inputs), targets).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return [total / len(micro_batches) for total in sums]"
+    ),
+    # forward and loss under autocast
+    "correct_under_autocast": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+        "            loss = loss_fn(model(inputs), targets) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
     # .grad left to add up in bf16, converted at the end: the pitfall itself
     "accumulated_in_bf16": _float32(
         "    for inputs, targets in micro_batches:\n"
@@ -807,6 +867,42 @@ ACCUMULATE_IN_FLOAT32 = {
         "            p.grad = None\n"
         "        return sums"
     ),
+    # one backward for the summed losses: every micro-batch's graph alive at once
+    "single_backward": _float32(
+        "    total = sum(loss_fn(model(x), y) for x, y in micro_batches) / len(micro_batches)\n"
+        "    total.backward()\n"
+        "    return [p.grad.float() for p in model.parameters()]"
+    ),
+    # the model cast to float32 for the window and back to bf16 afterwards
+    "model_cast_and_back": _float32(
+        "    model.float()\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss = loss_fn(model(inputs.float()), targets.float()) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "    sums = [p.grad.clone() for p in model.parameters()]\n"
+        "    model.zero_grad(set_to_none=True)\n"
+        "    model.to(torch.bfloat16)\n"
+        "    return sums"
+    ),
+    # a float32 copy of the model does the work
+    "float32_copy": _float32(
+        "    import copy\n"
+        "    twin = copy.deepcopy(model).float()\n"
+        "    for inputs, targets in micro_batches:\n"
+        "        loss = loss_fn(twin(inputs.float()), targets.float()) / len(micro_batches)\n"
+        "        loss.backward()\n"
+        "    return [p.grad for p in twin.parameters()]"
+    ),
+    # the last micro-batch left out of the sums
+    "micro_batch_skipped": _float32(
+        "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+        "    for inputs, targets in micro_batches[:-1]:\n"
+        "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+        "        for total, p in zip(sums, model.parameters()):\n"
+        "            total += p.grad\n"
+        "            p.grad = None\n"
+        "    return sums"
+    ),
     # the whole window in one forward: no accumulation at all
     "whole_window_at_once": _float32(
         "    inputs = torch.cat([x for x, _ in micro_batches])\n"
@@ -866,6 +962,8 @@ UNNAMED = {
     ("accumulate_in_float32", "first_micro_batch_only"),
 }
 ALSO_NAMED = {
+    # With a window of one micro-batch, leaving out the last leaves no backward at all.
+    ("accumulate_in_float32", "micro_batch_skipped"): {"no_backward"},
     # With a window of one micro-batch, update() per micro-batch runs twice (named so).
     ("amp_window", "unscale_and_update_every_micro_batch"): {"update_every_micro_batch"},
     # With a window of one micro-batch, update() per micro-batch is update() before the step.

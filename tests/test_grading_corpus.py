@@ -43,11 +43,19 @@ LIMITS = ["--cell-timeout", "6", "--test-timeout", "2", "--timeout", "150", "--w
 
 
 def _scratch_folders() -> set[str]:
-    return {
-        name
-        for name in os.listdir(tempfile.gettempdir())
-        if name.startswith(("coursekit-hand-in-", "coursekit-store-"))
-    }
+    """Hand-in scratch folders, and one-process store folders except those of another live
+    process (``coursekit-store-PID-...``: another test run on the machine, which removes its
+    own at exit); a store folder whose process is gone was left behind."""
+    found = set()
+    for name in os.listdir(tempfile.gettempdir()):
+        if name.startswith("coursekit-hand-in-"):
+            found.add(name)
+        elif name.startswith("coursekit-store-"):
+            pid = name.removeprefix("coursekit-store-").split("-", 1)[0]
+            alive = pid.isdigit() and os.path.exists(f"/proc/{pid}") and int(pid) != os.getpid()
+            if not alive:
+                found.add(name)
+    return found
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ transformers #34242 one (each rank's own count) first.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.distributed as dist
 
@@ -63,6 +65,16 @@ def _combine(op_name: str, every: torch.Tensor, world: int) -> torch.Tensor:
     return every.prod(0)
 
 
+class _Done:
+    """What ``all_reduce(..., async_op=True)`` returns here: the work is already done."""
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
 class _PlayedRanks:
     """Stands in for ``all_reduce`` and ``get_world_size`` while the student's code runs.
 
@@ -75,7 +87,8 @@ class _PlayedRanks:
     def __init__(self, world: int):
         self.world = world
         self.recorded: list[list[torch.Tensor]] = []  # per other rank, per call
-        self.calls: list[str] = []
+        self.calls: list[str] = []  # this rank's all_reduce ops, in order
+        self.sent: list[list[float]] = []  # and what this rank contributed to each
         self._recording: list[torch.Tensor] | None = None
 
     def record(self, function, counts: list[int]) -> None:
@@ -94,11 +107,13 @@ class _PlayedRanks:
                 f"all_reduce needs a tensor (it changes it in place); got {type(tensor).__name__}."
             )
         mine = tensor.detach().to(torch.float64).clone()
+        done = _Done() if async_op else None
         if self._recording is not None:
             self._recording.append(mine)
-            return None
+            return done
         index = len(self.calls)
         self.calls.append(str(op).rpartition(".")[2])
+        self.sent.append(mine.flatten().tolist())
         theirs = [calls[index] for calls in self.recorded if index < len(calls)]
         if len(theirs) < len(self.recorded) or any(t.shape != mine.shape for t in theirs):
             raise RuntimeError(
@@ -109,7 +124,7 @@ class _PlayedRanks:
         every = torch.stack([mine, *theirs])
         with torch.no_grad():
             tensor.copy_(_combine(self.calls[-1], every, self.world).to(tensor.dtype))
-        return None
+        return done
 
     def get_world_size(self, group=None):
         return self.world
@@ -152,10 +167,11 @@ class GlobalTokenScale(Question):
             {"counts": [12, 9, 3], "others": [[40, 41, 39]]},  # short sequences here
             {"counts": [5, 7], "others": [[9, 1], [3, 3], [8, 8]]},  # 4 ranks
             {"counts": [16], "others": []},  # one process: the world is one rank
+            {"counts": [1501, 1702], "others": [[900, 2100]]},  # 6203: too many for 16 bits
         ]
 
     def hidden_specs(self, rng):
-        specs = [{"counts": [0, 6], "others": [[11, 0]]}]  # a micro-batch of padding only
+        specs = [{"counts": [0, 6], "others": [[11, 3]]}]  # a micro-batch of padding only
         for _ in range(3):
             n = rng.randint(1, 5)
             world = rng.choice([2, 3, 4, 8])
@@ -171,21 +187,47 @@ class GlobalTokenScale(Question):
         ensure_single_process_group()
         others = spec["others"]
         played = _PlayedRanks(1 + len(others)) if others else None
-        real_all_reduce, real_world_size = dist.all_reduce, dist.get_world_size
+        # The same two functions, under both names a hand-in may call them by.
+        modules = (dist, dist.distributed_c10d)
+        real = [(m, m.all_reduce, m.get_world_size) for m in modules]
         if played is not None:
-            dist.all_reduce, dist.get_world_size = played.all_reduce, played.get_world_size
+            for module in modules:
+                module.all_reduce, module.get_world_size = played.all_reduce, played.get_world_size
         try:
             for counts in others:
                 played.record(fn, counts)
-            returned = fn(list(spec["counts"]))
+            try:
+                returned = fn(list(spec["counts"]))
+            except Exception as error:
+                if played is None or played.calls or isinstance(error, NotImplementedError):
+                    raise  # a stub stays "not attempted"
+                said = (
+                    str(error)
+                    if type(error) is RuntimeError
+                    else f"{type(error).__name__}: {error}"
+                )
+                raise RuntimeError(
+                    f"{said}. (The check plays the other ranks behind "
+                    "dist.all_reduce and dist.get_world_size only: sum the count with one "
+                    "all_reduce.)"
+                ) from None
         finally:
-            dist.all_reduce, dist.get_world_size = real_all_reduce, real_world_size
+            for module, all_reduce, get_world_size in real:
+                module.all_reduce, module.get_world_size = all_reduce, get_world_size
         if torch.is_tensor(returned) and returned.numel() == 1:
             returned = returned.item()
-        scale = float(returned) if isinstance(returned, int | float) else None
+        numeric = isinstance(returned, numbers.Real) and not isinstance(returned, bool)
+        if (
+            not numeric
+            and type(returned).__module__ == "numpy"
+            and getattr(returned, "size", 0) == 1
+        ):
+            numeric = True  # a NumPy scalar or 0-d array: np.float32 is not a numbers.Real
+        scale = float(returned) if numeric else None
         return {
             "scale": scale if scale is not None else repr(returned)[:120],
             "all_reduces": played.calls if played is not None else [],
+            "all_reduced": played.sent if played is not None else [],
         }
 
     def reference(self):
@@ -207,13 +249,24 @@ class GlobalTokenScale(Question):
         wanted = expected["scale"]
         if _close(scale, wanted):
             if isinstance(calls, list) and len(calls) > 1:
+                sent = outputs.get("all_reduced")
+                per_micro_batch = sent == [[float(count)] for count in counts]
                 raise Failure(
-                    f"The scale is right, but you called all_reduce {len(calls)} times: one "
-                    "all_reduce of a tensor (this rank's total, or its per-micro-batch counts) "
-                    f"sums them over the ranks in one collective {setting}.",
-                    "all_reduce_per_micro_batch",
+                    f"The scale is right, but you called all_reduce {len(calls)} times"
+                    f"{' (once per micro-batch)' if per_micro_batch else ''}: one all_reduce of "
+                    "a tensor (this rank's total, its per-micro-batch counts, or every number you "
+                    f"need in one tensor) sums them over the ranks in one collective {setting}.",
+                    "all_reduce_per_micro_batch" if per_micro_batch else "several_all_reduces",
                 )
             return
+        other_ops = sorted({op for op in calls or [] if op not in ("SUM", "AVG")})
+        if other_ops:
+            raise Failure(
+                f"Your scale is {scale:.6g}, but it should be {wanted:.6g}: all_reduce with "
+                f"ReduceOp.{other_ops[0]} does not add the ranks' counts up. Use the default, "
+                f"ReduceOp.SUM {setting}.",
+                "all_reduce_not_sum",
+            )
         details = {"local": local, "total": total, "world": world}
         found = {
             (message, mistake)
