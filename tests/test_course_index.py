@@ -74,6 +74,20 @@ def test_notebook_kernels_in_the_tests_print_no_transport_warning(capfd):
     assert "without encryption" not in capfd.readouterr().err  # filtered: see conftest.py
 
 
+def test_the_kernel_stderr_filter_drops_only_the_shutdown_zmq_traceback():
+    text = (
+        "a warning the kernel printed\n"
+        "ERROR:tornado.general:Uncaught exception in ZMQStream callback\n"
+        "Traceback (most recent call last):\n"
+        '  File "zmq/sugar/socket.py", line 1, in send\n'
+        "zmq.error.ZMQError: Socket operation on non-socket\n"
+        "RuntimeError: a real failure stays\n"
+    )
+    assert kernels.without_shutdown_noise(text) == (
+        "a warning the kernel printed\nRuntimeError: a real failure stays\n"
+    )
+
+
 def test_a_cell_past_its_timeout_fails_with_its_own_traceback_and_no_zmq_noise(capfd):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("while True:\n    pass")]
