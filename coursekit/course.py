@@ -71,6 +71,14 @@ MODULES: tuple[Module, ...] = (
         "count the steps each framework (and DeepSpeed) takes.",
         100,
     ),
+    Module(
+        "06_batch_size",
+        "How big should the effective batch be?",
+        "Measure the gradient noise scale with accumulation and DDP, find the critical batch "
+        "from steps against samples, scale the learning rate with the batch, ramp the batch "
+        "up, and decide when accumulating buys nothing.",
+        80,
+    ),
 )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import MaxNLocator, NullLocator
 
 from coursekit.memory import LinearFit
 from coursekit.units import format_bytes
@@ -196,5 +196,190 @@ def plot_run_comparison(losses: dict[str, list[float]], reference: str):
     gaps.set_xlabel("optimizer step")
     gaps.set_ylabel(f"|loss - {reference}|")
     gaps.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_noise_scale_history(history: list[dict]):
+    """The loss (left) and the noise scale B_simple (right) against the optimizer step.
+
+    ``history`` is what :func:`coursekit.noise_scale.noise_scale_along_training` returns:
+    the averaged ``b_simple`` is the line, each window's own ``raw_b_simple`` the faint dots
+    (only the positive ones: a log scale cannot show the rest). As the loss falls, the
+    gradient's signal shrinks faster than its noise, so B_simple grows.
+    """
+    figure, (loss_axes, noise_axes) = plt.subplots(1, 2, figsize=(11, 3.5))
+    steps = [row["step"] for row in history]
+    loss_axes.plot(steps, [row["loss"] for row in history], lw=1.2)
+    loss_axes.set_yscale("log")
+    loss_axes.set_xlabel("optimizer step")
+    loss_axes.set_ylabel("window loss")
+    raw = [(row["step"], row["raw_b_simple"]) for row in history if row["raw_b_simple"] > 0]
+    if raw:
+        noise_axes.plot(*zip(*raw, strict=True), ".", alpha=0.3, label="one window")
+    smoothed = [(row["step"], row["b_simple"]) for row in history if row["b_simple"] > 0]
+    if smoothed:
+        noise_axes.plot(*zip(*smoothed, strict=True), "-", lw=1.5, label="averaged")
+    noise_axes.set_yscale("log")
+    noise_axes.set_xlabel("optimizer step")
+    noise_axes.set_ylabel("B_simple (samples)")
+    noise_axes.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_noise_estimate_check(rows: list[dict]):
+    """The two-batch estimator against the per-sample truth, one group of bars per row.
+
+    Each row has ``label``, ``truth`` (B_simple from every sample's gradient), ``meter``
+    (the ratio of averaged estimates) and ``mean_of_ratios`` (the average of per-draw
+    ratios, biased: the reason to average before dividing).
+    """
+    figure, axes = plt.subplots(figsize=(6, 3.5))
+    keys = [
+        ("truth", "per-sample truth"),
+        ("meter", "ratio of averages"),
+        ("mean_of_ratios", "average of ratios"),
+    ]
+    width = 0.8 / len(keys)
+    for offset, (key, label) in enumerate(keys):
+        xs = [i + (offset - (len(keys) - 1) / 2) * width for i in range(len(rows))]
+        axes.bar(xs, [row[key] for row in rows], width, label=label)
+    axes.set_xticks(range(len(rows)), [row["label"] for row in rows])
+    axes.set_ylabel("B_simple (samples)")
+    axes.set_title("The noise scale: estimate against per-sample truth")
+    axes.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_steps_vs_samples(sweep, fit):
+    """Steps against samples to the target, log-log: each batch size's point, the fitted
+    hyperbola, its asymptotes ``S_min`` and ``E_min``, and the critical batch on the curve.
+
+    ``sweep`` is a list of :class:`coursekit.critical_batch.SweepPoint`, ``fit`` a
+    :class:`coursekit.critical_batch.HyperbolaFit`.
+    """
+    import numpy as np
+
+    reached = [p for p in sweep if p.steps is not None]
+    figure, axes = plt.subplots(figsize=(6.5, 4.5))
+    axes.plot([p.samples for p in reached], [p.steps for p in reached], "o", label="measured")
+    for p in reached:
+        axes.annotate(
+            f"B={p.batch_size}",
+            (p.samples, p.steps),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
+    sizes = np.geomspace(
+        min(p.batch_size for p in reached) / 2, 2 * max(p.batch_size for p in reached), 200
+    )
+    axes.plot(
+        [fit.samples(b) for b in sizes],
+        [fit.steps(b) for b in sizes],
+        "-",
+        alpha=0.7,
+        label=f"fit: (S/S_min - 1)(E/E_min - 1) = 1, rms error {fit.rms_log_error:.0%}",
+    )
+    axes.axhline(fit.min_steps, color="grey", linestyle="--", lw=1)
+    axes.axvline(fit.min_samples, color="grey", linestyle="--", lw=1)
+    axes.text(
+        axes.get_xlim()[1],
+        fit.min_steps,
+        f"S_min = {fit.min_steps:.1f} ",
+        ha="right",
+        va="bottom",
+        color="grey",
+        fontsize=8,
+    )
+    axes.text(
+        fit.min_samples,
+        axes.get_ylim()[1],
+        f" E_min = {fit.min_samples:.0f}",
+        va="top",
+        color="grey",
+        fontsize=8,
+    )
+    critical = fit.critical_batch
+    axes.plot(
+        [fit.samples(critical)],
+        [fit.steps(critical)],
+        "r*",
+        ms=12,
+        label=f"B_crit = E_min / S_min = {critical:.0f} (2 S_min, 2 E_min)",
+    )
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("samples to the target, E = B x S")
+    axes.set_ylabel("optimizer steps to the target, S")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    return figure
+
+
+def plot_lr_scaling(runs: dict):
+    """Loss against samples seen for each learning-rate scaling run, SGD left, Adam right.
+
+    ``runs`` maps a label to a :class:`coursekit.critical_batch.LossCurve`.
+    """
+    figure, (sgd_axes, adam_axes) = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+    for label, curve in runs.items():
+        axes = adam_axes if curve.optimizer == "adam" else sgd_axes
+        axes.plot(curve.samples, curve.losses, label=label, lw=1.2)
+    for axes, title in ((sgd_axes, "SGD"), (adam_axes, "Adam")):
+        axes.set_title(title)
+        axes.set_xlabel("samples seen")
+        axes.legend(fontsize=7)
+    sgd_axes.set_ylabel("loss")
+    figure.tight_layout()
+    return figure
+
+
+def plot_ramp_runs(runs: dict[str, dict[str, list[float]]]):
+    """Runs whose effective batch may change, against samples seen: the batch, the learning
+    rate and the logged loss per window, one panel each.
+
+    ``runs`` maps a label to ``{"samples": ..., "batch": ..., "lr": ..., "loss": ...}``,
+    one value per window (optimizer step). A schedule sized in the wrong unit shows in the
+    middle panel: its learning rate stops short of its floor when the data runs out.
+    """
+    figure, axes = plt.subplots(1, 3, figsize=(14, 3.5))
+    panels = (("batch", "effective batch"), ("lr", "learning rate"), ("loss", "logged loss"))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for (label, run), style in zip(runs.items(), ["-", "--", "-.", ":"] * 4, strict=False):
+            ax.plot(run["samples"], run[key], style, label=label, lw=1.5, alpha=0.85)
+        ax.set_title(title)
+        ax.set_xlabel("samples seen")
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+    axes[2].set_yscale("log")
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=len(runs), frameon=False)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    return figure
+
+
+def plot_warmup_runs(runs: dict):
+    """Loss against samples seen for runs with and without warm-up, on a log scale.
+
+    ``runs`` maps a label to a :class:`coursekit.critical_batch.LossCurve`. A diverged run's
+    curve ends where its loss stopped being finite, and climbs by many orders of magnitude
+    before: the y axis stops at 100 times the largest starting loss, and such a run is
+    marked with an x where it leaves the plot.
+    """
+    figure, axes = plt.subplots(figsize=(7, 3.8))
+    top = 100 * max(curve.losses[0] for curve in runs.values())
+    for (label, curve), style in zip(runs.items(), ["-", "--", "-.", ":"] * 4, strict=False):
+        shown = [(s, v) for s, v in zip(curve.samples, curve.losses, strict=True) if v <= top]
+        (line,) = axes.plot(*zip(*shown, strict=True), style, label=label, lw=1.5, alpha=0.85)
+        if len(shown) < len(curve.losses):
+            axes.plot(shown[-1][0], shown[-1][1], "x", color=line.get_color(), markersize=9)
+    axes.set_yscale("log")
+    axes.set_ylim(top=top)
+    axes.set_xlabel("samples seen")
+    axes.set_ylabel("loss")
+    axes.set_title("Linear scaling at 8x the batch: with and without warm-up")
+    axes.legend(fontsize=8)
     figure.tight_layout()
     return figure

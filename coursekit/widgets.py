@@ -320,3 +320,83 @@ def pipeline_view():
         control.observe(update, names="value")
     update()
     return widgets.VBox([stages, micro, schedule, view])
+
+
+def advisor_html(
+    memory_micro_batch: int,
+    throughput: dict[int, float],
+    critical_batch: float,
+    target_batch: int,
+    devices: int = 1,
+    more_devices_available: int = 0,
+) -> str:
+    """The accumulation advisor's view: the advice, its reasons, and a bar per option of the
+    time one optimizer step takes (accumulating on the devices in use, or with all of them)."""
+    import html
+
+    from coursekit.critical_batch import should_accumulate
+
+    advice = should_accumulate(
+        memory_micro_batch,
+        throughput,
+        critical_batch,
+        target_batch,
+        devices,
+        more_devices_available,
+    )
+    options = {f"{devices} device(s)": devices}
+    if more_devices_available:
+        options[f"{devices + more_devices_available} device(s)"] = devices + more_devices_available
+    micro = advice.micro_batch_size
+    seconds_per_sample = advice.step_time_s / (micro * advice.accum_steps)
+    times = {
+        label: -(-advice.effective_batch // (micro * d)) * micro * seconds_per_sample
+        for label, d in options.items()
+    }
+    longest = max(times.values())
+    bars = "".join(
+        f"<tr><td style='padding-right:8px'>{label}</td><td style='width:260px'>"
+        f"<div style='width:{100 * t / longest:.1f}%;background:#4c72b0;height:14px'></div>"
+        f"</td><td>{t * 1e3:.1f} ms</td></tr>"
+        for label, t in times.items()
+    )
+    reasons = "".join(f"<li>{html.escape(reason)}</li>" for reason in advice.reasons)
+    return (
+        f"<p><b>advice: {advice.action}</b>: effective batch {advice.effective_batch} = "
+        f"{micro} x {advice.accum_steps} x {advice.devices} device(s); steps to the target "
+        f"about {advice.relative_steps:.2f} x S_min</p><ul>{reasons}</ul>"
+        f"<p>time per optimizer step (compute only):</p><table>{bars}</table>"
+    )
+
+
+def accumulation_advisor(throughput: dict[int, float] | None = None):
+    """Sliders for the memory budget (largest micro-batch), target batch, critical batch and
+    devices; the advice and the time per optimizer step update as they move.
+
+    ``throughput`` (samples/s by micro-batch size, from
+    :func:`coursekit.critical_batch.measure_throughput`) defaults to 1000 samples/s at every
+    size: the time bars then count samples, not a machine.
+    """
+    import ipywidgets as widgets
+
+    powers = [2**k for k in range(13)]
+    if throughput is None:
+        throughput = {size: 1000.0 for size in powers}
+    memory = widgets.SelectionSlider(
+        options=[s for s in powers if s >= min(throughput)], value=32, description="fits in memory"
+    )
+    target = widgets.SelectionSlider(options=powers, value=512, description="target batch")
+    critical = widgets.SelectionSlider(options=powers, value=256, description="critical batch")
+    devices = widgets.SelectionSlider(options=[1, 2, 4, 8], value=1, description="devices")
+    more = widgets.SelectionSlider(options=[0, 1, 2, 4, 8], value=0, description="free devices")
+    view = widgets.HTML()
+
+    def update(_change=None):
+        view.value = advisor_html(
+            memory.value, throughput, critical.value, target.value, devices.value, more.value
+        )
+
+    for control in (memory, target, critical, devices, more):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([memory, target, critical, devices, more, view])

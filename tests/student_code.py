@@ -4,7 +4,14 @@ Source text, not functions, because the same code is injected into exercise note
 test that the notebook run names the mistake too (tests/test_notebooks.py).
 """
 
-from tests import student_code_02, student_code_03, student_code_04, student_code_05
+from tests import (
+    student_code_02,
+    student_code_03,
+    student_code_04,
+    student_code_05,
+    student_code_06_batch,
+    student_code_06_noise,
+)
 
 ACCUMULATE_WINDOW = {
     "correct": """
@@ -581,6 +588,8 @@ BY_QUESTION = {
     **student_code_03.BY_QUESTION,
     **student_code_04.BY_QUESTION,
     **student_code_05.BY_QUESTION,
+    **student_code_06_noise.BY_QUESTION,
+    **student_code_06_batch.BY_QUESTION,
 }
 
 # Modules 0 and 1's mutation-testing sets; each module file has its own (see below).
@@ -653,9 +662,18 @@ NAMED_AS = {
     **student_code_03.NAMED_AS,
     **student_code_04.NAMED_AS,
     **student_code_05.NAMED_AS,
+    **student_code_06_noise.NAMED_AS,
+    **student_code_06_batch.NAMED_AS,
 }
 
-_MODULES = (student_code_02, student_code_03, student_code_04, student_code_05)
+_MODULES = (
+    student_code_02,
+    student_code_03,
+    student_code_04,
+    student_code_05,
+    student_code_06_noise,
+    student_code_06_batch,
+)
 # (question, variant) pairs, for tests/mutation.py:
 # - NON_TEXTBOOK: mutants beyond the textbook mistakes (boundaries, partial windows, steps
 #   outside the loop, sizes that do not divide, dtype slips, in-place changes to inputs,

@@ -105,6 +105,24 @@ HAND_INS = {
             "count_steps": "correct_by_simulation",
         },
     },
+    "06_batch_size": {
+        "ada": {},
+        "ben": {
+            "noise_scale": "big_norm_as_true_norm",
+            "scaled_hyperparameters": "linear_for_adam",
+            "ramp_plan": "scheduler_in_micro_steps",
+        },
+        "cyd": {
+            "noise_scale": "grads_left_behind",
+            "scaled_hyperparameters": "warmup_rounded_down",
+            "ramp_plan": "samples_skipped",
+        },
+        "dev": {
+            "noise_scale": "correct_torch_func",
+            "scaled_hyperparameters": "correct_fractions",
+            "ramp_plan": "correct_generator",
+        },
+    },
 }
 
 

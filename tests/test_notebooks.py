@@ -137,6 +137,13 @@ HAND_INS = {
             "count_steps": "short_window_not_counted",
         },
     ],
+    "06_batch_size": [
+        {
+            "noise_scale": "partial_sums_not_micro_batches",
+            "scaled_hyperparameters": "warmup_not_rescaled",
+            "ramp_plan": "loss_scale_not_updated",
+        },
+    ],
 }
 
 

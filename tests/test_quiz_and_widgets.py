@@ -162,3 +162,12 @@ def test_the_final_quiz_spans_the_whole_course():
     ):
         assert topic in text
     assert len({q.answer for q in final.questions}) == 4  # the right answer moves around
+
+
+def test_module_6_quiz_checks_the_numbers_it_teaches():
+    module6 = quiz("06_batch_size")
+    text = module6.as_text()
+    # the linear rule with warm-up kept in samples, Malladi's square-root rule, the fitted B_crit
+    for number in ("63 warm-up steps", "(0.6, 0.996), eps 5e-9", "Near 500"):
+        assert number in text
+    assert len({q.answer for q in module6.questions}) == 3  # the right answer moves around

@@ -10,6 +10,8 @@ from coursekit.checks import (  # noqa: F401, I001  (importing registers, in thi
     module03,
     module04,
     module05,
+    module06_noise,
+    module06_scaling,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of

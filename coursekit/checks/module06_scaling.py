@@ -1,0 +1,912 @@
+"""Checks for module 6 (06_batch_size): hyperparameters that move with the batch, and a
+batch-size ramp built by changing the accumulation steps.
+
+Both questions are arithmetic, judged exactly (to float rounding) against
+:mod:`coursekit.batch_scaling`. A mistake is named only when the hand-in's output equals what
+the reference computes with that mistake built in, and differs from the right output; where
+two mistakes give the same output here, no name is given and the message says what differs.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Mapping
+
+from coursekit.batch_scaling import OPTIMIZER_KINDS, ramp_plan, scaled_hyperparameters
+from coursekit.checks.question import Failure, Question
+from coursekit.checks.registry import register
+
+MODULE = "06_batch_size"
+TOLERANCE = 1e-9  # relative: every right style agrees far closer, every mistake differs far more
+MAX_MICRO_BATCHES = 20_000  # read no more of a plan: the specs' plans have a few hundred
+
+
+def _number(value) -> float | None:
+    """A real number (NumPy's, a Fraction, a 0-d tensor too) as a float, else None."""
+    if getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    return float(value)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _close(got: float, want: float) -> bool:
+    """Equal to float rounding; never for inf or nan (``want`` is always finite)."""
+    return abs(got - want) <= TOLERANCE * abs(want) + 1e-15
+
+
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _pair(value) -> bool:
+    return isinstance(value, list) and len(value) == 2 and all(_whole(v) for v in value)
+
+
+def _only_name(matches: dict[str, bool]) -> str | None:
+    """The one mistake whose output matched, or None when none or several did."""
+    names = [name for name, matched in matches.items() if matched]
+    return names[0] if len(names) == 1 else None
+
+
+def _describe(value) -> str:
+    return f"{type(value).__name__}: {repr(value)[:160]}"
+
+
+def _refused(fn, args, kwargs) -> dict:
+    """Outputs for a spec the function must refuse: what it raised, or what it returned."""
+    try:
+        returned = fn(*args, **kwargs)
+    except Exception as error:  # the refusal is what the spec checks
+        return {"raised": type(error).__name__, "value_error": isinstance(error, ValueError)}
+    text = repr(returned)
+    return {"returned": text if len(text) <= 200 else text[:200] + " ..."}
+
+
+def _judge_refusal(outputs, reason: str, setting: str) -> None:
+    if "raised" not in outputs:
+        raise Failure(
+            f"{reason[0].upper()}{reason[1:]} {setting}, yet your function returned "
+            f"{outputs.get('returned')}. Raise a ValueError whose message says what is wrong "
+            "and what to do instead.",
+            "bad_input_accepted",
+        )
+    if outputs.get("value_error") is not True:
+        raise Failure(
+            f"Right to refuse {setting}: {reason}. But raise a ValueError, not "
+            f"{outputs.get('raised')}: a ValueError is what callers catch for a bad value, "
+            "and its message can say what to change.",
+            "wrong_exception",
+        )
+
+
+# ---------------------------------------------------------------- scaled_hyperparameters
+
+_HYPER_MESSAGES = {
+    "linear_for_adam": (
+        "that is base_lr x k, SGD's linear rule. For {kind} the square-root rule scales the "
+        "learning rate by sqrt(k) = {sqrt_k:.6g}"
+    ),
+    "sqrt_for_sgd": (
+        "that is base_lr x sqrt(k), the square-root rule for Adam. For SGD the linear rule "
+        "scales the learning rate by k = {k:.6g}"
+    ),
+    "ratio_inverted": (
+        "your k is base_batch / new_batch = {inverse:.6g}. k is new_batch / base_batch = "
+        "{k:.6g}: a larger batch gets a larger learning rate"
+    ),
+    "ratio_truncated": (
+        "your k is new_batch // base_batch = {truncated}, an integer division. k is the true "
+        "ratio {new} / {base} = {k:.6g}"
+    ),
+    "lr_not_scaled": "that is base_lr unchanged. Rule 2 scales it with the batch",
+    "warmup_not_rescaled": (
+        "that is the old count unchanged. With {new} samples per step instead of {base}, "
+        "{warmup} steps warm up over {new_samples} samples instead of {old_samples}. Keep the "
+        "samples: ceil({warmup} x {base} / {new})"
+    ),
+    "warmup_scaled_up": (
+        "that is the old count times k. Each step now takes k times the samples, so the same "
+        "samples take k times fewer steps: ceil({warmup} x {base} / {new})"
+    ),
+    "warmup_rounded_down": (
+        "that is {warmup} x {base} / {new} rounded down, a warm-up over fewer samples than "
+        "before{to_zero}. Round up, in integers: -(-warmup_steps * base_batch // new_batch)"
+    ),
+    "warmup_float_rounding": (
+        "that is math.ceil of a float ratio. {warmup} x {base} / {new} is exactly {want}, but "
+        "the batches' ratio as a float carries a rounding error, and math.ceil turns a "
+        "result a hair above {want} into {got}. Compute in integers: "
+        "-(-warmup_steps * base_batch // new_batch)"
+    ),
+    "betas_not_scaled": (
+        "those are the betas unchanged. With a batch k = {k:.6g} times larger, each step "
+        "stands for k times the samples, so each moving average forgets k times as much per "
+        "step: 1 - beta becomes k(1 - beta)"
+    ),
+    "betas_scaled_wrong_way": (
+        "the rule scales 1 - beta, not beta, and by k, not 1/k: "
+        "beta -> 1 - k(1 - beta) with k = {k:.6g}"
+    ),
+    "betas_as_powers": (
+        "that is beta**k, which decays each average per sample as k steps at the old batch "
+        "did. A sensible rule, but not the square-root rule this question states: "
+        "1 - beta becomes k(1 - beta) (the two agree only while k(1 - beta) is small)"
+    ),
+    "eps_not_scaled": (
+        "that is eps unchanged. The square-root rule divides it by sqrt(k) = {sqrt_k:.6g}"
+    ),
+    "eps_scaled_wrong_way": (
+        "that is eps times sqrt(k). The square-root rule divides it by sqrt(k) = {sqrt_k:.6g}"
+    ),
+}
+
+
+def _hyper_call(spec) -> tuple[tuple, dict]:
+    args = (spec["base_lr"], spec["base_batch"], spec["new_batch"], spec["kind"], spec["warmup"])
+    kwargs = {}
+    if "betas" in spec:
+        kwargs["betas"] = tuple(spec["betas"])
+    if "eps" in spec:
+        kwargs["eps"] = spec["eps"]
+    return args, kwargs
+
+
+def _hyper_refusal(spec) -> str | None:
+    """Why rule 5 refuses ``spec``, or None when it does not."""
+    base, new = spec["base_batch"], spec["new_batch"]
+    if spec["base_lr"] <= 0:
+        return f"base_lr {spec['base_lr']} is not a learning rate (it must be above 0)"
+    for name, batch in (("base_batch", base), ("new_batch", new)):
+        if batch < 1:
+            return f"{name} {batch} is not a batch (it must be at least 1)"
+    if spec["warmup"] < 0:
+        return f"a warm-up of {spec['warmup']} steps is not a warm-up (it must be 0 or more)"
+    if spec["kind"] not in OPTIMIZER_KINDS:
+        return (
+            f"{spec['kind']!r} is none of the kinds the rules cover ({', '.join(OPTIMIZER_KINDS)})"
+        )
+    if spec["kind"] == "sgd":
+        return None
+    for index, beta in enumerate(spec.get("betas", (0.9, 0.999))):
+        shrink = new / base * (1 - beta)
+        if shrink > 1:
+            return (
+                f"k(1 - beta{index + 1}) = {shrink:.3g} is above 1, so the scaled beta{index + 1} "
+                f"would be {1 - shrink:.3g}, outside [0, 1): the rule does not apply that far"
+            )
+    return None
+
+
+def _read_hyperparameters(returned) -> dict:
+    if not isinstance(returned, Mapping):
+        return {"returned": _describe(returned)}
+    values: dict = {}
+    for key in ("lr", "eps"):
+        if key in returned:
+            number = _number(returned[key])
+            values[key] = repr(returned[key])[:80] if number is None else number
+    if "warmup_steps" in returned:
+        warmup = returned["warmup_steps"]
+        is_int = isinstance(warmup, numbers.Integral) and not isinstance(warmup, bool)
+        values["warmup_steps"] = int(warmup) if is_int else repr(warmup)[:80]
+    if "betas" in returned:
+        betas = returned["betas"]
+        try:
+            numbers_read = [_number(b) for b in betas] if not isinstance(betas, str) else [None]
+        except TypeError:
+            numbers_read = [None]
+        valid = len(numbers_read) == 2 and None not in numbers_read
+        values["betas"] = numbers_read if valid else repr(betas)[:80]
+    return {"values": values}
+
+
+def _hyper_patterns(spec) -> dict[str, dict[str, list]]:
+    """Each output's known wrong values, by mistake name (values equal to the right one are
+    dropped when compared)."""
+    lr, base, new, warmup = spec["base_lr"], spec["base_batch"], spec["new_batch"], spec["warmup"]
+    k, inverse, truncated = new / base, base / new, new // base
+    betas, eps = spec.get("betas", (0.9, 0.999)), spec.get("eps", 1e-8)
+    if spec["kind"] == "sgd":
+        lrs = {
+            "sqrt_for_sgd": [lr * math.sqrt(k)],
+            "ratio_inverted": [lr * inverse],
+            "ratio_truncated": [lr * truncated],
+        }
+    else:
+        lrs = {
+            "linear_for_adam": [lr * k],
+            "ratio_inverted": [lr * math.sqrt(inverse)],
+            "ratio_truncated": [lr * math.sqrt(truncated)],
+        }
+    lrs["lr_not_scaled"] = [lr]
+    return {
+        "lr": lrs,
+        "warmup_steps": {
+            "warmup_not_rescaled": [warmup],
+            "warmup_scaled_up": [-(-warmup * new // base), warmup * new // base],
+            "warmup_rounded_down": [warmup * base // new],
+            "warmup_float_rounding": [math.ceil(warmup / k), math.ceil(warmup * inverse)],
+        },
+        "betas": {
+            "betas_not_scaled": [list(betas)],
+            "betas_scaled_wrong_way": [[b * k for b in betas], [1 - (1 - b) / k for b in betas]],
+            "betas_as_powers": [[b**k for b in betas]],
+        },
+        "eps": {"eps_not_scaled": [eps], "eps_scaled_wrong_way": [eps * math.sqrt(k)]},
+    }
+
+
+def _same(key: str, got, want) -> bool:
+    if key == "warmup_steps":
+        return got == want
+    if key == "betas":  # compare 1 - beta, the quantity the rule scales
+        return all(
+            abs(g - w) <= TOLERANCE * abs(1 - w) + 1e-15 for g, w in zip(got, want, strict=True)
+        )
+    return _close(got, want)
+
+
+@register
+class ScaledHyperparameters(Question):
+    name = "scaled_hyperparameters"
+    module = MODULE
+    points = 2
+
+    def public_specs(self):
+        return [
+            {"base_lr": 0.1, "base_batch": 256, "new_batch": 1024, "kind": "sgd", "warmup": 500},
+            {"base_lr": 3e-4, "base_batch": 64, "new_batch": 256, "kind": "adam", "warmup": 1000},
+            # k = 2.5: not a whole ratio; the warm-up's samples are not a whole number of steps
+            {"base_lr": 0.05, "base_batch": 48, "new_batch": 120, "kind": "sgd", "warmup": 101},
+            # k = 16 with a short warm-up: rounded down it would vanish
+            {
+                "base_lr": 1e-3,
+                "base_batch": 32,
+                "new_batch": 512,
+                "kind": "adamw",
+                "warmup": 6,
+                "betas": [0.95, 0.999],
+                "eps": 1e-6,
+            },
+            # a smaller batch: k = 1/4
+            {
+                "base_lr": 2e-3,
+                "base_batch": 512,
+                "new_batch": 128,
+                "kind": "adam",
+                "warmup": 300,
+                "betas": [0.9, 0.98],
+            },
+            {"base_lr": 0.1, "base_batch": 256, "new_batch": 512, "kind": "rmsprop", "warmup": 10},
+            {"base_lr": 0.1, "base_batch": 256, "new_batch": 0, "kind": "sgd", "warmup": 10},
+        ]
+
+    def hidden_specs(self, rng):
+        specs = [
+            # fixed edge cases, whatever the draw:
+            # math.ceil on a float ratio lands one step high: 245 / (98 / 96) = 240.00...03
+            {"base_lr": 0.1, "base_batch": 96, "new_batch": 98, "kind": "sgd", "warmup": 245},
+            {"base_lr": 3e-4, "base_batch": 56, "new_batch": 328, "kind": "adam", "warmup": 1435},
+            {"base_lr": 3e-4, "base_batch": 184, "new_batch": 168, "kind": "adamw", "warmup": 1785},
+            # k(1 - beta1) = 1 exactly: beta1 becomes 0, still in [0, 1)
+            {
+                "base_lr": 1e-3,
+                "base_batch": 64,
+                "new_batch": 128,
+                "kind": "adam",
+                "warmup": 0,
+                "betas": [0.5, 0.75],
+            },
+            # floor would give 0 steps of warm-up
+            {"base_lr": 0.2, "base_batch": 64, "new_batch": 1024, "kind": "sgd", "warmup": 3},
+            # a smaller batch that integer division makes k = 0
+            {"base_lr": 0.1, "base_batch": 384, "new_batch": 96, "kind": "sgd", "warmup": 70},
+            # refusals: beta1 scaled out of range; beta2 only; bad numbers; unknown kinds
+            {"base_lr": 1e-3, "base_batch": 32, "new_batch": 512, "kind": "adam", "warmup": 10},
+            {
+                "base_lr": 1e-3,
+                "base_batch": 32,
+                "new_batch": 512,
+                "kind": "adamw",
+                "warmup": 10,
+                "betas": [0.99, 0.9],
+            },
+            {"base_lr": 0.1, "base_batch": -32, "new_batch": 64, "kind": "sgd", "warmup": 10},
+            {"base_lr": 0.1, "base_batch": 32, "new_batch": -64, "kind": "sgd", "warmup": 10},
+            {"base_lr": 0.0, "base_batch": 32, "new_batch": 64, "kind": "adam", "warmup": 10},
+            {"base_lr": 0.1, "base_batch": 32, "new_batch": 64, "kind": "sgd", "warmup": -5},
+            {"base_lr": 0.1, "base_batch": 32, "new_batch": 64, "kind": "lamb", "warmup": 10},
+        ]
+        sizes = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+        for _ in range(4):
+            base = rng.choice(sizes)
+            new = rng.choice([s for s in sizes if s != base and base // 8 <= s <= base * 8])
+            kind = rng.choice(OPTIMIZER_KINDS)
+            spec = {
+                "base_lr": rng.choice([0.1, 0.05, 3e-4, 1e-3]) * rng.choice([1, 2, 3]),
+                "base_batch": base,
+                "new_batch": new,
+                "kind": kind,
+                "warmup": rng.randint(1, 3000),
+            }
+            if kind != "sgd":
+                # betas whose scaled values stay clear of 0 (this draw checks the arithmetic)
+                fits = [
+                    b
+                    for b in ([0.9, 0.999], [0.9, 0.95], [0.8, 0.99], [0.95, 0.98], [0.98, 0.999])
+                    if new / base * (1 - b[0]) <= 0.9
+                ]
+                spec["betas"] = rng.choice(fits)
+                spec["eps"] = rng.choice([1e-8, 1e-6])
+            specs.append(spec)
+        return specs
+
+    def run(self, fn, spec):
+        args, kwargs = _hyper_call(spec)
+        if _hyper_refusal(spec) is not None:
+            return _refused(fn, args, kwargs)
+        return _read_hyperparameters(fn(*args, **kwargs))
+
+    def reference(self):
+        return scaled_hyperparameters
+
+    def judge(self, spec, outputs, expected):
+        base, new, warmup, kind = (spec[k] for k in ("base_batch", "new_batch", "warmup", "kind"))
+        given = "".join(f", {k} {spec[k]}" for k in ("betas", "eps") if k in spec)
+        setting = (
+            f"(base_lr {spec['base_lr']}, batch {base} -> {new}, optimizer_kind {kind!r}, "
+            f"warmup_steps {warmup}{given})"
+        )
+        reason = _hyper_refusal(spec)
+        if reason is not None:
+            _judge_refusal(outputs, reason, setting)
+            return
+        values = outputs.get("values")
+        if not isinstance(values, dict):
+            raise Failure(f"Return a dict {setting}; got {outputs.get('returned')}.")
+        wanted = expected["values"]
+        keys = ["lr", "warmup_steps"] + (["betas", "eps"] if kind != "sgd" else [])
+        missing = [key for key in keys if key not in values]
+        if missing:
+            raise Failure(
+                f"Your dict has no {', '.join(map(repr, missing))} {setting}: for {kind!r} "
+                f"return the keys {', '.join(map(repr, keys))} (rule 4)."
+            )
+        k = new / base
+        details = {
+            "kind": kind,
+            "k": k,
+            "sqrt_k": math.sqrt(k),
+            "inverse": base / new,
+            "truncated": new // base,
+            "base": base,
+            "new": new,
+            "warmup": warmup,
+            "old_samples": warmup * base,
+            "new_samples": warmup * new,
+        }
+        patterns = _hyper_patterns(spec)
+        for key in keys:
+            got, want = values.get(key), wanted[key]
+            if key == "warmup_steps" and not _whole(got):
+                raise Failure(
+                    f"warmup_steps must be a whole number of steps (an int), got {got} "
+                    f"{setting}. Use integer arithmetic: -(-warmup_steps * base_batch // "
+                    "new_batch) is the ceiling.",
+                    "not_an_int",
+                )
+            if key == "betas" and not (
+                isinstance(got, list) and len(got) == 2 and all(isinstance(b, float) for b in got)
+            ):
+                raise Failure(f"betas must be two numbers (beta1, beta2), got {got} {setting}.")
+            if key in ("lr", "eps") and not isinstance(got, float):
+                raise Failure(f"{key} must be a number, got {got} {setting}.")
+            if _same(key, got, want):
+                continue
+            name = _only_name(
+                {
+                    mistake: any(_same(key, got, v) and not _same(key, v, want) for v in values_)
+                    for mistake, values_ in patterns[key].items()
+                }
+            )
+            said = f"{key} {'are' if key == 'betas' else 'is'} {_show(got)} {setting}"
+            if name is None:
+                raise Failure(f"{said}; by the rules {key} should be {_show(want)}.")
+            zero = " (here none at all: 0 steps)" if got == 0 and warmup > 0 else ""
+            why = _HYPER_MESSAGES[name].format(**details, want=want, got=got, to_zero=zero)
+            raise Failure(f"{said}: {why}. Want {_show(want)}.", name)
+
+
+def _show(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    return str(value)
+
+
+# ---------------------------------------------------------------- ramp_plan
+
+Windows = list[list[list[int]]]
+
+_PLAN_MESSAGES = {
+    "samples_skipped": (
+        "your plan jumps ahead to the new phase's from_sample, so the samples between the "
+        "last window that fit and from_sample are never trained on. Keep going from where the "
+        "last window stopped: the change applies to the first window that starts at or after "
+        "from_sample"
+    ),
+    "samples_repeated": (
+        "your plan restarts at from_sample although the window before it ran past it, so "
+        "those samples are trained on twice. Keep going from where the last window stopped: "
+        "the change applies to the first window that starts at or after from_sample"
+    ),
+    "samples_dropped": (
+        "the samples at the end that do not fill a whole micro-batch (or window) are never "
+        "trained on. The last micro-batch and the last window may be short: train on them too"
+    ),
+    "window_split_at_change": (
+        "a window changed its number of micro-batches in its middle (or was cut at "
+        "from_sample). A window keeps the accum_steps it started with; the change applies to "
+        "the first window that starts at or after from_sample"
+    ),
+    "phase_change_late": (
+        "a change took effect one window late: a window that starts at sample s uses the last "
+        "pair with from_sample <= s (so a window starting exactly at from_sample already has "
+        "the new accum_steps), looked up at that window's own start"
+    ),
+    "boundary_by_global_count": (
+        "your windows end where a micro-batch counter over the whole run hits a multiple of "
+        "accum_steps, (i + 1) % accum_steps == 0. That works only while accum_steps stays the "
+        "same: after a change, a window ends wherever the old count happens to meet a "
+        "multiple of the new one. Count the micro-batches of the current window instead"
+    ),
+    "schedule_ignored": (
+        "every window has the first pair's accum_steps: the schedule's later pairs never "
+        "took effect"
+    ),
+    "loss_scale_not_updated": (
+        "your scales are those of the first phase's window size. After a change the window "
+        "holds another number of micro-batches, so each micro-batch's scale is its samples "
+        "over its own window's samples"
+    ),
+    "last_window_scaled_by_n": (
+        "the last window is short, and you scaled its micro-batches by its phase's "
+        "accum_steps, as if it were full; its gradient is then too small. Divide by the "
+        "samples the window really has"
+    ),
+    "short_micro_batch_weighted_as_full": (
+        "you gave each micro-batch 1 / (micro-batches in the window), but the last "
+        "micro-batch is short: it then weighs as much as a full one. Scale each micro-batch "
+        "by its samples over the window's samples"
+    ),
+    "scheduler_in_micro_steps": (
+        "that counts micro-batches. The optimizer and the scheduler step once per window, so "
+        "count windows: a schedule sized in micro-batches would not reach its end"
+    ),
+    "scheduler_length_from_first_batch": (
+        "that is the step count if every window had the first phase's accum_steps. The ramp "
+        "changes the windows' size, so count the windows of the plan itself"
+    ),
+}
+
+
+def _ramp_refusal(spec) -> str | None:
+    total, micro, schedule = spec["total"], spec["micro"], spec["schedule"]
+    if micro < 1:
+        return f"micro_batch_size {micro} holds no samples (it must be at least 1)"
+    if total < 1:
+        return f"total_samples {total} leaves nothing to train on (it must be at least 1)"
+    if not schedule:
+        return "an empty schedule gives no window any accum_steps"
+    if schedule[0][0] != 0:
+        return f"the schedule's first pair is at sample {schedule[0][0]}, not 0"
+    starts = [from_sample for from_sample, _ in schedule]
+    if any(after <= before for before, after in zip(starts, starts[1:], strict=False)):
+        return f"the schedule's from_samples {starts} are not sorted (each larger than the last)"
+    if any(accum < 1 for _, accum in schedule):
+        return "an accum_steps below 1 gives windows without micro-batches"
+    return None
+
+
+def _accum_at(pairs, sample: int, strict: bool = False) -> int:
+    accum = pairs[0][1]
+    for from_sample, steps in pairs:
+        if from_sample < sample or (from_sample == sample and not strict):
+            accum = steps
+    return accum
+
+
+def _grid(start: int, stop: int, micro: int) -> list[list[int]]:
+    return [[a, min(a + micro, stop)] for a in range(start, stop, micro)]
+
+
+def _chunks(ranges: list, size: int) -> Windows:
+    return [ranges[i : i + size] for i in range(0, len(ranges), size)]
+
+
+def _greedy(grid, accum_for) -> Windows:
+    """Windows over ``grid``; ``accum_for(start, previous_start)`` sizes each one."""
+    windows, i, previous = [], 0, None
+    while i < len(grid):
+        size = accum_for(grid[i][0], previous)
+        windows.append(grid[i : i + size])
+        previous, i = grid[i][0], i + size
+    return windows
+
+
+def _closing(grid, close) -> Windows:
+    """Windows over ``grid`` that end after a micro-batch for which ``close`` says so."""
+    windows, window = [], []
+    for index, micro_batch in enumerate(grid):
+        window.append(micro_batch)
+        if close(index, micro_batch, window):
+            windows.append(window)
+            window = []
+    return windows + ([window] if window else [])
+
+
+def _phases(total: int, pairs) -> list[tuple[int, int, int]]:
+    """(start, stop, accum_steps) of each phase that begins before ``total``."""
+    active = [(f, n) for f, n in pairs if f < total]
+    stops = [f for f, _ in active[1:]] + [total]
+    return [(f, stop, n) for (f, n), stop in zip(active, stops, strict=True)]
+
+
+def _mistaken_windows(total: int, micro: int, pairs) -> dict[str, list[Windows]]:
+    """Windows that each known mistake gives, by mistake name (several ways to make some)."""
+    grid = _grid(0, total, micro)
+    phases = _phases(total, pairs)
+    right = _greedy(grid, lambda start, _: _accum_at(pairs, start))
+
+    def cut_at_changes(split_micro_batches: bool) -> Windows:
+        if split_micro_batches:
+            return [w for f, stop, n in phases for w in _chunks(_grid(f, stop, micro), n)]
+        windows = []
+        for f, stop, n in phases:
+            inside = [mb for mb in grid if f <= mb[0] < stop]
+            windows += _chunks(inside, n)
+        return windows
+
+    def jumping(restart: bool) -> Windows:
+        windows, position = [], 0
+        for index, (f, stop, n) in enumerate(phases):
+            last = index == len(phases) - 1
+            position = f if restart else max(position, f)
+            while position < stop:
+                end = position + n * micro
+                if not restart and not last and end > stop:
+                    break
+                windows.append(_grid(position, min(end, total), micro))
+                position = min(end, total)
+        return windows
+
+    full = total // micro * micro
+    return {
+        "phase_change_late": [
+            _greedy(grid, lambda start, _: _accum_at(pairs, start, strict=True)),
+            _greedy(grid, lambda _, previous: _accum_at(pairs, previous or 0)),
+        ],
+        "window_split_at_change": [
+            _closing(grid, lambda _, mb, w: len(w) >= _accum_at(pairs, mb[0])),
+            _closing(grid, lambda _, mb, w: len(w) >= _accum_at(pairs, mb[1])),
+            cut_at_changes(split_micro_batches=True),
+            cut_at_changes(split_micro_batches=False),
+        ],
+        "boundary_by_global_count": [
+            _closing(grid, lambda i, mb, _: (i + 1) % _accum_at(pairs, mb[0]) == 0)
+        ],
+        "schedule_ignored": [_chunks(grid, pairs[0][1])],
+        "samples_skipped": [jumping(restart=False)],
+        "samples_repeated": [jumping(restart=True)],
+        "samples_dropped": [
+            _greedy(_grid(0, full, micro), lambda start, _: _accum_at(pairs, start)),
+            [
+                w
+                for w in right
+                if len(w) == _accum_at(pairs, w[0][0]) and w[-1][1] - w[-1][0] == micro
+            ],
+        ],
+    }
+
+
+def _mistaken_scales(micro: int, pairs, windows: Windows) -> dict[str, list[list[list[float]]]]:
+    def by(denominator) -> list[list[float]]:
+        return [[denominator(w, b - a) for a, b in w] for w in windows]
+
+    first = pairs[0][1]
+    return {
+        "loss_scale_not_updated": [
+            by(lambda w, size: 1 / first),
+            by(lambda w, size: size / (first * micro)),
+        ],
+        "last_window_scaled_by_n": [
+            by(lambda w, size: 1 / _accum_at(pairs, w[0][0])),
+            by(lambda w, size: size / (_accum_at(pairs, w[0][0]) * micro)),
+        ],
+        "short_micro_batch_weighted_as_full": [by(lambda w, size: 1 / len(w))],
+    }
+
+
+def _same_scales(got, want) -> bool:
+    return all(
+        len(g) == len(w) and all(_close(a, b) for a, b in zip(g, w, strict=True))
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+def _read_nested(value, read_item) -> list | str:
+    """``value`` as a list of lists of ``read_item(item)``, or a string saying it is not."""
+    if isinstance(value, (str, bytes, Mapping)):
+        return _describe(value)
+    result, count = [], 0
+    try:
+        for window in value:
+            if isinstance(window, (str, bytes, Mapping)):
+                return _describe(value)
+            items = []
+            for item in window:
+                read = read_item(item)
+                if read is None:
+                    return f"an item {repr(item)[:60]} in {repr(value)[:120]}"
+                items.append(read)
+                count += 1
+                if count > MAX_MICRO_BATCHES:
+                    return f"more than {MAX_MICRO_BATCHES} micro-batches"
+            result.append(items)
+    except TypeError:
+        return _describe(value)
+    return result
+
+
+def _read_range(item) -> list[int] | None:
+    if isinstance(item, range):
+        return [item.start, item.stop] if item.step == 1 else None
+    if isinstance(item, (str, bytes, Mapping)):
+        return None
+    try:
+        pair = list(item)
+    except TypeError:
+        return None
+    if len(pair) != 2 or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in pair
+    ):
+        return None
+    return [int(pair[0]), int(pair[1])]
+
+
+def _read_plan(returned) -> dict:
+    if not isinstance(returned, Mapping):
+        return {"returned": _describe(returned)}
+    steps = returned.get("optimizer_steps")
+    is_int = isinstance(steps, numbers.Integral) and not isinstance(steps, bool)
+    return {
+        "keys": [key for key in ("windows", "scales", "optimizer_steps") if key in returned],
+        "windows": _read_nested(returned.get("windows"), _read_range),
+        "scales": _read_nested(returned.get("scales"), _number),
+        "steps": int(steps) if is_int else repr(steps)[:80],
+    }
+
+
+def _short(windows) -> str:
+    text = str(windows)
+    return text if len(text) <= 160 else text[:150] + " ...]"
+
+
+def _coverage_problem(windows: Windows, total: int) -> str | None:
+    """What is wrong with the samples the windows cover, or None: each once, in order."""
+    position = 0
+    for a, b in (r for w in windows for r in w):
+        if b <= a:
+            return f"the micro-batch [{a}, {b}] holds no samples"
+        if a > position:
+            return f"samples {position} to {a - 1} are never trained on (a gap before [{a}, {b}])"
+        if a < position:
+            return f"samples {a} to {min(b, position) - 1} are trained on twice (at [{a}, {b}])"
+        position = b
+    if position < total:
+        return f"samples {position} to {total - 1} (the end) are never trained on"
+    if position > total:
+        return f"your plan reaches sample {position}, but only {total} samples exist"
+    return None
+
+
+@register
+class RampPlan(Question):
+    name = "ramp_plan"
+    module = MODULE
+    points = 3
+
+    def public_specs(self):
+        return [
+            # changes on window boundaries, accum_steps up then down
+            {"total": 48, "micro": 4, "schedule": [[0, 2], [16, 4], [32, 1]]},
+            # a change inside a window: it waits for the window that starts at 20
+            {"total": 50, "micro": 5, "schedule": [[0, 2], [15, 3]]},
+            # the last window is one short micro-batch
+            {"total": 23, "micro": 4, "schedule": [[0, 2], [8, 3]]},
+            # one phase; the last window ends in a short micro-batch
+            {"total": 30, "micro": 4, "schedule": [[0, 3]]},
+            {"total": 40, "micro": 4, "schedule": [[4, 2], [16, 4]]},  # not from sample 0
+            {"total": 40, "micro": 4, "schedule": [[0, 2], [32, 4], [16, 1]]},  # not sorted
+        ]
+
+    def hidden_specs(self, rng):
+        specs = [
+            # fixed edge cases, whatever the draw:
+            {"total": 60, "micro": 3, "schedule": [[0, 2], [12, 4]]},  # exactly on a boundary
+            {"total": 70, "micro": 4, "schedule": [[0, 3], [20, 2]]},  # inside a window, down
+            {"total": 45, "micro": 4, "schedule": [[0, 1], [10, 3]]},  # inside a micro-batch
+            {"total": 25, "micro": 4, "schedule": [[0, 3]]},  # last window: one short batch
+            {"total": 32, "micro": 4, "schedule": [[0, 4]]},  # one phase, every window full
+            {"total": 40, "micro": 2, "schedule": [[0, 4], [8, 1], [20, 2]]},  # down, then up
+            {"total": 60, "micro": 5, "schedule": [[0, 4], [5, 1], [12, 3]]},  # two in a window
+            {"total": 20, "micro": 2, "schedule": [[0, 2], [100, 4]]},  # a change never reached
+            {"total": 3, "micro": 8, "schedule": [[0, 2]]},  # one micro-batch, shorter than 8
+            # refusals
+            {"total": 40, "micro": 0, "schedule": [[0, 2]]},
+            {"total": 0, "micro": 4, "schedule": [[0, 2]]},
+            {"total": 40, "micro": 4, "schedule": []},
+            {"total": 40, "micro": 4, "schedule": [[0, 2], [8, 0]]},
+            {"total": 40, "micro": 4, "schedule": [[0, 2], [8, 3], [8, 4]]},
+        ]
+        for _ in range(4):
+            micro = rng.randint(1, 8)
+            total = rng.randint(10, 40) * micro + rng.randint(0, micro - 1)
+            changes = sorted(rng.sample(range(1, total), rng.randint(0, min(3, total - 1))))
+            accum = [rng.randint(1, 8) for _ in range(len(changes) + 1)]
+            schedule = [[f, n] for f, n in zip([0, *changes], accum, strict=True)]
+            specs.append({"total": total, "micro": micro, "schedule": schedule})
+        return specs
+
+    def run(self, fn, spec):
+        args = (spec["total"], spec["micro"], [tuple(pair) for pair in spec["schedule"]])
+        if _ramp_refusal(spec) is not None:
+            return _refused(fn, args, {})
+        return _read_plan(fn(*args))
+
+    def reference(self):
+        return ramp_plan
+
+    def judge(self, spec, outputs, expected):
+        total, micro = spec["total"], spec["micro"]
+        pairs = [tuple(pair) for pair in spec["schedule"]]
+        setting = (
+            f"(total_samples {total}, micro_batch_size {micro}, schedule "
+            f"{', '.join(map(str, pairs)) or 'empty'})"
+        )
+        reason = _ramp_refusal(spec)
+        if reason is not None:
+            _judge_refusal(outputs, reason, setting)
+            return
+        windows, scales, steps = self._structure(outputs, setting)
+        want_windows = expected["windows"]
+        if windows != want_windows:
+            self._judge_windows(windows, want_windows, total, micro, pairs, setting)
+        if not _same_scales(scales, expected["scales"]):
+            name = _only_name(
+                {
+                    mistake: any(
+                        _same_scales(scales, s) and not _same_scales(s, expected["scales"])
+                        for s in candidates
+                    )
+                    for mistake, candidates in _mistaken_scales(micro, pairs, windows).items()
+                }
+            )
+            index = next(
+                i
+                for i, (g, w) in enumerate(zip(scales, expected["scales"], strict=True))
+                if not _same_scales([g], [w])
+            )
+            where = (
+                f"window {index + 1} ({_short(windows[index])}) has the scales "
+                f"{_show(scales[index])}; they should be {_show(expected['scales'][index])}"
+            )
+            if name is None:
+                raise Failure(
+                    f"{where} {setting}: each micro-batch's scale is its samples over its "
+                    "window's samples, so a window's scales add up to 1."
+                )
+            raise Failure(f"{where} {setting}: {_PLAN_MESSAGES[name]}.", name)
+        want_steps = expected["steps"]
+        if steps != want_steps:
+            n_micro = -(-total // micro)
+            first = pairs[0][1]
+            name = _only_name(
+                {
+                    "scheduler_in_micro_steps": steps == n_micro,
+                    "scheduler_length_from_first_batch": steps
+                    in (-(-n_micro // first), n_micro // first, total // (first * micro)),
+                }
+            )
+            text = f"optimizer_steps is {steps} {setting}, but the plan has {want_steps} windows"
+            if name is None:
+                raise Failure(f"{text}: one optimizer step per window.")
+            raise Failure(f"{text}: {_PLAN_MESSAGES[name]}.", name)
+
+    @staticmethod
+    def _structure(outputs, setting):
+        if "returned" in outputs:
+            raise Failure(
+                "Return a dict with the keys 'windows', 'scales' and 'optimizer_steps' "
+                f"{setting}; got {outputs['returned']}."
+            )
+        missing = [
+            key
+            for key in ("windows", "scales", "optimizer_steps")
+            if key not in outputs.get("keys", [])
+        ]
+        if missing:
+            raise Failure(f"Your dict has no {', '.join(map(repr, missing))} {setting}.")
+        windows, scales, steps = outputs.get("windows"), outputs.get("scales"), outputs.get("steps")
+        if not isinstance(windows, list) or not all(
+            isinstance(w, list) and all(_pair(r) for r in w) for w in windows
+        ):
+            raise Failure(
+                "'windows' must be a list of windows, each a list of [start, stop] pairs of "
+                f"whole numbers {setting}; got {windows}."
+            )
+        if any(not window for window in windows):
+            raise Failure(
+                f"Every window holds at least one micro-batch; yours has an empty one {setting}."
+            )
+        if (
+            not isinstance(scales, list)
+            or not all(isinstance(s, list) and all(_real(v) for v in s) for s in scales)
+            or [len(s) for s in scales] != [len(w) for w in windows]
+        ):
+            raise Failure(
+                "'scales' must have the shape of 'windows': for each window, one number per "
+                f"micro-batch {setting}; got {_short(scales)} for {len(windows)} windows."
+            )
+        if not _whole(steps):
+            raise Failure(
+                f"'optimizer_steps' must be a whole number (an int), got {steps} {setting}.",
+                "not_an_int",
+            )
+        return windows, scales, steps
+
+    @staticmethod
+    def _judge_windows(windows, want, total, micro, pairs, setting):
+        name = _only_name(
+            {
+                mistake: any(windows == c and c != want for c in candidates)
+                for mistake, candidates in _mistaken_windows(total, micro, pairs).items()
+            }
+        )
+        problem = _coverage_problem(windows, total)
+        if problem is not None:
+            if name is None:
+                raise Failure(
+                    f"In your plan {setting}, {problem}. Every sample must be trained on "
+                    "exactly once, in order: each micro-batch starts where the last one stopped."
+                )
+            raise Failure(f"In your plan {setting}, {problem}: {_PLAN_MESSAGES[name]}.", name)
+        index = next(
+            (i for i, (g, w) in enumerate(zip(windows, want, strict=False)) if g != w),
+            min(len(windows), len(want)) - 1,
+        )
+        start = want[index][0][0]
+        pair = max(p for p in pairs if p[0] <= start)
+        where = (
+            f"Your window {index + 1} is {_short(windows[index])} {setting}. It starts at "
+            f"sample {start}, and the last pair with from_sample <= {start} is {pair}, so it "
+            f"should be {_short(want[index])}"
+        )
+        if name is not None:
+            raise Failure(f"{where}: {_PLAN_MESSAGES[name]}.", name)
+        flat = [r for w in windows for r in w]
+        for a, b in flat[:-1]:
+            if b - a != micro:
+                raise Failure(
+                    f"Your micro-batch [{a}, {b}] holds {b - a} samples {setting}: every "
+                    f"micro-batch holds micro_batch_size = {micro} samples, except that the "
+                    "very last one of training may be shorter."
+                )
+        raise Failure(f"{where}.")
