@@ -398,7 +398,7 @@ def lr_scaling_runs(
             0,
             "adam",
         ),
-        f"Adam B={new_batch}, sqrt lr={math.sqrt(k) * adam_base_lr:g}": (
+        f"Adam B={new_batch}, sqrt lr={math.sqrt(k) * adam_base_lr:.3g}": (
             new_batch,
             math.sqrt(k) * adam_base_lr,
             0,
@@ -658,9 +658,9 @@ def should_accumulate(
         wider = devices + more
         wider_accum = math.ceil(batch / (micro * wider))
         reasons.append(
-            f"Accumulation does not speed up a step: it takes {accum} x "
-            f"{seconds_per_micro * 1e3:.1f} ms. With {wider} devices it takes {wider_accum} x; "
-            "add the free devices first."
+            f"Accumulation does not speed up a step: on {devices} device(s) it takes {accum} x "
+            f"{seconds_per_micro * 1e3:.1f} ms, on {wider} devices {wider_accum} x "
+            f"{seconds_per_micro * 1e3:.1f} ms. Add the free devices first."
         )
         action, devices, accum = "add devices", wider, wider_accum
         if accum == 1:

@@ -12,7 +12,8 @@ Measuring |G_B|^2 at two batch sizes, b < B, gives unbiased estimates of both |G
 tr(Sigma) (the paper's appendix A.1). Accumulation hands us both sizes at no extra cost:
 each micro-batch's gradient is a small batch (b samples), the window's accumulated gradient
 the big one (B = k * b). Under DDP, each rank's local gradient is the small batch and the
-all-reduced one the big batch (:mod:`coursekit.noise_scale_workers`).
+all-reduced one the big batch (:class:`DDPNoiseScale`; :mod:`coursekit.noise_scale_workers`
+runs it on two processes).
 
 One estimate is noisy, and the ratio of two noisy numbers is biased, so the paper averages
 |G|^2 and tr(Sigma) separately over many steps and only then divides
@@ -379,3 +380,74 @@ def noise_scale_along_training(
                 )
             bar.step(f"loss {loss:.3g}, B_simple {meter.b_simple:.3g}")
     return history
+
+
+# no annotations: DDP compares a hook's annotations with dist.GradBucket, and under
+# `from __future__ import annotations` they would be strings
+def _local_norm_hook(state, bucket):
+    """DDP's default mean all-reduce, after adding the bucket's local squared norm to
+    ``state.local_sq_norm`` (kept as a tensor on the bucket's device: no host sync)."""
+    import torch.distributed as dist
+
+    buffer = bucket.buffer()
+    state._add_local(buffer.detach().double().pow(2).sum())
+    buffer.div_(dist.get_world_size())
+    work = dist.all_reduce(buffer, async_op=True)
+    return work.get_future().then(lambda future: future.value()[0])
+
+
+class DDPNoiseScale:
+    """The noise scale under DDP, almost for free: a communication hook and one scalar
+    all-reduce per measurement.
+
+    Each rank's gradient before the all-reduce is a small batch's (its own
+    ``local_batch_size`` samples: with accumulation under ``no_sync``, its whole window), the
+    all-reduced mean is the big batch's (``local_batch_size * world_size``). The hook adds up
+    the local squared norm as the buckets go through, so no extra backward runs. Registering
+    it replaces DDP's default hook with the same mean all-reduce.
+
+    Example (on every rank)::
+
+        noise = DDPNoiseScale(ddp_model, local_batch_size=micro_batch_size * accum_steps)
+        ...  # the window's backward passes; the last one all-reduces
+        estimate = noise.measure()  # before optimizer.step() and zero_grad()
+        print(noise.meter.b_simple)
+    """
+
+    def __init__(self, ddp_model: nn.Module, local_batch_size: int, decay: float = 0.9):
+        import torch.distributed as dist
+
+        self.local_batch_size = whole("local_batch_size", local_batch_size)
+        self.world_size = dist.get_world_size()
+        if self.world_size < 2:
+            raise ValueError(
+                "DDPNoiseScale needs at least 2 processes: with one, the local and the "
+                "all-reduced gradients are the same batch. Use estimate_from_micro_batches."
+            )
+        self.model = ddp_model
+        self.meter = NoiseScaleMeter(decay)
+        self._local: torch.Tensor | None = None
+        ddp_model.register_comm_hook(self, _local_norm_hook)
+
+    def _add_local(self, sq_norm: torch.Tensor) -> None:
+        self._local = sq_norm if self._local is None else self._local + sq_norm
+
+    def measure(self) -> NoiseEstimate:
+        """This step's two-batch estimate (also added to :attr:`meter`); call it after the
+        backward that all-reduced and before the gradients are cleared."""
+        import torch.distributed as dist
+
+        if self._local is None:
+            raise RuntimeError(
+                "No gradient went through the all-reduce since the last measure(): call it "
+                "after the window's last backward (the one outside no_sync)."
+            )
+        local, self._local = self._local.clone(), None
+        dist.all_reduce(local)  # the small batches' mean: one scalar on the wire
+        small = float(local) / self.world_size
+        big = float(sum(p.grad.double().pow(2).sum() for p in _trainable(self.model)))
+        return self.meter.add(
+            two_batch_estimate(
+                small, big, self.local_batch_size, self.local_batch_size * self.world_size
+            )
+        )

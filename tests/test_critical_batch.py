@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import ipywidgets
 import pytest
 import torch
 
@@ -20,7 +19,7 @@ from coursekit.critical_batch import (
     steps_to_target,
     warmup_runs,
 )
-from coursekit.widgets import accumulation_advisor, advisor_html
+from coursekit.widgets import advisor_html
 
 LRS = [0.5, 1, 2, 4, 8, 16]
 
@@ -177,13 +176,6 @@ def test_advisor_html_shows_the_advice_and_the_step_times():
     page = advisor_html(32, THROUGHPUT, 4096, 256, devices=1, more_devices_available=3)
     assert "advice: add devices" in page
     assert "256.0 ms" in page and "64.0 ms" in page  # 8 x 32 ms on one, 2 x 32 ms on four
-
-
-def test_the_advisor_widget_follows_its_sliders():
-    memory, target, critical, devices, more, view = accumulation_advisor().children
-    assert isinstance(view, ipywidgets.HTML) and "advice: accumulate" in view.value
-    memory.value = 1024
-    assert "advice: as is" in view.value
 
 
 def test_measure_throughput_counts_samples_per_second():

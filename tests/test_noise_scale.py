@@ -141,14 +141,39 @@ def test_true_noise_scale_normalises_by_n():
 
 
 def test_ddp_estimate_from_local_and_all_reduced_gradients_equals_the_oracle():
+    """Two windows of 3 micro-batches per rank, under no_sync but the last: the local window
+    is the small batch, the all-reduced one the big batch, and the meter averages both."""
     results = run_workers(
-        "coursekit.noise_scale_workers.ddp_noise_estimate", 2, micro_batch_size=6, progress=False
+        "coursekit.noise_scale_workers.ddp_noise_estimate",
+        2,
+        micro_batch_size=2,
+        accum_steps=3,
+        windows=2,
+        progress=False,
     )
-    oracle = results[0]["oracle"]
+    oracles = results[0]["oracles"]
     assert results[0]["local_sq_norm"] != pytest.approx(results[1]["local_sq_norm"])
     for result in results:
-        for key in ("gradient_sq_norm", "trace", "b_simple"):
-            assert result["estimate"][key] == pytest.approx(oracle[key], rel=1e-9), key
+        for window, oracle in zip(result["windows"], oracles, strict=True):
+            for key in ("gradient_sq_norm", "trace", "b_simple"):
+                assert window["estimate"][key] == pytest.approx(oracle[key], rel=1e-9), key
+    assert oracles[0]["trace"] != pytest.approx(oracles[1]["trace"])  # two different windows
+    meter = NoiseScaleMeter(decay=0.9)
+    for oracle in oracles:
+        meter.add(NoiseEstimate(oracle["gradient_sq_norm"], oracle["trace"]))
+    assert results[0]["meter"]["b_simple"] == pytest.approx(meter.b_simple, rel=1e-9)
+
+
+def test_ddp_noise_scale_refuses_a_single_process():
+    from torch.nn.parallel import DistributedDataParallel
+
+    from coursekit.distributed import ensure_single_process_group
+    from coursekit.noise_scale import DDPNoiseScale
+
+    ensure_single_process_group()
+    ddp = DistributedDataParallel(tiny_mlp(3, depth=1, seed=0))
+    with pytest.raises(ValueError, match="at least 2 processes"):
+        DDPNoiseScale(ddp, local_batch_size=4)
 
 
 # ---------------------------------------------------------------- the meter and bad input

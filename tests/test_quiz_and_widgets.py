@@ -171,3 +171,17 @@ def test_module_6_quiz_checks_the_numbers_it_teaches():
     for number in ("63 warm-up steps", "(0.6, 0.996), eps 5e-9", "Near 500"):
         assert number in text
     assert len({q.answer for q in module6.questions}) == 3  # the right answer moves around
+
+
+def test_the_accumulation_advisor_follows_its_sliders():
+    from coursekit.widgets import accumulation_advisor
+
+    memory, target, critical, devices, more, view = accumulation_advisor().children
+    assert isinstance(view, ipywidgets.HTML) and "advice: accumulate" in view.value
+    target.value = 4096  # past the critical batch (256): stop there
+    assert "past the critical batch" in view.value
+    more.value = 4  # free devices: add them rather than accumulate
+    assert "advice: add devices" in view.value
+    memory.value = 1024  # the whole (critical) batch fits in one pass
+    more.value = 0
+    assert "advice: as is" in view.value
