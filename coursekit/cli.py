@@ -10,13 +10,37 @@ from pathlib import Path
 
 
 def _version() -> str:
-    """The installed package's version, without importing torch."""
+    """The installed distribution's version, without importing torch.
+
+    A source checkout that was never installed has no distribution metadata; its
+    ``pyproject.toml`` states the version instead.
+    """
     from importlib import metadata
 
     try:
         return metadata.version("coursekit")
     except metadata.PackageNotFoundError:
-        return "(not installed)"
+        return _source_version(Path(__file__).resolve().parents[1] / "pyproject.toml")
+
+
+def _source_version(pyproject: Path) -> str:
+    """``[project] version`` from a checkout's ``pyproject.toml``, or ``unknown``."""
+    try:
+        text = pyproject.read_text(encoding="utf-8")
+    except OSError:
+        return "unknown"
+    try:
+        import tomllib  # Python 3.11+
+    except ModuleNotFoundError:  # Python 3.10: the version line of the [project] table
+        import re
+
+        project = re.search(r"^\[project\]$(.*?)(?=^\[|\Z)", text, re.M | re.S)
+        found = project and re.search(r'^version\s*=\s*"([^"]+)"', project.group(1), re.M)
+        return found.group(1) if found else "unknown"
+    try:
+        return str(tomllib.loads(text)["project"]["version"])
+    except (tomllib.TOMLDecodeError, KeyError, TypeError):
+        return "unknown"
 
 
 def find_course_root(start: Path | None = None, marker: str = "notebooks") -> Path:
@@ -188,6 +212,28 @@ def _verify(args: argparse.Namespace) -> int:
     return run_verify(Path(args.certificate), Path(args.key) if args.key else None)
 
 
+#: Shown under ``coursekit grade --help``, one command a line; a test parses each one.
+GRADE_EXAMPLES = (
+    "coursekit grade hand-ins/01 --assignment 01_accumulation --gradebook grades.sqlite",
+    "coursekit grade hand-ins/01 --assignment 01_accumulation --workers 2 --regrade",
+    "coursekit export --format html --out feedback/ --gradebook grades.sqlite",
+    "coursekit export --format lms --assignment 01_accumulation --out lms-01.csv "
+    "--gradebook grades.sqlite",
+)
+
+
+def _links(args: argparse.Namespace) -> int:
+    from coursekit.hub_links import hub_links
+
+    try:
+        links = hub_links(args.hub)
+    except ValueError as error:
+        print(f"coursekit links: {error}", file=sys.stderr)
+        return 2
+    print("\n".join(links))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     main_parser = argparse.ArgumentParser(
         prog="coursekit", description="Gradient accumulation, hands-on: course tools."
@@ -220,8 +266,7 @@ def parser() -> argparse.ArgumentParser:
         "grade",
         help="grade a folder of hand-ins into the gradebook",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  coursekit grade hand-ins/01 --assignment 01_accumulation --workers 2\n"
-        "  (then: coursekit export --format html --out feedback/)",
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in GRADE_EXAMPLES),
     )
     grade.add_argument(
         "hand_ins", nargs="+", metavar="HAND_IN", help="notebooks, packed hand-ins or folders"
@@ -250,8 +295,16 @@ def parser() -> argparse.ArgumentParser:
     grade.add_argument("--root", help="course folder (default: found from the current folder)")
     grade.set_defaults(run=_grade)
 
-    export = commands.add_parser("export", help="grades as CSV, Gradescope JSON or HTML pages")
-    export.add_argument("--format", choices=["csv", "gradescope", "html"], default="csv")
+    export = commands.add_parser(
+        "export", help="grades as CSV, a CSV for Canvas or Moodle, Gradescope JSON or HTML pages"
+    )
+    export.add_argument(
+        "--format",
+        choices=["csv", "lms", "gradescope", "html"],
+        default="csv",
+        help="csv: every grade; lms: student, score, out of (one assignment, or the course "
+        "total without --assignment); gradescope; html: feedback pages",
+    )
     export.add_argument("--out", default="grades", help="file (.csv) or folder to write")
     export.add_argument("--assignment", help="only this assignment")
     export.add_argument("--gradebook", default="gradebook.sqlite")
@@ -269,6 +322,14 @@ def parser() -> argparse.ArgumentParser:
     verify.add_argument("certificate", help="the certificate's HTML file")
     verify.add_argument("--key", help="signing key file")
     verify.set_defaults(run=_verify)
+
+    links = commands.add_parser(
+        "links", help="one nbgitpuller link per module, to open the course on a JupyterHub"
+    )
+    links.add_argument(
+        "--hub", required=True, help="the JupyterHub's address, e.g. https://hub.example.org"
+    )
+    links.set_defaults(run=_links)
 
     start = commands.add_parser("start", help="open the course in JupyterLab")
     start.add_argument("--port", type=int, default=8888, help="first port to try (default 8888)")

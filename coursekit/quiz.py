@@ -32,6 +32,16 @@ def feedback(question: QuizQuestion, choice: int | None) -> tuple[bool, str]:
     return False, f"Not quite. {question.explanation}"
 
 
+_OPTIONS_CLASS = "coursekit-quiz-options"
+_WRAPPING_OPTIONS = (
+    f"<style>.{_OPTIONS_CLASS} label {{display: flex !important; align-items: flex-start "
+    "!important; height: auto !important; line-height: 1.35 !important; white-space: normal "
+    f"!important; margin-bottom: 0.45em !important;}} .{_OPTIONS_CLASS} input {{float: none "
+    "!important; flex: none !important; order: -1; height: auto !important; margin-top: 0.2em "
+    "!important;}</style>"
+)
+
+
 class Quiz:
     """A list of questions; ``show()`` renders them as widgets in a notebook."""
 
@@ -48,13 +58,16 @@ class Quiz:
         """One box per question: the options, a Check button, and the feedback line."""
         import ipywidgets as widgets
 
-        boxes = [widgets.HTML(f"<h3>{self.title}</h3>")]
+        # Radio labels have a fixed one-line height in JupyterLab and Colab, so an option
+        # that wraps would overlap the next: let them grow with their text.
+        boxes = [widgets.HTML(f"{_WRAPPING_OPTIONS}<h3>{self.title}</h3>")]
         for number, question in enumerate(self.questions, start=1):
             options = widgets.RadioButtons(
                 options=[(text, index) for index, text in enumerate(question.options)],
                 value=None,
                 layout=widgets.Layout(width="auto"),
             )
+            options.add_class(_OPTIONS_CLASS)
             button = widgets.Button(description="Check", button_style="primary")
             result = widgets.HTML()
 

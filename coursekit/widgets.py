@@ -382,13 +382,21 @@ def accumulation_advisor(throughput: dict[int, float] | None = None):
     powers = [2**k for k in range(13)]
     if throughput is None:
         throughput = {size: 1000.0 for size in powers}
+    wide = {"style": {"description_width": "8em"}, "layout": widgets.Layout(width="32em")}
     memory = widgets.SelectionSlider(
-        options=[s for s in powers if s >= min(throughput)], value=32, description="fits in memory"
+        options=[s for s in powers if s >= min(throughput)],
+        value=32,
+        description="fits in memory",
+        **wide,
     )
-    target = widgets.SelectionSlider(options=powers, value=512, description="target batch")
-    critical = widgets.SelectionSlider(options=powers, value=256, description="critical batch")
-    devices = widgets.SelectionSlider(options=[1, 2, 4, 8], value=1, description="devices")
-    more = widgets.SelectionSlider(options=[0, 1, 2, 4, 8], value=0, description="free devices")
+    target = widgets.SelectionSlider(options=powers, value=512, description="target batch", **wide)
+    critical = widgets.SelectionSlider(
+        options=powers, value=256, description="critical batch", **wide
+    )
+    devices = widgets.SelectionSlider(options=[1, 2, 4, 8], value=1, description="devices", **wide)
+    more = widgets.SelectionSlider(
+        options=[0, 1, 2, 4, 8], value=0, description="free devices", **wide
+    )
     view = widgets.HTML()
 
     def update(_change=None):

@@ -185,3 +185,16 @@ def test_the_accumulation_advisor_follows_its_sliders():
     memory.value = 1024  # the whole (critical) batch fits in one pass
     more.value = 0
     assert "advice: as is" in view.value
+
+
+def test_quiz_options_that_wrap_get_room_instead_of_overlapping():
+    """Radio labels are one fixed line high in JupyterLab and Colab; the quiz's style lets a
+    long option wrap under its own text (module 6's options run to two lines)."""
+    box = quiz("06_batch_size").widget()
+    style, questions = box.children[0].value, box.children[1:]
+    assert "height: auto" in style and "white-space: normal" in style
+    for question in questions:
+        options = question.children[1]
+        assert isinstance(options, ipywidgets.RadioButtons)
+        assert "coursekit-quiz-options" in options._dom_classes
+        assert ".coursekit-quiz-options label" in style

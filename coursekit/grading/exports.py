@@ -1,4 +1,4 @@
-"""Grades out of the gradebook: a CSV, Gradescope results files, and feedback pages.
+"""Grades out of the gradebook: CSVs (every grade, or one for an LMS), Gradescope results, pages.
 
 Every text a hand-in could shape (its student's name from a file name, notes, feedback) is
 written losslessly (:mod:`coursekit.grading.text`), and each student's files get a name no
@@ -77,6 +77,33 @@ def write_csv(grades: list, path: Path) -> Path:
 
 def _text(value):
     return lossless(value) if isinstance(value, str) else value
+
+
+LMS_HEADER = ("student", "score", "out of")
+
+
+def write_lms_csv(rows: list[tuple[str, float, float]], path: Path) -> Path:
+    """A CSV for a learning-management system's grade import: ``student, score, out of``.
+
+    One row per ``(student, score, out of)``, UTF-8 without a byte-order mark, a header row.
+    Moodle's CSV import reads it once ``student`` is mapped to a user field and ``score`` to a
+    grade item; Canvas's import wants the columns of its own gradebook export, so there the
+    scores are copied into that file (docs/instructor-guide.md, section 5). ``out of`` is there
+    to check the grade item's maximum. Whole numbers are written without a trailing ``.0``.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(LMS_HEADER)
+        for student, score, out_of in rows:
+            writer.writerow([_cell(lossless(student)), points(score), points(out_of)])
+    return path
+
+
+def points(value: float) -> str:
+    """A score as an importer reads it: ``8`` not ``8.0``, at most 4 decimals (``2.3333``)."""
+    text = f"{round(float(value), 4):.4f}".rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
 
 
 def gradescope_results(grade) -> dict:

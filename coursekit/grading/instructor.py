@@ -25,6 +25,15 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
         target = out if out.suffix == ".csv" else out / "grades.csv"
         print(f"wrote {exports.write_csv(grades, target)}")
         return 0
+    if fmt == "lms":
+        target = out if out.suffix == ".csv" else out / "grades-lms.csv"
+        rows = (
+            [(g.student, g.score, g.max_score) for g in grades]
+            if assignment
+            else course_totals(grades)
+        )
+        print(f"wrote {exports.write_lms_csv(rows, target)}: {len(rows)} students")
+        return 0
     suffix = ".json" if fmt == "gradescope" else ".html"
     clashes = exports.clashes(grades, suffix)
     for clash, _ in clashes:  # never one file for two students: both are left out, and named
@@ -38,13 +47,29 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
     return 1 if clashes else 0
 
 
+def _graded_modules() -> tuple[list[str], float]:
+    """(the course's graded modules, their points in all): what a course total counts."""
+    graded = [m.name for m in MODULES if questions_of(m.name)]
+    return graded, float(sum(sum(q.points for q in questions_of(a)) for a in graded))
+
+
 def course_score(book: Gradebook, student: str) -> tuple[float, float, list[str]]:
     """(score, max score, missing assignments) over every graded module of the course."""
-    graded = [m.name for m in MODULES if questions_of(m.name)]
+    graded, maximum = _graded_modules()
     current = {g.assignment: g for g in book.current_grades() if g.student == student}
     score = sum(current[a].score for a in graded if a in current)
-    maximum = sum(sum(q.points for q in questions_of(a)) for a in graded)
-    return score, float(maximum), [a for a in graded if a not in current]
+    return score, maximum, [a for a in graded if a not in current]
+
+
+def course_totals(grades: list) -> list[tuple[str, float, float]]:
+    """(student, score, out of) for each student in ``grades``, totalled as certificates are:
+    every graded module counts, one not handed in as 0, and grades of other assignments not."""
+    graded, maximum = _graded_modules()
+    totals: dict[str, float] = {}
+    for grade in grades:
+        counted = grade.score if grade.assignment in graded else 0.0
+        totals[grade.student] = totals.get(grade.student, 0.0) + counted
+    return [(student, score, maximum) for student, score in totals.items()]
 
 
 def run_certificate(

@@ -1,0 +1,174 @@
+"""`coursekit --version`, the grade command's examples, the LMS export and hub links."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from coursekit import course
+from coursekit.checks import questions_of
+from coursekit.cli import GRADE_EXAMPLES, _source_version, main, parser
+from coursekit.grading.exports import points
+from coursekit.grading.gradebook import Gradebook
+from coursekit.grading.grader import GradeResult
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_version_prints_the_installed_version(capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"coursekit {metadata.version('coursekit')}\n"
+
+
+def test_version_of_a_checkout_that_is_not_installed_comes_from_pyproject(monkeypatch, capsys):
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    tomllib = pytest.importorskip("tomllib")
+    stated = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert capsys.readouterr().out == f"coursekit {stated}\n"
+
+
+def test_the_pyproject_version_is_read_without_tomllib_too(monkeypatch, tmp_path):
+    """Python 3.10 has no tomllib: the [project] table's version is found by hand."""
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(
+        '[tool.other]\nversion = "9.9.9"\n\n[project]\nname = "coursekit"\nversion = "1.2.3"\n'
+        '\n[tool.later]\nversion = "8.8.8"\n'
+    )
+    assert _source_version(pyproject) == "1.2.3"
+    monkeypatch.setitem(sys.modules, "tomllib", None)  # import tomllib now fails
+    assert _source_version(pyproject) == "1.2.3"
+    assert _source_version(tmp_path / "missing.toml") == "unknown"
+
+
+def test_grade_help_shows_each_example_on_a_line_of_its_own(capsys):
+    with pytest.raises(SystemExit):
+        main(["grade", "--help"])
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    first = "coursekit grade hand-ins/01 --assignment 01_accumulation --gradebook grades.sqlite"
+    assert first in GRADE_EXAMPLES
+    for example in GRADE_EXAMPLES:
+        assert example in lines
+
+
+@pytest.mark.parametrize("example", GRADE_EXAMPLES)
+def test_every_example_in_the_grade_help_parses(example):
+    words = shlex.split(example)
+    assert words[0] == "coursekit"
+    args = parser().parse_args(words[1:])
+    assert args.gradebook == "grades.sqlite" or "--gradebook" not in words
+
+
+def test_an_example_with_a_flag_that_does_not_exist_would_fail_to_parse():
+    words = shlex.split("coursekit grade hand-ins/01 --assignment 01_accumulation --gradbook g")
+    with pytest.raises(SystemExit):
+        parser().parse_args(words[1:])
+
+
+def _result(student, assignment, score, max_score):
+    return GradeResult(
+        path=f"{student}.ipynb",
+        student=student,
+        assignment=assignment,
+        sha256=f"{student}-{assignment}-{score}",
+        score=score,
+        max_score=max_score,
+        error=None,
+        questions=[],
+    )
+
+
+@pytest.fixture
+def gradebook(tmp_path):
+    path = tmp_path / "g.sqlite"
+    with Gradebook(path) as book:
+        book.record(_result("ada", "01_accumulation", 8.0, 10.0), None)
+        book.record(_result("zoë", "01_accumulation", 7.5, 10.0), None)
+        book.record(_result("=cmd", "01_accumulation", 2 / 3, 10.0), None)
+        book.record(_result("ada", "02_loss_scaling", 5.0, 12.0), None)
+    return path
+
+
+@pytest.mark.grading
+def test_the_lms_export_of_one_assignment_is_student_score_out_of(gradebook, tmp_path, capsys):
+    out = tmp_path / "lms.csv"
+    argv = ["export", "--format", "lms", "--assignment", "01_accumulation", "--out", str(out)]
+    assert main([*argv, "--gradebook", str(gradebook)]) == 0
+    assert f"wrote {out}: 3 students" in capsys.readouterr().out
+    assert out.read_bytes() == (
+        "student,score,out of\r\n'=cmd,0.6667,10\r\nada,8,10\r\nzoë,7.5,10\r\n".encode()
+    )
+
+
+@pytest.mark.grading
+def test_the_lms_export_without_an_assignment_is_the_course_total(gradebook, tmp_path):
+    out = tmp_path / "lms"
+    assert (
+        main(["export", "--format", "lms", "--out", str(out), "--gradebook", str(gradebook)]) == 0
+    )
+    graded = [m.name for m in course.MODULES if questions_of(m.name)]
+    assert {"01_accumulation", "02_loss_scaling"} <= set(graded)
+    total = sum(q.points for name in graded for q in questions_of(name))
+    rows = (out / "grades-lms.csv").read_text(encoding="utf-8").splitlines()
+    assert rows == [
+        "student,score,out of",
+        f"'=cmd,0.6667,{points(total)}",
+        f"ada,13,{points(total)}",
+        f"zoë,7.5,{points(total)}",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(8.0, "8"), (100.0, "100"), (7.5, "7.5"), (0.1 + 0.2, "0.3"), (2 / 3, "0.6667"), (0.0, "0")],
+)
+def test_points_have_no_trailing_zeros(value, text):
+    assert points(value) == text
+
+
+def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
+    monkeypatch.setattr(course, "REPOSITORY", "ada-lab/grad-accum")
+    monkeypatch.setattr(course, "BRANCH", "spring 2025")
+    monkeypatch.setattr(course, "MODULES", (course.module("01_accumulation"),))
+    assert main(["links", "--hub", "https://hub.example.org/"]) == 0
+    out = capsys.readouterr().out
+    assert out == (
+        "https://hub.example.org/hub/user-redirect/git-pull"
+        "?repo=https%3A%2F%2Fgithub.com%2Fada-lab%2Fgrad-accum"
+        "&branch=spring%202025"
+        "&urlpath=lab/tree/grad-accum/exercises/01_accumulation.ipynb\n"
+    )
+    query = parse_qs(urlsplit(out.strip()).query)
+    assert query == {
+        "repo": ["https://github.com/ada-lab/grad-accum"],
+        "branch": ["spring 2025"],
+        "urlpath": ["lab/tree/grad-accum/exercises/01_accumulation.ipynb"],
+    }
+
+
+def test_links_gives_one_link_per_module(capsys):
+    assert main(["links", "--hub", "http://localhost:8000/jupyter"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line, module in zip(lines, course.MODULES, strict=True):
+        assert line.startswith("http://localhost:8000/jupyter/hub/user-redirect/git-pull?repo=")
+        assert line.endswith(f"/exercises/{module.name}.ipynb")
+
+
+@pytest.mark.parametrize("hub", ["hub.example.org", "ftp://hub.example.org", "https://"])
+def test_links_needs_a_web_address(hub, capsys):
+    assert main(["links", "--hub", hub]) == 2
+    err = capsys.readouterr().err
+    assert "coursekit links:" in err and "http:// or https://" in err
+    assert "Traceback" not in err
