@@ -70,10 +70,16 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     from coursekit.authoring import MarkupError, build
+    from coursekit.authoring.publication import from_course, resolve
 
     root = Path(args.root).resolve() if args.root else find_course_root()
+    publication = from_course() if args.repository_from == "course" else resolve(root)
+    print(f"Repository: {publication.repository} (from {publication.came_from}).")
+    conflict = publication.placeholder_conflict()
+    if conflict and not args.check:
+        print(f"Note: {conflict}", file=sys.stderr)
     try:
-        changes = build(root, check=args.check)
+        changes = build(root, check=args.check, publication=publication)
     except (MarkupError, FileNotFoundError, ValueError) as error:
         print(f"coursekit build: {error}", file=sys.stderr)
         return 2
@@ -212,6 +218,35 @@ def _verify(args: argparse.Namespace) -> int:
     return run_verify(Path(args.certificate), Path(args.key) if args.key else None)
 
 
+def _gradescope(args: argparse.Namespace) -> int:
+    from coursekit.gradescope import build_bundle
+    from coursekit.grading.sandbox import Limits
+
+    root = Path(args.root).resolve() if args.root else find_course_root()
+    limits = Limits(
+        cell_timeout_s=args.cell_timeout,
+        task_timeout_s=args.test_timeout,
+        hand_in_timeout_s=args.timeout,
+        wall_factor=args.wall_factor,
+        memory_bytes=args.memory_mb * 2**20,
+    )
+    try:
+        settings = build_bundle(
+            root, args.assignment, Path(args.out), limits, args.seed, args.torch
+        )
+    except ValueError as error:
+        print(f"coursekit gradescope: {error}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {Path(args.out).resolve()}: {args.assignment}, torch {settings['torch']} (CPU), "
+        f"hidden tests drawn with seed {settings['seed']}. A hand-in is stopped after "
+        f"{args.timeout:g} s of CPU time ({args.timeout * args.wall_factor:g} s of wall-clock "
+        "time at most), plus the reference solution's run on each submission: set Gradescope's "
+        "autograder timeout above that (docs/instructor-guide.md, Gradescope)."
+    )
+    return 0
+
+
 #: Shown under ``coursekit grade --help``, one command a line; a test parses each one.
 GRADE_EXAMPLES = (
     "coursekit grade hand-ins/01 --assignment 01_accumulation --gradebook grades.sqlite",
@@ -220,6 +255,19 @@ GRADE_EXAMPLES = (
     "coursekit export --format lms --assignment 01_accumulation --out lms-01.csv "
     "--gradebook grades.sqlite",
 )
+
+
+def _report(args: argparse.Namespace) -> int:
+    from coursekit.class_report import write_report
+    from coursekit.grading.gradebook import GradebookError
+
+    try:
+        written = write_report(Path(args.gradebook), Path(args.out), args.assignment)
+    except (ValueError, GradebookError) as error:
+        print(f"coursekit report: {error}", file=sys.stderr)
+        return 2
+    print(f"wrote {written}: open it in a browser.")
+    return 0
 
 
 def _links(args: argparse.Namespace) -> int:
@@ -247,6 +295,13 @@ def parser() -> argparse.ArgumentParser:
     build = commands.add_parser("build", help="write exercises/ and solutions/ from notebooks/")
     build.add_argument("--check", action="store_true", help="only report files that would change")
     build.add_argument("--root", help="course folder (default: found from the current folder)")
+    build.add_argument(
+        "--repository-from",
+        choices=("remote", "course"),
+        default="remote",
+        help="the Colab address: the git remote origin when it is on GitHub (default), or "
+        "REPOSITORY in coursekit/course.py only (CI's sync check, whatever the clone's origin)",
+    )
     build.set_defaults(run=_build)
 
     copy = commands.add_parser(
@@ -310,6 +365,23 @@ def parser() -> argparse.ArgumentParser:
     export.add_argument("--gradebook", default="gradebook.sqlite")
     export.set_defaults(run=_export)
 
+    gradescope = commands.add_parser(
+        "gradescope", help="write a Gradescope autograder zip that grades one assignment"
+    )
+    gradescope.add_argument("--assignment", required=True, help="module notebook, e.g. 00_welcome")
+    gradescope.add_argument("--out", default="autograder.zip", help="zip file to write")
+    gradescope.add_argument("--seed", type=int, help="draw the hidden tests from this seed")
+    gradescope.add_argument("--torch", help="torch version to install (default: scripts/setup's)")
+    gradescope.add_argument("--cell-timeout", type=float, default=60.0, help="CPU s per cell")
+    gradescope.add_argument("--test-timeout", type=float, default=30.0, help="CPU s per test")
+    gradescope.add_argument("--timeout", type=float, default=300.0, help="CPU s per hand-in")
+    gradescope.add_argument(
+        "--wall-factor", type=float, default=3.0, help="wall-clock limit, times the CPU limit"
+    )
+    gradescope.add_argument("--memory-mb", type=int, default=3072, help="memory per hand-in")
+    gradescope.add_argument("--root", help="course folder (default: found from the current folder)")
+    gradescope.set_defaults(run=_gradescope)
+
     certificate = commands.add_parser("certificate", help="certificate for a student who passed")
     certificate.add_argument("student")
     certificate.add_argument("--pass-mark", type=float, default=70.0, help="percent (default 70)")
@@ -330,6 +402,15 @@ def parser() -> argparse.ArgumentParser:
         "--hub", required=True, help="the JupyterHub's address, e.g. https://hub.example.org"
     )
     links.set_defaults(run=_links)
+
+    report = commands.add_parser(
+        "report",
+        help="one HTML page of how the class did: scores, common mistakes, hand-ins to read",
+    )
+    report.add_argument("--assignment", help="only this assignment (default: every graded one)")
+    report.add_argument("--out", default="report.html", help="HTML file to write")
+    report.add_argument("--gradebook", default="gradebook.sqlite")
+    report.set_defaults(run=_report)
 
     start = commands.add_parser("start", help="open the course in JupyterLab")
     start.add_argument("--port", type=int, default=8888, help="first port to try (default 8888)")

@@ -15,6 +15,13 @@ TITLE = "Gradient accumulation, hands-on"
 REPOSITORY = "coursekit/coursekit"
 #: The branch that Colab links and the set-up cell install from.
 BRANCH = "main"
+#: The address the course template ships with. ``coursekit build --check`` refuses it while
+#: the git remote ``origin`` names another GitHub repository: set REPOSITORY to that one.
+PLACEHOLDER_REPOSITORY = "coursekit/coursekit"
+#: Where the set-up cell installs coursekit from on Colab. None means the GitHub repository
+#: (a public course). For a private course: an https URL ending in .whl, or a path under
+#: /content/drive/ (the cell mounts Drive first).
+INSTALL_FROM: str | None = None
 
 
 @dataclass(frozen=True)

@@ -321,6 +321,11 @@ def ramp_plan(total_samples, micro_batch_size, schedule):
     "scheduler_length_from_first_batch": _ramp(
         steps="-(-(-(-total_samples // micro_batch_size)) // schedule[0][1])"
     ),
+    # sized as if the batch had been the final one all along (the notebook's mistaken run)
+    "scheduler_length_from_final_batch": _ramp(
+        steps="-(-total_samples // (micro_batch_size * [n for f, n in schedule"
+        " if f < total_samples][-1]))"
+    ),
     "loss_scale_not_updated": _ramp(scales="[1 / schedule[0][1]] * len(window)"),
     "last_window_scaled_by_n": _ramp(scales="[1 / accum] * len(window)"),
     "short_micro_batch_weighted_as_full": _ramp(scales="[1 / len(window)] * len(window)"),
@@ -331,6 +336,10 @@ def ramp_plan(total_samples, micro_batch_size, schedule):
         accum="[n for f, n in schedule if f <= start][-1]\n"
         "        if start + accum * micro_batch_size > total_samples:\n"
         "            accum = 0"
+    ),
+    # non-textbook: accum_steps looked up at the end of the window's first micro-batch
+    "phase_change_early": _ramp(
+        accum="[n for f, n in schedule if f < start + micro_batch_size][-1]"
     ),
     "phase_change_late": _ramp(
         accum="([n for f, n in schedule if f < start] or [schedule[0][1]])[-1]"
@@ -429,6 +438,7 @@ NON_TEXTBOOK: set[tuple[str, str]] = {
     (_R, "accum_looked_up_after_window"),
     (_R, "boundary_by_global_count"),
     (_R, "unsorted_schedule_accepted"),
+    (_R, "phase_change_early"),
 }
 # the public specs pass them: only the grader's fixed hidden specs catch them
 HIDDEN_ONLY: set[tuple[str, str]] = {

@@ -170,6 +170,48 @@ def noise_scale(model, loss_fn, micro_batches):
     "first_micro_batch_norm_only": _increments(
         record="if small == 0.0:\n            small = g{square}.item()"
     ),
+    # non-textbook: gradients captured by hooks that are never removed; the caller's next
+    # backward runs them again
+    "model_left_changed": """
+import torch
+
+def noise_scale(model, loss_fn, micro_batches):
+    k, b = len(micro_batches), len(micro_batches[0][0])
+    params = [p for p in model.parameters() if p.requires_grad]
+    captured = []
+    for p in params:
+        p.register_hook(lambda g: captured.append(g.detach().flatten()) or g)
+    grads = []
+    for inputs, targets in micro_batches:
+        captured.clear()
+        loss_fn(model(inputs), targets).backward()
+        grads.append(torch.cat(list(reversed(captured))))
+    model.zero_grad(set_to_none=True)
+    small = sum(g.pow(2).sum().item() for g in grads) / k
+    big = torch.stack(grads).mean(0).pow(2).sum().item()
+    g2 = (k * b * big - b * small) / (k * b - b)
+    trace = (small - big) / (1 / b - 1 / (k * b))
+    return {"gradient_sq_norm": g2, "trace": trace, "b_simple": trace / g2}
+""",
+    # correct too: float64 as torch's default for the arithmetic (the check builds its
+    # problems in float32 whatever the default, and gives the default back afterwards)
+    "correct_with_float64_default": """
+import torch
+
+def noise_scale(model, loss_fn, micro_batches):
+    torch.set_default_dtype(torch.float64)
+    k, b = len(micro_batches), len(micro_batches[0][0])
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = []
+    for inputs, targets in micro_batches:
+        loss = loss_fn(model(inputs), targets)
+        grads.append(torch.cat([g.flatten().double() for g in torch.autograd.grad(loss, params)]))
+    small = sum(g.pow(2).sum().item() for g in grads) / k
+    big = torch.stack(grads).mean(0).pow(2).sum().item()
+    g2 = (k * b * big - b * small) / (k * b - b)
+    trace = (small - big) / (1 / b - 1 / (k * b))
+    return {"gradient_sq_norm": g2, "trace": trace, "b_simple": trace / g2}
+""",
 }
 
 BY_QUESTION = {"noise_scale": NOISE_SCALE}
@@ -183,6 +225,7 @@ NON_TEXTBOOK: set[tuple[str, str]] = {
     (_N, "big_gradient_from_last_micro_batch"),
     (_N, "micro_batches_changed"),
     (_N, "zero_grad_set_to_zero"),
+    (_N, "model_left_changed"),
 }
 HIDDEN_ONLY: set[tuple[str, str]] = set()
 UNNAMED: set[tuple[str, str]] = set()

@@ -180,3 +180,22 @@ def test_the_harness_names_the_cell_that_hangs(lab, page):
     path = write_notebook(lab, "hangs", ["x = 1", "import time\n\ntime.sleep(600)", "x = 2"])
     with pytest.raises(NotebookHung, match=r"hangs.ipynb: still running .* at cell 3 of 4"):
         run_in_lab(page, lab, path, timeout_s=5)
+
+
+def test_the_class_report_renders_with_every_figure(browser_context, tmp_path):
+    """`coursekit report`'s page, opened from its file: its title, and every figure loaded."""
+    from coursekit.class_report import write_report
+    from tests.test_class_report import sample_gradebook
+
+    report = write_report(sample_gradebook(tmp_path / "g.sqlite"), tmp_path / "report.html")
+    tab = browser_context.new_page()
+    try:
+        tab.goto(report.as_uri())
+        tab.wait_for_load_state("load")
+        assert tab.title() == "Class report: all graded assignments"
+        widths = tab.eval_on_selector_all("img", "images => images.map(i => i.naturalWidth)")
+        assert len(widths) == 6 and all(width > 0 for width in widths), widths
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(ARTIFACTS / "class-report.png"), full_page=True)
+    finally:
+        tab.close()

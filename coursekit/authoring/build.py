@@ -1,7 +1,8 @@
 """``coursekit build``: write exercises/ and solutions/ from notebooks/, or check they match.
 
 Each output is the source notebook passed through a fixed pipeline of small transforms.
-The order is data, not a comment: validation first, then the transforms in sequence.
+The order is data, not a comment: validation first, then the transforms in sequence, then the
+set-up cell, whose code depends on where the course is published (see ``publication``).
 """
 
 from __future__ import annotations
@@ -18,21 +19,16 @@ from coursekit.authoring.demo_cells import demo_problems
 from coursekit.authoring.hidden_tests import drop_hidden_tests
 from coursekit.authoring.markup import MarkupError, validate
 from coursekit.authoring.outputs import clear_outputs
+from coursekit.authoring.publication import Publication, resolve
 from coursekit.authoring.readme_table import with_module_table
-from coursekit.authoring.setup_cell import add_setup_cell
+from coursekit.authoring.setup_cell import add_setup_cell, install_from_setting, setup_source
 from coursekit.authoring.solutions import stub_solutions, unmark_solutions
 
 Transform = Callable[[dict, str], dict]
 
 PIPELINES: dict[str, tuple[Transform, ...]] = {
-    "exercises": (stub_solutions, drop_hidden_tests, clear_outputs, tag_assignment, add_setup_cell),
-    "solutions": (
-        unmark_solutions,
-        drop_hidden_tests,
-        clear_outputs,
-        tag_assignment,
-        add_setup_cell,
-    ),
+    "exercises": (stub_solutions, drop_hidden_tests, clear_outputs, tag_assignment),
+    "solutions": (unmark_solutions, drop_hidden_tests, clear_outputs, tag_assignment),
 }
 
 
@@ -44,11 +40,15 @@ def read_source(path: Path) -> nbformat.NotebookNode:
         raise MarkupError(str(path), -1, f"not a readable notebook ({exc}).") from None
 
 
-def render(source: nbformat.NotebookNode, name: str, folder: str) -> str:
-    """The exact text of ``folder``'s version of a source notebook."""
+def render(source: nbformat.NotebookNode, name: str, folder: str, setup: str | None = None) -> str:
+    """The exact text of ``folder``'s version of a source notebook.
+
+    ``setup`` is the set-up cell's code; the one course.py alone describes when None.
+    """
     notebook = copy.deepcopy(source)
     for transform in PIPELINES[folder]:
         notebook = transform(notebook, name)
+    notebook = add_setup_cell(notebook, name, setup)
     return nbformat.writes(notebook, version=4) + "\n"
 
 
@@ -68,9 +68,14 @@ class BuildPlan:
         return sorted(differing + self.stale)
 
 
-def plan_build(root: Path) -> BuildPlan:
-    """Validate every source notebook and compute all generated files."""
+def plan_build(root: Path, publication: Publication | None = None) -> BuildPlan:
+    """Validate every source notebook and compute all generated files.
+
+    ``publication`` is where the course is published; found from ``root`` when None.
+    """
     root = Path(root)
+    publication = publication or resolve(root)
+    setup = setup_source(publication, install_from_setting())
     sources = sorted((root / "notebooks").glob("*.ipynb"))
     if not sources:
         raise FileNotFoundError(f"No source notebooks in {root / 'notebooks'}.")
@@ -89,7 +94,7 @@ def plan_build(root: Path) -> BuildPlan:
                 )
             declared[question] = f"{relative}, cell {cell + 1}"
         for folder in PIPELINES:
-            plan.wanted[root / folder / path.name] = render(notebook, relative, folder)
+            plan.wanted[root / folder / path.name] = render(notebook, relative, folder, setup)
         _check_demo_cells(notebook, plan.wanted[root / "solutions" / path.name], relative)
     for folder in PIPELINES:
         for existing in sorted((root / folder).glob("*.ipynb")):
@@ -97,7 +102,7 @@ def plan_build(root: Path) -> BuildPlan:
                 plan.stale.append(existing)
     readme = root / "README.md"
     if readme.exists():
-        plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"))
+        plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"), publication)
     return plan
 
 
@@ -115,9 +120,18 @@ def _check_demo_cells(source: nbformat.NotebookNode, solution: str, relative: st
         )
 
 
-def build(root: Path, check: bool = False) -> list[Path]:
-    """Write (or, with ``check``, only compare) the generated files; return those that differ."""
-    plan = plan_build(root)
+def build(root: Path, check: bool = False, publication: Publication | None = None) -> list[Path]:
+    """Write (or, with ``check``, only compare) the generated files; return those that differ.
+
+    ``publication`` is where the course is published; found from ``root`` when None. With
+    ``check``, a course.py that still holds the placeholder address while the git remote names
+    another repository is a ValueError: a build without that remote would differ.
+    """
+    publication = publication or resolve(root)
+    conflict = publication.placeholder_conflict()
+    if check and conflict:
+        raise ValueError(conflict)
+    plan = plan_build(root, publication)
     changes = plan.changes()
     if not check:
         for path in changes:

@@ -99,7 +99,7 @@ def as_floats(values) -> list[float] | str:
     """Returned losses as floats; the type's name when they are not a sequence of numbers."""
     try:
         return [float(v.detach() if torch.is_tensor(v) else v) for v in values]
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         return type(values).__name__
 
 
@@ -107,7 +107,7 @@ def as_float(value) -> float | str:
     """A returned loss as a float (a tensor is read, not kept); its repr when it is no number."""
     try:
         return float(value.detach() if torch.is_tensor(value) else value)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):  # 10**400 overflows a float
         return repr(value)[:200]
 
 

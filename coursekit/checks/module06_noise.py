@@ -10,6 +10,7 @@ never by guessing from the size of the gap.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -40,6 +41,25 @@ HIDDEN = 8  # the hidden layer's width when depth is 2
 TOLERANCE = 1e-4
 
 _LOSSES = {"mse": "MSE", "cross_entropy": "cross-entropy"}
+
+
+@contextlib.contextmanager
+def _torch_state_kept():
+    """Run the block, then give torch's default dtype and grad mode back as they were.
+
+    The problem is built in float32 whatever the default: a hand-in that calls
+    ``torch.set_default_dtype(torch.float64)`` (in any cell) would otherwise draw other
+    initial weights than the judge, in its own process, and be marked down for a right
+    answer. What the hand-in's function changes is undone after it, and reported.
+    """
+    dtype, grad_enabled = torch.get_default_dtype(), torch.is_grad_enabled()
+    try:
+        torch.set_default_dtype(torch.float32)
+        torch.set_grad_enabled(True)
+        yield
+    finally:
+        torch.set_default_dtype(dtype)
+        torch.set_grad_enabled(grad_enabled)
 
 
 def _problem(spec) -> tuple[nn.Module, nn.Module, list]:
@@ -276,15 +296,22 @@ class NoiseScale(Question):
         return specs
 
     def run(self, fn, spec):
-        model, loss_fn, micro_batches = _problem(spec)
-        originals = [(x.clone(), y.clone()) for x, y in micro_batches]
-        start = weights_of(model)
-        returned = fn(model, loss_fn, micro_batches)
-        outputs = {
-            "grad_left": any(p.grad is not None for p in model.parameters()),
-            "micro_batches_changed": not _unchanged(micro_batches, originals),
-            "weights_moved": weights_of(model) != start,
-        }
+        with _torch_state_kept():
+            model, loss_fn, micro_batches = _problem(spec)
+            originals = [(x.clone(), y.clone()) for x, y in micro_batches]
+            start = weights_of(model)
+            returned = fn(model, loss_fn, micro_batches)
+            outputs = {
+                "grad_left": any(p.grad is not None for p in model.parameters()),
+                "micro_batches_changed": not _unchanged(micro_batches, originals),
+                "weights_moved": weights_of(model) != start,
+                # hooks left on a parameter or requires_grad switched off change the caller's
+                # next training step; so does grad mode left off
+                "model_left_changed": any(
+                    not p.requires_grad or bool(p._backward_hooks) for p in model.parameters()
+                )
+                or not torch.is_grad_enabled(),
+            }
         if not isinstance(returned, dict):
             outputs["returned"] = f"{type(returned).__name__}: {repr(returned)[:160]}"
             return outputs
@@ -343,6 +370,15 @@ class NoiseScale(Question):
                 f"given {setting} (the list, or a tensor in it): the caller trains on them "
                 "next. Read them without popping, sorting or editing in place.",
                 "micro_batches_changed",
+            )
+        if outputs.get("model_left_changed") is True:
+            raise Failure(
+                f"The numbers are right, but your function left the model changed {setting}: "
+                "a hook still registered on a parameter, requires_grad switched off, or "
+                "torch.set_grad_enabled(False) left on. The caller's next training step would "
+                "get other gradients, or none: remove hooks (handle.remove()) and restore "
+                "what you switched.",
+                "model_left_changed",
             )
         if outputs.get("grad_left") is True:
             raise Failure(

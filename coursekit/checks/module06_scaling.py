@@ -9,6 +9,7 @@ two mistakes give the same output here, no name is given and the message says wh
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Mapping
@@ -28,7 +29,10 @@ def _number(value) -> float | None:
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return None
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # an int past float's range: a number, just far off
+        return math.inf if value > 0 else -math.inf
 
 
 def _whole(value) -> bool:
@@ -198,7 +202,9 @@ def _read_hyperparameters(returned) -> dict:
     if "betas" in returned:
         betas = returned["betas"]
         try:
-            numbers_read = [_number(b) for b in betas] if not isinstance(betas, str) else [None]
+            # at most three: two betas and proof of a third (an endless generator stops here)
+            first = list(itertools.islice(betas, 3)) if not isinstance(betas, str) else [None]
+            numbers_read = [_number(b) for b in first]
         except TypeError:
             numbers_read = [None]
         valid = len(numbers_read) == 2 and None not in numbers_read
@@ -307,6 +313,10 @@ class ScaledHyperparameters(Question):
             {"base_lr": 0.2, "base_batch": 64, "new_batch": 1024, "kind": "sgd", "warmup": 3},
             # a smaller batch that integer division makes k = 0
             {"base_lr": 0.1, "base_batch": 384, "new_batch": 96, "kind": "sgd", "warmup": 70},
+            # a smaller batch with a remainder: a floor only when shrinking loses a step
+            {"base_lr": 0.1, "base_batch": 1024, "new_batch": 192, "kind": "sgd", "warmup": 1597},
+            # a tiny remainder (11 x 192 / 1024 = 2.06): a nudged float ceiling gives 2, not 3
+            {"base_lr": 0.1, "base_batch": 192, "new_batch": 1024, "kind": "sgd", "warmup": 11},
             # refusals: beta1 scaled out of range; beta2 only; bad numbers; unknown kinds
             {"base_lr": 1e-3, "base_batch": 32, "new_batch": 512, "kind": "adam", "warmup": 10},
             {
@@ -425,7 +435,9 @@ class ScaledHyperparameters(Question):
 
 def _show(value) -> str:
     if isinstance(value, float):
-        return f"{value:.6g}"
+        # enough digits to tell a float32 value (or one rounded to 6 digits) from the right one
+        short = f"{value:.6g}"
+        return short if float(short) == value else repr(value)
     if isinstance(value, list):
         return "[" + ", ".join(_show(v) for v in value) + "]"
     return str(value)
@@ -455,6 +467,11 @@ _PLAN_MESSAGES = {
         "a window changed its number of micro-batches in its middle (or was cut at "
         "from_sample). A window keeps the accum_steps it started with; the change applies to "
         "the first window that starts at or after from_sample"
+    ),
+    "phase_change_early": (
+        "a change took effect one window early: a window that started before from_sample "
+        "already used the new accum_steps (it was looked up past the window's start, e.g. at "
+        "the end of its first micro-batch). Look it up at the window's own first sample"
     ),
     "phase_change_late": (
         "a change took effect one window late: a window that starts at sample s uses the last "
@@ -493,6 +510,11 @@ _PLAN_MESSAGES = {
     "scheduler_length_from_first_batch": (
         "that is the step count if every window had the first phase's accum_steps. The ramp "
         "changes the windows' size, so count the windows of the plan itself"
+    ),
+    "scheduler_length_from_final_batch": (
+        "that is the step count if every window had the last phase's accum_steps, as if the "
+        "batch had been the final one all along. The ramp's early windows are smaller, so "
+        "count the windows of the plan itself; a schedule sized like this ends too soon"
     ),
 }
 
@@ -593,9 +615,11 @@ def _mistaken_windows(total: int, micro: int, pairs) -> dict[str, list[Windows]]
             _greedy(grid, lambda start, _: _accum_at(pairs, start, strict=True)),
             _greedy(grid, lambda _, previous: _accum_at(pairs, previous or 0)),
         ],
+        "phase_change_early": [
+            _greedy(grid, lambda start, _: _accum_at(pairs, min(start + micro, total) - 1)),
+        ],
         "window_split_at_change": [
             _closing(grid, lambda _, mb, w: len(w) >= _accum_at(pairs, mb[0])),
-            _closing(grid, lambda _, mb, w: len(w) >= _accum_at(pairs, mb[1])),
             cut_at_changes(split_micro_batches=True),
             cut_at_changes(split_micro_batches=False),
         ],
@@ -660,6 +684,8 @@ def _read_nested(value, read_item) -> list | str:
                 if count > MAX_MICRO_BATCHES:
                     return f"more than {MAX_MICRO_BATCHES} micro-batches"
             result.append(items)
+            if len(result) > MAX_MICRO_BATCHES:  # empty windows count too: a generator of
+                return f"more than {MAX_MICRO_BATCHES} windows"  # them would never end
     except TypeError:
         return _describe(value)
     return result
@@ -725,10 +751,15 @@ class RampPlan(Question):
 
     def public_specs(self):
         return [
+            # a ramp whose step counts differ however they are miscounted: 8 windows, 25
+            # micro-batches, 12 or 13 at the first accum_steps, 5 at the last
+            {"total": 100, "micro": 4, "schedule": [[0, 2], [24, 3], [60, 5]]},
             # changes on window boundaries, accum_steps up then down
             {"total": 48, "micro": 4, "schedule": [[0, 2], [16, 4], [32, 1]]},
             # a change inside a window: it waits for the window that starts at 20
             {"total": 50, "micro": 5, "schedule": [[0, 2], [15, 3]]},
+            # a change inside a window's first micro-batch: still the next window's
+            {"total": 44, "micro": 4, "schedule": [[0, 1], [10, 3]]},
             # the last window is one short micro-batch
             {"total": 23, "micro": 4, "schedule": [[0, 2], [8, 3]]},
             # one phase; the last window ends in a short micro-batch
@@ -817,14 +848,26 @@ class RampPlan(Question):
         want_steps = expected["steps"]
         if steps != want_steps:
             n_micro = -(-total // micro)
-            first = pairs[0][1]
+            first, last = pairs[0][1], _phases(total, pairs)[-1][2]
+
+            def sized_by(accum: int) -> tuple[int, ...]:
+                return -(-n_micro // accum), n_micro // accum, total // (accum * micro)
+
             name = _only_name(
                 {
                     "scheduler_in_micro_steps": steps == n_micro,
-                    "scheduler_length_from_first_batch": steps
-                    in (-(-n_micro // first), n_micro // first, total // (first * micro)),
+                    "scheduler_length_from_first_batch": steps in sized_by(first),
+                    "scheduler_length_from_final_batch": steps in sized_by(last),
                 }
             )
+            # a count one off, or of the full windows only, names none of these: a value that
+            # also fits such a slip gets no name
+            full = sum(
+                len(w) == _accum_at(pairs, w[0][0]) and w[-1][1] - w[-1][0] == micro
+                for w in expected["windows"]
+            )
+            if steps in (want_steps - 1, want_steps + 1, full):
+                name = None
             text = f"optimizer_steps is {steps} {setting}, but the plan has {want_steps} windows"
             if name is None:
                 raise Failure(f"{text}: one optimizer step per window.")
