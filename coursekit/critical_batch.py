@@ -19,7 +19,7 @@ rate, the large batch without warm-up does as well or better.
 What a warm-up is for shows on a second task, a small tanh network fitting a teacher
 (:func:`make_warmup_task`, :func:`warmup_runs`). Its loss is sharpest at the start, and
 gradual rises of the rate make SGD flatten it (Gilmer et al. 2021, arXiv:2110.04369;
-Kalra and Barkeshli 2023, arXiv:2302.12250). With 8x the batch at 8x the rate, the run
+Kalra and Barkeshli 2024, arXiv:2406.09405). With 8x the batch at 8x the rate, the run
 without warm-up diverges within its first 40 steps on every seed the benchmark tries,
 and a linear warm-up over half the samples trains, close to the base batch's loss. The
 logistic task runs in float64, the network in float32, each on a CPU in seconds.
@@ -398,7 +398,7 @@ def lr_scaling_runs(
             0,
             "adam",
         ),
-        f"Adam B={new_batch}, sqrt lr={math.sqrt(k) * adam_base_lr:.3g}": (
+        f"Adam B={new_batch}, sqrt lr={math.sqrt(k) * adam_base_lr:.3g} (lr only)": (
             new_batch,
             math.sqrt(k) * adam_base_lr,
             0,
@@ -509,7 +509,7 @@ def warmup_runs(
     (check with :func:`diverged`; the curve ends where the loss stopped being finite),
     while under the warm-up each rise of the rate flattens the network enough for the
     next, so it arrives at the full rate on ground flat enough for it (Gilmer et al. 2021,
-    arXiv:2110.04369; Kalra and Barkeshli 2023, arXiv:2302.12250). At the base batch the
+    arXiv:2110.04369; Kalra and Barkeshli 2024, arXiv:2406.09405). At the base batch the
     warm-up costs a little and saves nothing: its rate was stable from the start.
     """
     base_batch, new_batch = whole("base_batch", base_batch), whole("new_batch", new_batch)
