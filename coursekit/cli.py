@@ -133,7 +133,6 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from coursekit.grading.sandbox import Limits
     from coursekit.grading.warm_parent import WarmParent
 
     root = Path(args.root).resolve() if args.root else find_course_root()
@@ -164,13 +163,7 @@ def _grade(args: argparse.Namespace) -> int:
             "coursekit grade: --seed must be a whole number from 0 to 2**63 - 1.", file=sys.stderr
         )
         return 2
-    limits = Limits(
-        cell_timeout_s=args.cell_timeout,
-        task_timeout_s=args.test_timeout,
-        hand_in_timeout_s=args.timeout,
-        wall_factor=args.wall_factor,
-        memory_bytes=args.memory_mb * 2**20,
-    )
+    limits = _limits(args)
     # The sandboxes' warm parent imports torch in its own process while this one imports the
     # grader: the first result comes seconds sooner. It is ended however grading ends.
     warm = WarmParent()
@@ -218,18 +211,24 @@ def _verify(args: argparse.Namespace) -> int:
     return run_verify(Path(args.certificate), Path(args.key) if args.key else None)
 
 
-def _gradescope(args: argparse.Namespace) -> int:
-    from coursekit.gradescope import build_bundle
+def _limits(args: argparse.Namespace):
+    """The sandbox limits ``grade`` and ``gradescope`` take from the same options."""
     from coursekit.grading.sandbox import Limits
 
-    root = Path(args.root).resolve() if args.root else find_course_root()
-    limits = Limits(
+    return Limits(
         cell_timeout_s=args.cell_timeout,
         task_timeout_s=args.test_timeout,
         hand_in_timeout_s=args.timeout,
         wall_factor=args.wall_factor,
         memory_bytes=args.memory_mb * 2**20,
     )
+
+
+def _gradescope(args: argparse.Namespace) -> int:
+    from coursekit.gradescope import build_bundle
+
+    root = Path(args.root).resolve() if args.root else find_course_root()
+    limits = _limits(args)
     try:
         settings = build_bundle(
             root, args.assignment, Path(args.out), limits, args.seed, args.torch
