@@ -67,6 +67,7 @@ _EXPORTS = {
     "zero_calculator": "coursekit.widgets",
     "memory_planner": "coursekit.widgets",
     "uses_your": "coursekit.notebook",
+    "notebook_run": "coursekit.notebook_run",
     "submit": "coursekit.hand_in",
     "quiz": "coursekit.quizzes",
     "Progress": "coursekit.progress",

@@ -688,7 +688,8 @@ def measure_throughput(
     """Samples per second of one forward and backward pass, by micro-batch size.
 
     Each size is timed ``repeats`` times after one untimed warm-up pass, and the best is
-    kept: the slower repeats measure whatever else the machine was doing.
+    kept: the slower repeats measure whatever else the machine was doing. On a GPU (the
+    model and ``make_batch``'s tensors on it) the clock waits for the queued kernels.
     """
     import time
 
@@ -699,9 +700,18 @@ def measure_throughput(
         times = []
         for _ in range(repeats + 1):
             model.zero_grad(set_to_none=True)
+            _synchronize(inputs.device)
             start = time.perf_counter()
             loss_fn(model(inputs), targets).backward()
+            _synchronize(inputs.device)
             times.append(time.perf_counter() - start)
         result[size] = size / min(times[1:])
     model.zero_grad(set_to_none=True)
     return result
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for ``device``'s queued work: CUDA kernels run asynchronously, so without this a
+    clock around ``backward()`` would time only their launch."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

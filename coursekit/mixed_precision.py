@@ -82,26 +82,30 @@ class Autocast(nn.Module):
 
 def scale_history(
     window: Callable,
-    device: str = "cpu",
+    device: str | torch.device = "cpu",
     n_windows: int = 40,
     init_scale: float = 2.0**24,
     growth_interval: int = 5,
     max_norm: float = 1.0,
+    seed: int = 0,
 ) -> tuple[list[float], list[bool]]:
     """Train a small fp16 model for ``n_windows`` windows with ``window`` (an ``amp_window``).
 
     The scale starts far too high (every step overflows) and grows quickly, so a few dozen
     windows show the whole dance: halve on overflow, skip the step, grow after
     ``growth_interval`` good steps. Returns the scale each window ran at, and whether its
-    step was skipped.
+    step was skipped. ``device`` is a name (``"cuda:1"``) or a ``torch.device``; ``seed``
+    draws the model (``seed``) and the data (``seed + 1``).
     """
     from coursekit.data import make_regression, split_micro_batches
     from coursekit.models import tiny_mlp
 
-    model = Autocast(tiny_mlp(in_features=16, hidden=64, depth=3, seed=0).to(device), device)
+    device = torch.device(device)
+    kind = device.type  # autocast and GradScaler take "cuda", not "cuda:1"
+    model = Autocast(tiny_mlp(in_features=16, hidden=64, depth=3, seed=seed).to(device), kind)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    scaler = torch.amp.GradScaler(device, init_scale=init_scale, growth_interval=growth_interval)
-    inputs, targets = make_regression(64 * n_windows, in_features=16, seed=1)
+    scaler = torch.amp.GradScaler(kind, init_scale=init_scale, growth_interval=growth_interval)
+    inputs, targets = make_regression(64 * n_windows, in_features=16, seed=seed + 1)
     batches = split_micro_batches(inputs.to(device), targets.to(device), 16)
     scales, skipped = [], []
     for start in range(0, len(batches), 4):

@@ -189,3 +189,27 @@ def test_measure_throughput_counts_samples_per_second():
     )
     assert sorted(result) == [1, 8] and all(v > 0 for v in result.values())
     assert model.weight.grad is None
+
+
+def test_measure_throughput_waits_for_cuda_kernels_only_on_a_gpu(monkeypatch):
+    from coursekit import critical_batch
+
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    critical_batch._synchronize(torch.device("cpu"))
+    assert waited == []
+    critical_batch._synchronize(torch.device("cuda", 0))
+    assert waited == [torch.device("cuda", 0)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_measure_throughput_times_a_model_on_the_gpu():
+    model = torch.nn.Linear(4, 1).cuda()
+    result = measure_throughput(
+        model,
+        torch.nn.functional.mse_loss,
+        lambda n: (torch.zeros(n, 4, device="cuda"), torch.zeros(n, 1, device="cuda")),
+        [1, 8],
+        repeats=2,
+    )
+    assert sorted(result) == [1, 8] and all(v > 0 for v in result.values())

@@ -98,6 +98,20 @@ def test_torchrun_runs_the_same_experiment_as_a_script():
     assert "rank 1 (gloo): 1 all-reduce(s) for 4 micro-batches" in done.stdout
 
 
+def test_torchrun_demo_options_keep_their_defaults_and_cpu_means_gloo():
+    from coursekit.torchrun_demo import parse_arguments, uses_gpus
+
+    defaults = parse_arguments([])
+    assert (defaults.device, defaults.seed, defaults.micro_batch_size) == ("auto", 0, 8)
+    options = parse_arguments(["--device", "cpu", "--seed", "3", "--micro-batch-size", "2"])
+    assert (options.device, options.seed, options.micro_batch_size) == ("cpu", 3, 2)
+    assert uses_gpus("cpu", 2) is False  # gloo, whatever GPUs the machine has
+    too_many = torch.cuda.device_count() + 1
+    assert uses_gpus("auto", too_many) is False  # not one GPU per process: gloo
+    with pytest.raises(SystemExit, match="one GPU per process"):
+        uses_gpus("cuda", too_many)
+
+
 def test_the_counter_counts_an_all_reduce_twice_the_tensor_and_restores_dist():
     ensure_single_process_group()
     ensure_single_process_group()  # a second call keeps the group

@@ -243,6 +243,13 @@ def test_the_scale_history_backs_off_from_a_too_high_start_then_settles():
     assert min(scales) < scales[0]
 
 
+def test_the_scale_history_takes_a_torch_device_and_a_seed():
+    default = scale_history(amp_window, n_windows=6)
+    assert scale_history(amp_window, device=torch.device("cpu"), n_windows=6, seed=0) == default
+    scales, skipped = scale_history(amp_window, n_windows=6, seed=1)
+    assert len(scales) == len(skipped) == 6 and skipped[0]
+
+
 def test_global_token_scale_in_one_process_is_one_over_the_count():
     assert global_token_scale([30, 10]) == 1 / 40
     assert global_token_scale(torch.tensor([0, 7])) == 1 / 7  # a micro-batch of padding only

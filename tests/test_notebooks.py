@@ -1,15 +1,19 @@
 """Notebooks, executed: hidden tests pass on the reference, stubs run to the end as
 "not attempted", and a hand-in with known mistakes has each one named in the notebook.
 
-nbval runs solutions/ whole (see pyproject.toml), and the untouched exercises run whole here;
-the hidden-test and mistake runs skip the demonstration cells (tagged ``demo``: they define
-nothing a question or its check needs, which ``coursekit build --check`` enforces).
+nbval runs solutions/ whole (see pyproject.toml), and the untouched exercises run whole here,
+at a quarter of the default sizes (their notebook parameter ``scale``; the browser test runs
+them whole at the defaults); the hidden-test and mistake runs skip the demonstration cells
+(tagged ``demo``: they define nothing a question or its check needs, which
+``coursekit build --check`` enforces).
 """
 
 from pathlib import Path
 
 import nbformat
 import pytest
+from papermill.iorw import load_notebook_node
+from papermill.parameterize import parameterize_notebook
 
 from coursekit.authoring.demo_cells import DEMO_TAG
 from coursekit.authoring.markup import question_name
@@ -22,15 +26,25 @@ REPO = Path(__file__).resolve().parents[1]
 NAMES = [m.name for m in MODULES]
 
 
+QUICK = {"scale": 0.25}  # the notebook parameters of a quick run (see test_notebook_parameters)
+
+
 def execute(
-    path: Path, replace: dict[str, str] | None = None, graded_only: bool = False
+    path: Path,
+    replace: dict[str, str] | None = None,
+    graded_only: bool = False,
+    parameters: dict | None = None,
 ) -> nbformat.NotebookNode:
     """Run a notebook top to bottom (stopping at the first error) and return it with outputs.
 
     ``graded_only``: only the cells a verdict depends on, the set-up, imports, questions and
     their check cells, without the demonstrations (tagged ``demo``) that nbval and the
-    untouched-exercise run execute anyway."""
-    nb = nbformat.read(path, as_version=4)
+    untouched-exercise run execute anyway. ``parameters``: notebook parameters, set as
+    papermill sets them (a cell after the one tagged ``parameters``)."""
+    if parameters:  # papermill's own reading gives every cell the tags list it looks for
+        nb = parameterize_notebook(load_notebook_node(str(path)), parameters)
+    else:
+        nb = nbformat.read(path, as_version=4)
     if graded_only:
         nb.cells = [c for c in nb.cells if c.cell_type == "code" and _needed_for_verdicts(c)]
     for cell in nb.cells:
@@ -71,7 +85,8 @@ def test_the_untouched_exercise_runs_to_the_end_and_every_check_says_not_attempt
     name, monkeypatch
 ):
     monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
-    nb = execute(REPO / "exercises" / f"{name}.ipynb")
+    nb = execute(REPO / "exercises" / f"{name}.ipynb", parameters=QUICK)
+    assert any(text_of(c).startswith("Run: device cpu, scale 0.25,") for c in nb.cells)
     checks = check_cells(nb)
     assert checks, "each module has graded questions"
     for cell in checks:
