@@ -90,7 +90,10 @@ def _build(args: argparse.Namespace) -> int:
             for name in names:
                 print(f"  {name}", file=sys.stderr)
             return 1
-        print("exercises/, solutions/ and the README table match notebooks/.")
+        print(
+            "exercises/, solutions/, the README table and the released demo cells' record "
+            "match notebooks/."
+        )
         return 0
     print("\n".join(f"wrote {name}" for name in names) or "Everything was up to date.")
     return 0

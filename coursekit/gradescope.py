@@ -13,7 +13,8 @@ each submission it puts the student's files in ``/autograder/submission/``, runs
 ``stdout_visibility`` says so, which these results never do).
 
 :func:`build_bundle` writes that zip. It carries the assignment's source notebook (the
-reference solution, which the grader runs on every submission), a copy of coursekit's source
+reference solution, which the grader runs on every submission), the record of every release's
+demo cells (``notebooks/released-demos.json``), a copy of coursekit's source
 (``setup.sh`` installs it with the CPU build of the pinned torch), and the grading settings:
 limits and the seed of the hidden draw, so every submission meets the same hidden tests, as
 in one ``coursekit grade`` run. :func:`run_autograder` grades one submission with the same
@@ -45,7 +46,7 @@ from types import SimpleNamespace
 from coursekit.grading.sandbox import Limits
 
 CONFIG = "coursekit-autograder.json"  # the grading settings, at the zip's root
-COURSE = "course"  # the folder, in the zip, that holds notebooks/<assignment>.ipynb
+COURSE = "course"  # the folder, in the zip, that holds notebooks/ (the assignment's, the record)
 PACKAGE = "coursekit-src"  # the folder, in the zip, that holds coursekit's source
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same inputs give the same zip
@@ -183,6 +184,7 @@ def build_bundle(
         "torch": torch_version or torch_pin(root),
         "coursekit": __version__,
     }
+    record = _record_bytes(root)
     files = _package_files(root)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -191,9 +193,23 @@ def build_bundle(
         _add(archive, "run_autograder", RUN_AUTOGRADER.encode(), 0o755)
         _add(archive, CONFIG, (json.dumps(settings, indent=2) + "\n").encode())
         _add(archive, f"{COURSE}/notebooks/{source.name}", source.read_bytes())
+        if record is not None:  # earlier releases' demo cells: skipped like the current ones
+            _add(archive, f"{COURSE}/{record[0]}", record[1])
         for name, path in files.items():
             _add(archive, name, path.read_bytes())
     return settings
+
+
+def _record_bytes(root: Path) -> tuple[str, bytes] | None:
+    """(path, bytes) of ``notebooks/released-demos.json`` as it is, checked (a ValueError
+    that says what to do if it is not a record); None for a course without one."""
+    from coursekit.authoring.released_demos import RECORD, read_record
+
+    try:
+        read_record(root)
+    except FileNotFoundError:
+        return None
+    return RECORD.as_posix(), (root / RECORD).read_bytes()
 
 
 # ---------------------------------------------------------------------- one submission

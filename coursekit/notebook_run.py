@@ -7,9 +7,9 @@ cuda``) by adding a cell after that one; the next cell passes them all to :func:
 so a wrong value fails there, with a message that names it, rather than deep inside a demo.
 
 ``scale`` multiplies the sizes of data sets, batches and runs: 1 is the laptop-CPU default
-that the course text's figures come from; 4 or more suits a GPU; below 1 runs faster (the
-tests run every solution at 0.25). At 1 every size is exactly the one the text was written
-for, so a notebook left at its defaults prints the text's numbers.
+that the course text's figures come from; 4 or more suits a GPU; 0.25, the smallest allowed,
+runs fastest (the tests run every solution there). At 1 every size is exactly the one the
+text was written for, so a notebook left at its defaults prints the text's numbers.
 """
 
 from __future__ import annotations
@@ -23,6 +23,10 @@ import torch
 __all__ = ["DEVICE_CHOICES", "NotebookRun", "ParameterError", "notebook_run"]
 
 DEVICE_CHOICES = ("auto", "cpu", "cuda", "cuda:N")
+# The scales tried: 0.25 by the tests, below it some demonstrations have too little to show.
+# Above 64 no size was ever tried, and a typo (scale 400 for 4.00) would run for days.
+MIN_SCALE, MAX_SCALE = 0.25, 64
+MAX_SEED = 2**31 - 1  # demonstrations add small offsets; every generator takes this range
 _OVERRIDE = "papermill -p NAME VALUE, or edit the parameters cell"
 
 
@@ -44,19 +48,17 @@ class NotebookRun:
 
     def size(self, default: int, minimum: int = 1, multiple_of: int = 1) -> int:
         """``default`` times the scale, rounded to the nearest multiple of ``multiple_of``
-        and at least ``minimum``; exactly ``default`` at scale 1."""
-        if self.scale == 1:
-            return default
-        multiples = max(1, round(default * self.scale / multiple_of))
+        (halves up), and at least ``minimum``. At scale 1 that is ``default`` itself for every
+        size the notebooks write (each is already a multiple, and above its minimum); a
+        module's own parameter (``run.size(run.steps, minimum=2)``) still gets its floor."""
+        if multiple_of < 1 or minimum < 1:
+            raise ValueError(f"multiple_of ({multiple_of}) and minimum ({minimum}) must be >= 1")
+        multiples = max(1, math.floor(default * self.scale / multiple_of + 0.5))
         return max(minimum, multiples * multiple_of)
 
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
-
-    @property
-    def is_default_scale(self) -> bool:
-        return self.scale == 1
 
     def __getattr__(self, name: str) -> int:
         sizes = self.__dict__.get("sizes", {})
@@ -70,15 +72,21 @@ class NotebookRun:
         return f"Run: {', '.join(parts)}."
 
 
-def notebook_run(device="auto", scale=1, seed=0, **sizes) -> NotebookRun:
+def notebook_run(
+    device="auto", scale=1, seed=0, *, at_least: dict[str, int] | None = None, even=(), **sizes
+) -> NotebookRun:
     """Check a notebook's parameters and return them as a :class:`NotebookRun`.
 
     Args:
         device: ``"auto"`` (the GPU when torch sees one, else the CPU), ``"cpu"``, ``"cuda"``
-            or ``"cuda:N"``. Asking for CUDA where there is none is an error, not a quiet
-            fallback: a GPU-sized run on a CPU would take hours.
-        scale: a positive number that multiplies the notebook's sizes (1: the text's).
-        seed: a whole number; seeds the notebook's draws.
+            or ``"cuda:N"`` (made torch's current GPU, so code that uses the current one
+            follows). Asking for CUDA where there is none is an error, not a quiet fallback:
+            a GPU-sized run on a CPU would take hours.
+        scale: a number from 0.25 to 64 that multiplies the notebook's sizes (1: the text's).
+        seed: a whole number from 0 to 2**31 - 1; seeds the notebook's draws.
+        at_least: the smallest value of a module's own parameter where it is not 1 (a
+            measurement that needs two processes: ``{"world_size": 2}``).
+        even: the module's own parameters that must be even (a width split over 2 heads).
         sizes: the module's own whole-number parameters, each at least 1.
 
     Example:
@@ -86,12 +94,15 @@ def notebook_run(device="auto", scale=1, seed=0, **sizes) -> NotebookRun:
         >>> run.size(512)
         256
     """
-    return NotebookRun(
-        device=_device(device),
-        scale=_scale(scale),
-        seed=_whole(seed, "seed", minimum=None),
-        sizes={name: _whole(value, name, minimum=1) for name, value in sizes.items()},
-    )
+    at_least = at_least or {}
+    checked = {name: _whole(value, name, at_least.get(name, 1)) for name, value in sizes.items()}
+    for name in even:
+        if checked[name] % 2:
+            raise ParameterError(f"{name} is {sizes[name]!r}; give an even number ({_OVERRIDE}).")
+    run = NotebookRun(device=_device(device), scale=_scale(scale), seed=_seed(seed), sizes=checked)
+    if run.on_gpu:
+        torch.cuda.set_device(run.device)
+    return run
 
 
 def _device(device) -> torch.device:
@@ -135,20 +146,33 @@ def _number(value, name: str):
 
 
 def _scale(value) -> float:
-    scale = float(_number(value, "scale"))
-    if not math.isfinite(scale) or scale <= 0:
+    try:
+        scale = float(_number(value, "scale"))
+    except OverflowError:
+        scale = math.inf
+    if not MIN_SCALE <= scale <= MAX_SCALE:  # also refuses nan
         raise ParameterError(
-            f"scale is {value!r}; give a positive number: 1 for the sizes in the text, 4 or "
-            "more on a GPU, 0.25 for a quick run."
+            f"scale is {value!r}; give a number from {MIN_SCALE} to {MAX_SCALE}: 1 for the sizes "
+            "in the text, 4 or more on a GPU, 0.25 for a quick run."
         )
     return scale
 
 
-def _whole(value, name: str, minimum: int | None) -> int:
+def _seed(value) -> int:
+    seed = _whole(value, "seed", minimum=0)
+    if seed > MAX_SEED:
+        raise ParameterError(f"seed is {value!r}; give a whole number from 0 to {MAX_SEED}.")
+    return seed
+
+
+def _whole(value, name: str, minimum: int) -> int:
     number = _number(value, name)
-    if not (isinstance(number, numbers.Integral) or float(number).is_integer()):
+    try:
+        whole = int(number)
+    except (OverflowError, ValueError):  # inf, nan
+        whole = None
+    if whole is None or whole != number:
         raise ParameterError(f"{name} is {value!r}; give a whole number ({_OVERRIDE}).")
-    whole = int(number)
-    if minimum is not None and whole < minimum:
+    if whole < minimum:
         raise ParameterError(f"{name} is {value!r}; give a whole number of at least {minimum}.")
     return whole

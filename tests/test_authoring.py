@@ -1,15 +1,19 @@
 """The notebooks/ -> exercises/ + solutions/ pipeline: markup, transforms, golden outputs, sync."""
 
+import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
 import pytest
 
 from coursekit.authoring import MarkupError, build
+from coursekit.authoring.demo_cells import released_demos, source_sha256
 from coursekit.authoring.hidden_tests import drop_hidden_tests
 from coursekit.authoring.markup import validate
 from coursekit.authoring.outputs import clear_outputs
+from coursekit.authoring.released_demos import RECORD, read_record, rebuild_from_git
 from coursekit.authoring.setup_cell import SETUP_CELL_ID, add_setup_cell, setup_source
 from coursekit.authoring.solutions import STUB, stub_solutions, unmark_solutions
 from coursekit.cli import main
@@ -18,6 +22,7 @@ from coursekit.course import install_spec
 pytestmark = pytest.mark.authoring
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).parent / "golden"
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
 def notebook(*sources, markdown=()):
@@ -245,3 +250,108 @@ def test_a_student_copy_holds_no_solutions_and_refuses_to_overwrite(tmp_path, ca
     assert find_course_root(copy / "exercises", marker="exercises") == copy
     assert main(["student-copy", str(copy), "--root", str(REPO)]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- the record of released demo cells
+
+
+def _with_demo_cell(course: Path, source: str) -> None:
+    """Give the course's source notebook a demo cell (id demo-plot) holding ``source``."""
+    path = course / "notebooks" / "demo.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cells = [c for c in nb.cells if c.get("id") != "demo-plot"]
+    cell = nbformat.v4.new_code_cell(source)
+    cell.id = "demo-plot"
+    cell.metadata["tags"] = ["demo"]
+    nb.cells = [*cells, cell]
+    nbformat.write(nb, path)
+
+
+def test_build_records_each_released_demo_source_and_keeps_the_earlier_ones(course):
+    assert build(course) and not (course / RECORD).exists()  # no demo cell: nothing to record
+    _with_demo_cell(course, "print(double(3))")
+    build(course)
+    first = source_sha256("print(double(3))")
+    assert read_record(course) == {"demo": {"demo-plot": [first]}}
+    _with_demo_cell(course, "print(double(4))")
+    assert course / RECORD in build(course, check=True)  # out of date until built
+    build(course)
+    second = source_sha256("print(double(4))")
+    assert read_record(course) == {"demo": {"demo-plot": sorted([first, second])}}
+    text = (course / RECORD).read_text()
+    assert text == json.dumps(read_record(course), indent=2, sort_keys=True) + "\n"
+    assert build(course, check=True) == []
+
+
+def test_build_check_flags_a_record_that_lacks_the_current_demo_sources(course, capsys):
+    _with_demo_cell(course, "print(double(3))")
+    build(course)
+    old = {"demo": {"demo-plot": [source_sha256("an earlier release's source")]}}
+    (course / RECORD).write_text(json.dumps(old))
+    capsys.readouterr()
+    assert main(["build", "--check", "--root", str(course)]) == 1
+    err = capsys.readouterr().err
+    assert "notebooks/released-demos.json" in err and "exercises/" not in err
+    build(course)
+    hashes = read_record(course)["demo"]["demo-plot"]
+    assert set(hashes) == {old["demo"]["demo-plot"][0], source_sha256("print(double(3))")}
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("{not json", "is not JSON"),
+        ('["demo"]', "is not an object of assignments"),
+        ('{"demo": {"demo-plot": ["abc"]}}', "is not a record: demo, cell 'demo-plot' holds no"),
+    ],
+)
+def test_a_corrupt_record_is_an_error_that_says_what_to_do(course, capsys, text, why):
+    _with_demo_cell(course, "print(double(3))")
+    build(course)
+    (course / RECORD).write_text(text)
+    for args in (["build"], ["build", "--check"]):
+        assert main([*args, "--root", str(course)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"coursekit build: notebooks/released-demos.json {why}"), err
+        assert "git checkout -- notebooks/released-demos.json" in err
+        assert "scripts/record-released-demos" in err and "Traceback" not in err
+    assert (course / RECORD).read_text() == text  # left for the instructor to restore
+
+
+def test_a_missing_record_once_exercises_are_released_is_an_error(course, capsys):
+    _with_demo_cell(course, "print(double(3))")
+    build(course)  # the first build of a course writes its record
+    (course / RECORD).unlink()
+    assert main(["build", "--root", str(course)]) == 2
+    err = capsys.readouterr().err
+    assert "notebooks/released-demos.json is missing, and exercises/ holds released demo" in err
+    assert "scripts/record-released-demos" in err and not (course / RECORD).exists()
+
+
+@needs_git
+def test_the_record_is_rebuilt_from_every_release_in_git_history(course):
+    _with_demo_cell(course, "print(double(3))")
+    build(course)
+    (course / RECORD).unlink()
+    git = ["git", "-C", str(course), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "exercises"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first release"], check=True)
+    _with_demo_cell(course, "print(double(4))")
+    (course / RECORD).write_text("{}")  # an empty record, so build may run
+    build(course)
+    subprocess.run([*git, "commit", "-qam", "second release"], check=True)
+    (course / RECORD).unlink()
+    assert rebuild_from_git(course) == course / RECORD
+    expected = sorted(source_sha256(f"print(double({n}))") for n in (3, 4))
+    assert read_record(course) == {"demo": {"demo-plot": expected}}
+    assert build(course, check=True) == []
+
+
+def test_the_committed_record_holds_the_current_exercises_demo_cells():
+    record = read_record(REPO)
+    for path in sorted((REPO / "exercises").glob("*.ipynb")):
+        demos = released_demos(nbformat.read(path, as_version=4))
+        assert demos, path
+        for cell_id, source in demos.items():
+            assert source_sha256(source) in record[path.stem][cell_id], (path.name, cell_id)

@@ -202,6 +202,24 @@ def test_measure_throughput_waits_for_cuda_kernels_only_on_a_gpu(monkeypatch):
     assert waited == [torch.device("cuda", 0)]
 
 
+def test_measure_throughput_waits_before_and_after_every_timed_pass(monkeypatch):
+    from coursekit import critical_batch
+
+    events = []
+    monkeypatch.setattr(critical_batch, "_synchronize", lambda device: events.append("wait"))
+    model = torch.nn.Linear(4, 1)
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda x: events.append("pass") or forward(x))
+    measure_throughput(
+        model,
+        torch.nn.functional.mse_loss,
+        lambda n: (torch.zeros(n, 4), torch.zeros(n, 1)),
+        [2],
+        repeats=2,
+    )
+    assert events == ["wait", "pass", "wait"] * 3  # a warm-up pass, then 2 timed repeats
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_throughput_times_a_model_on_the_gpu():
     model = torch.nn.Linear(4, 1).cuda()

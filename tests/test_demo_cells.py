@@ -3,6 +3,8 @@ they are as released and nothing that runs needs them; build --check refuses a d
 that defines a name a graded cell uses."""
 
 import json
+import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -17,11 +19,20 @@ from coursekit.authoring.demo_cells import (
     names_used,
     released_demos,
     skippable,
+    source_sha256,
 )
 from coursekit.authoring.markup import MarkupError, question_name
+from coursekit.authoring.released_demos import RECORD
 from coursekit.cli import main
-from coursekit.grading.grader import cells_to_run, exercise_demos, solution_cells
+from coursekit.grading.grader import (
+    Plan,
+    cells_to_run,
+    exercise_demos,
+    recorded_demos,
+    solution_cells,
+)
 from coursekit.grading.handin import read_hand_in
+from coursekit.grading.sandbox import Limits
 
 pytestmark = pytest.mark.authoring
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +93,114 @@ def test_a_demo_cell_whose_names_a_student_uses_runs():
     assert skippable(dynamic, DEMOS) == set()
 
 
+# d1 and d2 as an earlier release gave them: the sha256 of each source, by cell id
+EARLIER = {"d1": [source_sha256("data = [1, 2]")], "d2": [source_sha256("print(len(data))")]}
+
+
+def test_demo_cells_as_an_earlier_release_gave_them_are_skipped():
+    cells = [("q", "def f(x):\n    return 2 * x"), ("d1", "data = [1, 2]"), ("d3", "plot(data)")]
+    assert skippable(cells, DEMOS) == {2}  # d1 is not as the current release gives it
+    assert skippable(cells, DEMOS, EARLIER) == {1, 2}
+    mixed = [*cells, ("d2", "print(len(data))")]  # one cell as released then, one as now
+    assert skippable(mixed, DEMOS, EARLIER) == {1, 2, 3}
+
+
+def test_a_source_no_release_gave_that_cell_runs():
+    in_no_release = [("q", "def f(x):\n    return 2 * x"), ("d1", "data = [9]")]
+    assert skippable(in_no_release, DEMOS, EARLIER) == set()
+    another_cells = [in_no_release[0], ("d3", "data = [1, 2]")]  # d1's earlier source, in d3
+    assert skippable(another_cells, DEMOS, EARLIER) == set()
+
+
+def test_an_earlier_demo_source_whose_names_a_running_cell_uses_runs():
+    cells = [("q", "def f(x):\n    return x + len(data)"), ("d1", "data = [1, 2]")]
+    assert skippable(cells, DEMOS, EARLIER) == set()
+    changes_state = {"d1": [source_sha256("import os\nos.environ['X'] = '1'")]}
+    assert skippable([("d1", "import os\nos.environ['X'] = '1'")], {}, changes_state) == set()
+
+
+# Exercise 1's demo cell m01-19 as the release before papermill parameters (b0932e6) gave it
+M01_19_AT_B0932E6 = 'print((64 + 3 * 256) * 4, "bytes per sample, by hand")'
+
+
+def _hand_in_with(tmp_path, module: str, cell_id: str, source: str):
+    notebook = json.loads((REPO / "solutions" / f"{module}.ipynb").read_text())
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    index = next(i for i, c in enumerate(code) if c.get("id") == cell_id)
+    code[index]["source"] = source
+    path = tmp_path / f"{module}.ipynb"
+    path.write_text(json.dumps(notebook))
+    return read_hand_in(path, module, "ada"), index
+
+
+def test_a_demo_cell_as_the_previous_release_gave_it_is_skipped_and_an_edited_one_runs(tmp_path):
+    module = "01_accumulation"
+    assert exercise_demos(REPO, module)["m01-19"] != M01_19_AT_B0932E6  # edited since
+    demos, earlier = exercise_demos(REPO, module), recorded_demos(REPO, module)
+    plan = Plan(module, {}, {}, Limits(), demos=demos, earlier_demos=earlier)
+    hand_in, index = _hand_in_with(tmp_path, module, "m01-19", M01_19_AT_B0932E6)
+    assert cells_to_run(hand_in, plan)[index] is None
+    current_only = Plan(module, {}, {}, Limits(), demos=demos)
+    assert cells_to_run(hand_in, current_only)[index] == M01_19_AT_B0932E6
+    edited = M01_19_AT_B0932E6.replace("by hand", "mine")  # in no release: it runs
+    hand_in, index = _hand_in_with(tmp_path, module, "m01-19", edited)
+    assert cells_to_run(hand_in, plan)[index] == edited
+
+
+def _at_commit(commit: str, path: str) -> str | None:
+    if shutil.which("git") is None:
+        return None
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{commit}:{path}"], capture_output=True, text=True
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_a_hand_in_from_the_previous_release_skips_what_that_release_skipped(module, tmp_path):
+    text = _at_commit("b0932e6", f"exercises/{module}.ipynb")
+    if text is None:
+        pytest.skip("needs the course's git history (commit b0932e6)")
+    path = tmp_path / f"{module}.ipynb"
+    path.write_text(text)
+    hand_in = read_hand_in(path, module, "ada")
+    then = Plan(module, {}, {}, Limits(), demos=released_demos(json.loads(text)))
+    now = Plan(
+        module,
+        {},
+        {},
+        Limits(),
+        demos=exercise_demos(REPO, module),
+        earlier_demos=recorded_demos(REPO, module),
+    )
+    assert None in cells_to_run(hand_in, then)
+    assert cells_to_run(hand_in, now) == cells_to_run(hand_in, then)
+
+
+def test_a_missing_or_corrupt_record_leaves_the_grader_the_current_release(tmp_path, capsys):
+    shutil.copytree(REPO / "notebooks", tmp_path / "notebooks")
+    assert recorded_demos(tmp_path, "01_accumulation")  # the committed record, copied
+    (tmp_path / RECORD).unlink()
+    assert recorded_demos(tmp_path, "01_accumulation") == {}
+    assert capsys.readouterr().err == ""  # a course without a record: nothing to say
+    for text in ("{not json", '{"01_accumulation": ["m01-19"]}', "\udcff"):
+        (tmp_path / RECORD).write_text(text, errors="surrogateescape")
+        assert recorded_demos(tmp_path, "01_accumulation") == {}
+        err = capsys.readouterr().err
+        assert err.startswith("coursekit grade: notebooks/released-demos.json is "), err
+        assert "only demo cells as in the current release are skipped" in err
+    plan = Plan(
+        "01_accumulation", {}, {}, Limits(), demos=exercise_demos(tmp_path, "01_accumulation")
+    )
+    hand_in = read_hand_in(REPO / "solutions" / "01_accumulation.ipynb", "01_accumulation", "ada")
+    assert cells_to_run(hand_in, plan) == solution_cells(REPO, "01_accumulation")
+
+
+def test_a_hand_in_source_that_is_no_valid_utf8_is_read_not_raised():
+    lone = "print('\ud800')"  # JSON may hold a lone surrogate
+    assert skippable([("d1", lone)], {}, {"d1": [source_sha256(lone)]}) == {0}
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_build_keeps_the_demo_tags_and_the_graded_cells_need_no_demo(module):
     for folder in ("exercises", "solutions"):
@@ -120,9 +239,6 @@ def test_build_check_refuses_a_demo_cell_that_defines_what_a_question_uses(tmp_p
 @pytest.mark.parametrize("module", MODULES)
 def test_the_solution_as_a_hand_in_skips_exactly_its_demo_cells(module, tmp_path):
     hand_in = read_hand_in(REPO / "solutions" / f"{module}.ipynb", module, "ada")
-    from coursekit.grading.grader import Plan
-    from coursekit.grading.sandbox import Limits
-
     plan = Plan(module, {}, {}, Limits(), demos=exercise_demos(REPO, module))
     assert cells_to_run(hand_in, plan) == solution_cells(REPO, module)
     # the student edits one demo cell: it runs again, and so does what it needs

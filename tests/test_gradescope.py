@@ -30,7 +30,7 @@ from coursekit.gradescope import (
     results_of,
     torch_pin,
 )
-from coursekit.grading.grader import GradeResult
+from coursekit.grading.grader import GradeResult, recorded_demos
 from coursekit.grading.sandbox import Limits
 from tests.handins import REPO
 
@@ -94,6 +94,24 @@ def test_the_zip_holds_gradescopes_two_scripts_at_its_root_executable(bundle):
     assert {"coursekit-src/pyproject.toml", "coursekit-src/coursekit/gradescope.py"} <= set(modes)
     assert not any("__pycache__" in name for name in modes)
     assert settings["seed"] == 1234 and settings["limits"]["cell_timeout_s"] == CELL_TIMEOUT_S
+
+
+def test_the_zip_carries_the_record_of_released_demo_cells_where_the_grader_reads_it(
+    bundle, tmp_path
+):
+    with zipfile.ZipFile(bundle) as archive:
+        record = archive.read("course/notebooks/released-demos.json")
+    assert record == (REPO / "notebooks" / "released-demos.json").read_bytes()
+    course = gradescope_root(bundle, tmp_path) / "source" / "course"
+    assert recorded_demos(course, ASSIGNMENT) == recorded_demos(REPO, ASSIGNMENT) != {}
+
+
+def test_a_corrupt_record_stops_the_bundle_with_what_to_do(tmp_path, capsys):
+    course = tmp_path / "course"
+    shutil.copytree(REPO / "notebooks", course / "notebooks")
+    (course / "notebooks" / "released-demos.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"released-demos.json is not JSON .*git checkout"):
+        build_bundle(course, ASSIGNMENT, tmp_path / "autograder.zip", torch_version="2.5.1")
 
 
 def test_setup_sh_is_valid_bash_and_installs_the_pinned_cpu_torch(bundle, tmp_path):

@@ -8,12 +8,14 @@ import contextlib
 import io
 import json
 import shutil
+import subprocess
 
 import pytest
 
+from coursekit.authoring.demo_cells import released_demos
 from coursekit.checks import questions_of
 from coursekit.cli import main
-from coursekit.grading.grader import Plan, cells_to_run, exercise_demos
+from coursekit.grading.grader import Plan, cells_to_run, exercise_demos, recorded_demos
 from coursekit.grading.handin import read_hand_in
 from coursekit.grading.sandbox import Limits
 from tests import student_code
@@ -135,6 +137,21 @@ def cells_of(assignment: str, variants: dict[str, str]) -> list[str]:
     return cells
 
 
+PREVIOUS_RELEASE = "b0932e6"  # the release before the demo cells read papermill parameters
+
+
+def previous_release(path: str) -> str | None:
+    """``path`` as the previous release held it; None without the course's git history."""
+    if shutil.which("git") is None:
+        return None
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "show", f"{PREVIOUS_RELEASE}:{path}"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout if done.returncode == 0 else None
+
+
 @pytest.fixture(scope="module", params=sorted(HAND_INS))
 def graded(request, tmp_path_factory):
     assignment = request.param
@@ -148,6 +165,12 @@ def graded(request, tmp_path_factory):
     # the source notebook's solution, handed in as it is: its demo cells are skipped
     (base / "hand-ins" / "sol").mkdir()
     shutil.copy(REPO / "solutions" / f"{assignment}.ipynb", base / "hand-ins" / "sol")
+    # the previous release's solution (its demo cells did not yet read papermill parameters),
+    # graded as the course is now: its demo cells are skipped all the same
+    previous = previous_release(f"solutions/{assignment}.ipynb")
+    if previous is not None:
+        (base / "hand-ins" / "old").mkdir()
+        (base / "hand-ins" / "old" / f"{assignment}.ipynb").write_text(previous)
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         status = main(
@@ -183,6 +206,29 @@ def test_the_solution_with_its_demo_cells_skipped_gets_full_marks(graded):
     plan = Plan(assignment, {}, {}, Limits(), demos=exercise_demos(REPO, assignment))
     assert None in cells_to_run(hand_in, plan)  # grading skipped demo cells of this hand-in
     result = results["sol"]
+    assert result["error"] is None and result["notes"] == [], result
+    assert result["score"] == result["max_score"] == sum(q.points for q in questions_of(assignment))
+
+
+def test_the_previous_release_s_solution_skips_its_demo_cells_and_gets_full_marks(graded, tmp_path):
+    assignment, results = graded
+    previous = previous_release(f"solutions/{assignment}.ipynb")
+    if previous is None:
+        pytest.skip(f"needs the course's git history (commit {PREVIOUS_RELEASE})")
+    path = tmp_path / f"{assignment}.ipynb"
+    path.write_text(previous)
+    hand_in = read_hand_in(path, assignment, "old")
+    demos = exercise_demos(REPO, assignment)
+    now = Plan(
+        assignment, {}, {}, Limits(), demos=demos, earlier_demos=recorded_demos(REPO, assignment)
+    )
+    released_then = released_demos(json.loads(previous_release(f"exercises/{assignment}.ipynb")))
+    then = Plan(assignment, {}, {}, Limits(), demos=released_then)  # as that release graded it
+    skipped = cells_to_run(hand_in, now)
+    assert skipped == cells_to_run(hand_in, then) and None in skipped
+    current_only = Plan(assignment, {}, {}, Limits(), demos=demos)
+    assert skipped.count(None) > cells_to_run(hand_in, current_only).count(None)
+    result = results["old"]
     assert result["error"] is None and result["notes"] == [], result
     assert result["score"] == result["max_score"] == sum(q.points for q in questions_of(assignment))
 

@@ -243,11 +243,43 @@ def test_the_scale_history_backs_off_from_a_too_high_start_then_settles():
     assert min(scales) < scales[0]
 
 
-def test_the_scale_history_takes_a_torch_device_and_a_seed():
+def test_the_scale_history_takes_a_torch_device_and_a_seed(monkeypatch):
     default = scale_history(amp_window, n_windows=6)
     assert scale_history(amp_window, device=torch.device("cpu"), n_windows=6, seed=0) == default
     scales, skipped = scale_history(amp_window, n_windows=6, seed=1)
     assert len(scales) == len(skipped) == 6 and skipped[0]
+    from coursekit import data
+
+    drawn = []
+    make_regression = data.make_regression
+    monkeypatch.setattr(
+        data,
+        "make_regression",
+        lambda *a, **k: drawn.append(k["seed"]) or make_regression(*a, **k),
+    )
+    scale_history(amp_window, n_windows=2, seed=7)
+    assert drawn == [8]  # the data's seed follows the model's
+
+
+def test_the_scale_history_gives_autocast_the_device_type_not_its_index(monkeypatch):
+    """autocast and GradScaler take "cuda"; a notebook's device can be cuda:1."""
+    from coursekit import mixed_precision
+
+    kinds = []
+
+    class Recorder(torch.amp.GradScaler):
+        def __init__(self, device, **options):
+            kinds.append(device)
+            super().__init__("cpu", **options)
+
+    monkeypatch.setattr(torch.amp, "GradScaler", Recorder)
+    monkeypatch.setattr(
+        mixed_precision, "Autocast", lambda model, kind: kinds.append(kind) or model
+    )
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **k: self)
+    monkeypatch.setattr(torch.nn.Module, "to", lambda self, *a, **k: self)
+    scale_history(amp_window, device="cuda:1", n_windows=1)
+    assert kinds == ["cuda", "cuda"]
 
 
 def test_global_token_scale_in_one_process_is_one_over_the_count():

@@ -23,17 +23,43 @@ pytestmark = pytest.mark.notebook
 REPO = Path(__file__).resolve().parents[1]
 NAMES = [m.name for m in MODULES]
 COMMON = {"device", "scale", "seed"}
-# What the test runs pass: a quarter of the sizes, another seed, the CPU named outright.
+# What the test runs pass: a quarter of the sizes, another seed, the CPU named outright, and
+# another value for each module's own parameters (3 processes where a module starts 2).
 OVERRIDES = {"scale": 0.25, "seed": 1, "device": "cpu"}
-# Per module: a cell, and what it prints at OVERRIDES' scale but not at the defaults.
+MODULE_OVERRIDES = {
+    "00_welcome": {"width": 64},
+    "01_accumulation": {"width": 64},
+    "02_loss_scaling": {"steps": 24},
+    "03_batch_dependence": {"width": 4, "epochs": 1, "world_size": 3},
+    "04_distributed": {"world_size": 3},
+    "05_capstone": {"width": 16, "steps": 32},
+    "06_batch_size": {"steps": 100, "world_size": 3},
+}
+# Per module: (cell, what it prints with these overrides and not at the defaults), each
+# showing a size or a draw that only the overrides give.
 EVIDENCE = {
-    "00_welcome": ("m00-08", r"^batch  128: activations"),
-    "01_accumulation": ("m01-15", r"^128 samples, 10 epochs:"),
-    "02_loss_scaling": ("m02-17", r"mean loss of the last 5 steps"),
-    "03_batch_dependence": ("m03-05", r"micro-batch\s+2 x\s+8:"),
-    "04_distributed": ("m04-19c", r"micro-batches of 2 samples"),
-    "05_capstone": ("m05-14", r"^128 lines, \d+ real tokens"),
-    "06_batch_size": ("m06-03", r"^per-sample gradients: \(128, 161\)"),
+    "00_welcome": [("m00-08", r"^batch  128: activations  128\.0 KiB")],  # scale, width 64
+    "01_accumulation": [
+        ("m01-15", r"^128 samples, 10 epochs:"),  # scale
+        ("m01-19", r"^1024 bytes per sample, by hand"),  # (64 + 3 x width 64) x 4
+    ],
+    "02_loss_scaling": [("m02-17", r"mean loss of the last 3 steps")],  # steps 24 x 0.25 / 2
+    "03_batch_dependence": [
+        ("m03-05", r"micro-batch\s+2 x\s+8:"),  # scale
+        ("m03-21", r"^BatchNorm, batch 32\s+\d+%\s+[\d.]+$"),  # one epoch: one accuracy
+        ("m03-27c", r"^gathered\s+6 keys per query"),  # 3 processes x 2 pairs
+    ],
+    "04_distributed": [("m04-19c", r"^\(3 processes, micro-batches of 2 samples")],
+    "05_capstone": [
+        ("m05-14", r"^128 lines, \d+ real tokens"),  # scale
+        ("m05-14", r"^a small gpu checks four micro-batches before the step\.$"),  # seed 1
+        ("m05-14", r"^9002 parameters$"),  # width 16
+        ("m05-19", r"^8 optimizer steps each"),  # steps 32 x 0.25
+    ],
+    "06_batch_size": [
+        ("m06-03", r"^per-sample gradients: \(128, 161\)"),  # scale
+        ("m06-11", r"oracle on all 3 ranks' samples"),  # world_size
+    ],
 }
 
 
@@ -81,7 +107,14 @@ def test_each_source_opens_with_one_parameters_cell_that_notebook_run_receives_w
     assert (values["device"], values["scale"]) == ("auto", 1)
     assert set(values) <= COMMON | {"width", "steps", "epochs", "world_size"}
     keywords = notebook_run_keywords(cells[1].source)
+    rules = {k: keywords.pop(k) for k in ("at_least", "even") if k in keywords}
     assert keywords == {parameter: parameter for parameter in values}
+    assert all(
+        name in values
+        for rule in rules.values()
+        for name in re.findall(r"\w+", rule)
+        if not name.isdigit()
+    )
 
 
 @pytest.mark.parametrize("folder", ["exercises", "solutions"])
@@ -96,35 +129,39 @@ def test_the_build_keeps_the_parameters_cell_right_after_the_set_up_cell(name, f
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_a_solution_run_by_papermill_at_another_scale_uses_it(name, tmp_path):
+def test_a_solution_run_by_papermill_with_other_parameters_uses_them(name, tmp_path):
+    parameters = {**OVERRIDES, **MODULE_OVERRIDES[name]}
     executed = papermill.execute_notebook(
         str(REPO / "solutions" / f"{name}.ipynb"),
         str(tmp_path / f"{name}.ipynb"),
-        parameters=OVERRIDES,
+        parameters=parameters,
         cwd=str(REPO / "solutions"),
         kernel_name="python3",
         progress_bar=False,
         execution_timeout=1200,
     )
     cells = {c.get("id"): c for c in executed.cells}
-    settings = "Run: device cpu, scale 0.25, seed 1"
-    assert any(printed(c).startswith(settings) for c in executed.cells), settings
-    cell_id, pattern = EVIDENCE[name]
-    assert re.search(pattern, printed(cells[cell_id]), re.MULTILINE), printed(cells[cell_id])
+    settings = [line for c in executed.cells for line in printed(c).splitlines()]
+    settings = next(line for line in settings if line.startswith("Run: "))
+    for parameter, value in parameters.items():
+        assert f" {parameter} {value}" in settings, settings
+    for cell_id, pattern in EVIDENCE[name]:
+        text = printed(cells[cell_id])
+        assert re.search(pattern, text, re.MULTILINE), f"{cell_id}: {pattern!r} not in\n{text}"
     default = nbformat.read(REPO / "solutions" / f"{name}.ipynb", as_version=4)
     assert len(executed.cells) == len(default.cells) + 1  # papermill's injected cell
 
 
-def test_cuda_asked_for_on_a_machine_without_one_stops_at_the_first_cell(tmp_path):
-    pytest.importorskip("torch")
+def test_cuda_asked_for_on_a_machine_without_one_stops_before_any_demonstration(tmp_path):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
+    out = tmp_path / "out.ipynb"
     with pytest.raises(papermill.PapermillExecutionError) as failure:
         papermill.execute_notebook(
-            str(REPO / "solutions" / "00_welcome.ipynb"),
-            str(tmp_path / "out.ipynb"),
+            str(REPO / "solutions" / "01_accumulation.ipynb"),
+            str(out),
             parameters={"device": "cuda"},
             cwd=str(REPO / "solutions"),
             kernel_name="python3",
@@ -132,3 +169,12 @@ def test_cuda_asked_for_on_a_machine_without_one_stops_at_the_first_cell(tmp_pat
         )
     assert failure.value.ename == "ParameterError"
     assert "torch sees no CUDA GPU here" in failure.value.evalue
+    executed = nbformat.read(out, as_version=4)
+    failed = [
+        i
+        for i, c in enumerate(code_cells(executed))
+        if c.get("outputs") and any(o.get("output_type") == "error" for o in c.outputs)
+    ]
+    ran = [i for i, c in enumerate(code_cells(executed)) if c.get("execution_count")]
+    assert failed == [ran[-1]]  # nothing ran after the failing cell
+    assert "notebook_run(" in code_cells(executed)[failed[0]].source  # the imports cell

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 NAMES = [m.name for m in MODULES]
 
 
-QUICK = {"scale": 0.25}  # the notebook parameters of a quick run (see test_notebook_parameters)
+QUICK = {"scale": 0.25, "device": "cpu"}  # a quick run's parameters (test_notebook_parameters)
 
 
 def execute(

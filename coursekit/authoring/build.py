@@ -3,6 +3,8 @@
 Each output is the source notebook passed through a fixed pipeline of small transforms.
 The order is data, not a comment: validation first, then the transforms in sequence, then the
 set-up cell, whose code depends on where the course is published (see ``publication``).
+Beside them it keeps ``notebooks/released-demos.json``, every release's demo cells, which the
+grader skips in hand-ins made from any release (see ``released_demos``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from pathlib import Path
 import nbformat
 
 from coursekit.authoring.assignment_tag import tag_assignment
-from coursekit.authoring.demo_cells import demo_problems
+from coursekit.authoring.demo_cells import demo_problems, released_demos
 from coursekit.authoring.hidden_tests import drop_hidden_tests
 from coursekit.authoring.markup import MarkupError, validate
 from coursekit.authoring.outputs import clear_outputs
 from coursekit.authoring.publication import Publication, resolve
 from coursekit.authoring.readme_table import with_module_table
+from coursekit.authoring.released_demos import RECORD, wanted_record
 from coursekit.authoring.setup_cell import add_setup_cell, install_from_setting, setup_source
 from coursekit.authoring.solutions import stub_solutions, unmark_solutions
 
@@ -81,6 +84,7 @@ def plan_build(root: Path, publication: Publication | None = None) -> BuildPlan:
         raise FileNotFoundError(f"No source notebooks in {root / 'notebooks'}.")
     plan = BuildPlan()
     declared: dict[str, str] = {}
+    demos: dict[str, dict[str, str]] = {}  # assignment -> its exercise's demo cells
     for path in sources:
         relative = str(path.relative_to(root))
         notebook = read_source(path)
@@ -96,10 +100,15 @@ def plan_build(root: Path, publication: Publication | None = None) -> BuildPlan:
         for folder in PIPELINES:
             plan.wanted[root / folder / path.name] = render(notebook, relative, folder, setup)
         _check_demo_cells(notebook, plan.wanted[root / "solutions" / path.name], relative)
+        exercise = nbformat.reads(plan.wanted[root / "exercises" / path.name], as_version=4)
+        demos[path.stem] = released_demos(exercise)
     for folder in PIPELINES:
         for existing in sorted((root / folder).glob("*.ipynb")):
             if existing not in plan.wanted:
                 plan.stale.append(existing)
+    record = wanted_record(root, demos)  # every release's demo cells, for the grader
+    if record is not None:
+        plan.wanted[root / RECORD] = record
     readme = root / "README.md"
     if readme.exists():
         plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"), publication)

@@ -2,8 +2,9 @@
 
 An author tags such a cell ``demo`` in ``notebooks/`` (``coursekit build`` keeps the tag).
 The grader skips a hand-in's demo cell only while it is exactly as released (same cell id,
-same source) and no cell that does run uses a name it defines; every other cell runs. So a
-demo cell must define nothing a graded cell needs: ``build --check`` refuses one that does.
+same source as this release or an earlier one, see ``released_demos``) and no cell that does
+run uses a name it defines; every other cell runs. So a demo cell must define nothing a graded
+cell needs: ``build --check`` refuses one that does.
 
 Names are read from the code (``ast``, after IPython's own rewriting of magics). Where a cell
 could reach names in ways the code does not show (``eval``, ``exec``, ``globals()``...), it is
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import hashlib
 import re
 import symtable
+from collections.abc import Collection, Mapping
 
 DEMO_TAG = "demo"
 # Ways to reach the notebook's names that the code does not show by name.
@@ -164,20 +167,42 @@ def released_demos(notebook) -> dict[str, str]:
     return demos
 
 
+def source_sha256(source: str) -> str:
+    """The hex sha256 of a cell's source text (UTF-8), as ``released-demos.json`` holds it."""
+    return hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _text(source) -> str:
     if isinstance(source, list):
         return "".join(str(part) for part in source)
     return source if isinstance(source, str) else ""
 
 
-def skippable(cells: list[tuple[str | None, str]], demos: dict[str, str]) -> set[int]:
+def skippable(
+    cells: list[tuple[str | None, str]],
+    demos: dict[str, str],
+    earlier: Mapping[str, Collection[str]] | None = None,
+) -> set[int]:
     """Indexes of ``cells`` ((cell id, source) of a hand-in's code cells) that grading may
-    skip: demo cells left exactly as released whose names no running cell uses."""
+    skip: demo cells left exactly as released whose names no running cell uses.
+
+    ``demos`` are the current release's demo cells (id -> source); ``earlier`` the sha256 of
+    each source any release gave a demo cell (id -> hashes, from ``released-demos.json``), so
+    a hand-in made from an earlier release skips its demonstrations too.
+    """
+    earlier = earlier or {}
+
+    def released(cell_id: str, source: str) -> bool:
+        if demos.get(cell_id) == source:
+            return True
+        hashes = earlier.get(cell_id)
+        return bool(hashes) and source_sha256(source) in hashes
+
     skip = {
         index
         for index, (cell_id, source) in enumerate(cells)
         if cell_id is not None
-        and demos.get(cell_id) == source
+        and released(cell_id, source)
         and changes_global_state(source) is None
         and names_used(source) is not EVERYTHING
     }

@@ -27,6 +27,7 @@ import nbformat
 
 from coursekit.authoring.build import read_source, render
 from coursekit.authoring.demo_cells import DEMO_TAG, released_demos, skippable
+from coursekit.authoring.released_demos import read_record
 from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
 from coursekit.grading.handin import HandIn, HandInError, read_hand_in
@@ -93,6 +94,8 @@ class Plan:
     confinement: dict = field(default_factory=dict)  # what the reference run's sandbox had
     seed: int | None = None  # the hidden draw's seed: the same seed draws the same specs
     demos: dict[str, str] = field(default_factory=dict)  # released demo cells: id -> source
+    # every release's demo cells (notebooks/released-demos.json): id -> sha256 of each source
+    earlier_demos: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def max_score(self) -> float:
@@ -134,6 +137,27 @@ def exercise_demos(root: Path, assignment: str) -> dict[str, str]:
     return released_demos(_rendered(root, assignment, "exercises"))
 
 
+def recorded_demos(root: Path, assignment: str) -> dict[str, list[str]]:
+    """The demo cells of every release of the assignment, from the course's
+    ``notebooks/released-demos.json``: cell id -> sha256 of each source.
+
+    Without a readable record, only the current release's demo cells are skipped (a warning
+    says so for a corrupt one): grading goes on, it only runs more demonstrations.
+    """
+    try:
+        record = read_record(root)
+    except FileNotFoundError:
+        return {}
+    except Exception as error:  # noqa: BLE001 - a bad record costs time, never a grade
+        print(
+            f"coursekit grade: {error} Until then only demo cells as in the current release "
+            "are skipped.",
+            file=sys.stderr,
+        )
+        return {}
+    return {cell_id: list(hashes) for cell_id, hashes in record.get(assignment, {}).items()}
+
+
 def prepare(
     root: Path,
     assignment: str,
@@ -154,6 +178,7 @@ def prepare(
     options = Options(options.landlock, options.isolation, (*options.hidden, str(root.resolve())))
     plan = Plan(assignment, specs, {}, limits, options, seed=seed)
     plan.demos = exercise_demos(root, assignment)
+    plan.earlier_demos = recorded_demos(root, assignment)
     reference_limits = Limits(
         **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
     )
@@ -239,9 +264,10 @@ def _cell_notes(run) -> list[str]:
 
 def cells_to_run(hand_in: HandIn, plan: Plan) -> list[str | None]:
     """The hand-in's code cells, with None for each demonstration cell grading may skip (left
-    as released, and nothing that runs uses its names)."""
+    as this or an earlier release gave it, and nothing that runs uses its names)."""
     ids = list(hand_in.cell_ids) + [None] * (len(hand_in.cells) - len(hand_in.cell_ids))
-    skip = skippable(list(zip(ids, hand_in.cells, strict=False)), plan.demos)
+    cells = list(zip(ids, hand_in.cells, strict=False))
+    skip = skippable(cells, plan.demos, plan.earlier_demos)
     return [None if index in skip else source for index, source in enumerate(hand_in.cells)]
 
 
