@@ -116,6 +116,13 @@ def _device(device) -> torch.device:
     if name == "cpu":
         return torch.device("cpu")
     if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if torch.version.cuda is None:
+            raise ParameterError(
+                f"device is {device!r}, but this torch ({torch.__version__}) is built without "
+                "CUDA, so it cannot use a GPU even where there is one. On a GPU machine, "
+                "install a CUDA build (delete .venv and run ./scripts/setup again), or pass "
+                "device auto or cpu (a GPU-sized scale on a CPU takes far longer)."
+            )
         if not torch.cuda.is_available():
             raise ParameterError(
                 f"device is {device!r}, but torch sees no CUDA GPU here "
@@ -161,7 +168,9 @@ def _scale(value) -> float:
 def _seed(value) -> int:
     seed = _whole(value, "seed", minimum=0)
     if seed > MAX_SEED:
-        raise ParameterError(f"seed is {value!r}; give a whole number from 0 to {MAX_SEED}.")
+        raise ParameterError(
+            f"seed is {value!r}; give a whole number from 0 to {MAX_SEED} ({_OVERRIDE})."
+        )
     return seed
 
 
@@ -174,5 +183,7 @@ def _whole(value, name: str, minimum: int) -> int:
     if whole is None or whole != number:
         raise ParameterError(f"{name} is {value!r}; give a whole number ({_OVERRIDE}).")
     if whole < minimum:
-        raise ParameterError(f"{name} is {value!r}; give a whole number of at least {minimum}.")
+        raise ParameterError(
+            f"{name} is {value!r}; give a whole number of at least {minimum} ({_OVERRIDE})."
+        )
     return whole

@@ -97,13 +97,22 @@ def test_a_bad_parameter_is_named_with_what_to_pass(parameters, named):
 
 
 def test_asking_for_cuda_without_a_gpu_is_an_error_not_a_quiet_cpu_run(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")  # a CUDA build on a machine without one
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for device in ("cuda", "CUDA", "cuda:0"):
         with pytest.raises(ParameterError, match="torch sees no CUDA GPU here"):
             notebook_run(device=device)
 
 
+def test_a_cpu_build_of_torch_is_named_with_how_to_get_a_cuda_one(monkeypatch):
+    """The likely failure on a GPU machine: a .venv made with torch's CPU build."""
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ParameterError, match="built without CUDA.*delete .venv"):
+        notebook_run(device="cuda")
+
+
 def test_a_gpu_index_past_the_last_gpu_is_named(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     chosen = []
