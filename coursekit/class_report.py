@@ -9,7 +9,10 @@ the report can be written on any machine that has the gradebook file.
 
 The page is one self-contained HTML file: the figures are PNGs inside it as ``data:`` URIs,
 it loads nothing from anywhere, and every text that a hand-in could shape (a student's name
-from a file name, feedback quoting a hand-in's error, notes) is HTML-escaped.
+from a file name, feedback quoting a hand-in's error, notes) is HTML-escaped, with control,
+bidirectional and invisible characters written as escapes (``\\u202e``), names as on the
+terminal (:func:`coursekit.grading.text.visible`). ``coursekit report`` names the students
+whose names were escaped (:func:`students_of`).
 
 Example::
 
@@ -31,7 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from coursekit.grading.gradebook import Grade, Gradebook
-from coursekit.grading.text import lossless
+from coursekit.grading.text import lossless, text_for_page, visible
 
 #: How many questions "what to re-explain first" lists, and mistakes under each.
 REEXPLAIN_QUESTIONS = 3
@@ -281,7 +284,11 @@ section.assignment { margin-bottom: 3rem; }
 
 
 def _esc(value: object) -> str:
-    return html.escape(lossless(value))
+    return html.escape(text_for_page(value))
+
+
+def _name(student: str) -> str:
+    return html.escape(visible(student))
 
 
 def _points(value: float) -> str:
@@ -293,7 +300,7 @@ def _plural(count: int) -> str:
 
 
 def _students(names: tuple[str, ...] | list[str]) -> str:
-    return ", ".join(_esc(name) for name in names)
+    return ", ".join(_name(name) for name in names)
 
 
 def _reexplain(summary: AssignmentSummary) -> str:
@@ -359,7 +366,7 @@ def _notes_table(notes: tuple[HandInNote, ...], empty: str) -> str:
     if not notes:
         return f'<p class="none">{empty}</p>'
     rows = "".join(
-        f"<tr><td>{_esc(n.student)}</td><td>{_esc(n.kind)}</td><td>{_esc(n.text)}</td></tr>"
+        f"<tr><td>{_name(n.student)}</td><td>{_esc(n.kind)}</td><td>{_esc(n.text)}</td></tr>"
         for n in notes
     )
     return f"<table><tr><th>student</th><th>what</th><th>note</th></tr>{rows}</table>"
@@ -398,6 +405,16 @@ def render_report(summaries: list[AssignmentSummary]) -> str:
         "the ones the feedback gives the student.</p>\n"
         f"{sections}\n</body></html>\n"
     )
+
+
+def students_of(gradebook: Path, assignment: str | None = None) -> list[str]:
+    """Every student the report of ``assignment`` (or every graded one) counts, as the
+    gradebook keeps their names, sorted (for the command to name those written escaped).
+
+    Raises:
+        ValueError: as :func:`load_summaries`.
+    """
+    return sorted({name for s in load_summaries(gradebook, assignment) for name in s.totals})
 
 
 def write_report(gradebook: Path, out: Path, assignment: str | None = None) -> Path:

@@ -60,6 +60,15 @@ def find_course_root(start: Path | None = None, marker: str = "notebooks") -> Pa
     )
 
 
+def _shown(text: object) -> str:
+    """``text`` as the terminal should show it: each line escaped
+    (:func:`coursekit.grading.text.for_terminal`), so no name, file name, feedback line or
+    note a command prints can move the cursor, colour the terminal or reorder a line."""
+    from coursekit.grading.text import for_terminal_lines
+
+    return for_terminal_lines(text)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from coursekit.doctor import diagnose
 
@@ -77,13 +86,13 @@ def _build(args: argparse.Namespace) -> int:
     print(f"Repository: {publication.repository} (from {publication.came_from}).")
     conflict = publication.placeholder_conflict()
     if conflict and not args.check:
-        print(f"Note: {conflict}", file=sys.stderr)
+        print(f"Note: {_shown(conflict)}", file=sys.stderr)
     try:
         changes = build(root, check=args.check, publication=publication)
     except (MarkupError, FileNotFoundError, ValueError) as error:
-        print(f"coursekit build: {error}", file=sys.stderr)
+        print(f"coursekit build: {_shown(error)}", file=sys.stderr)
         return 2
-    names = [str(path.relative_to(root)) for path in changes]
+    names = [_shown(path.relative_to(root)) for path in changes]
     if args.check:
         if names:
             print("Out of date; run `coursekit build` to regenerate:", file=sys.stderr)
@@ -106,11 +115,11 @@ def _student_copy(args: argparse.Namespace) -> int:
     try:
         written = make_student_copy(root, Path(args.destination))
     except StudentCopyError as error:
-        print(f"coursekit student-copy: {error}", file=sys.stderr)
+        print(f"coursekit student-copy: {_shown(error)}", file=sys.stderr)
         return 2
     print(
-        f"wrote a student copy to {Path(args.destination).resolve()}: "
-        + ", ".join(str(p.relative_to(Path(args.destination).resolve())) for p in written)
+        f"wrote a student copy to {_shown(Path(args.destination).resolve())}: "
+        + ", ".join(_shown(p.relative_to(Path(args.destination).resolve())) for p in written)
         + ". No solutions/ and no notebooks/: publish this folder, not the course."
     )
     return 0
@@ -129,9 +138,9 @@ def _submit(args: argparse.Namespace) -> int:
     try:
         packed = pack(args.notebook, args.student, args.out)
     except SubmissionError as error:
-        print(f"coursekit submit: {error}", file=sys.stderr)
+        print(f"coursekit submit: {_shown(error)}", file=sys.stderr)
         return 2
-    print(describe(packed))
+    print(_shown(describe(packed)))
     return 0
 
 
@@ -143,10 +152,8 @@ def _grade(args: argparse.Namespace) -> int:
     # second, not after torch has loaded (run_grade checks again, for callers of its own).
     missing = [item for item in args.hand_ins if not os.path.lexists(item)]
     if missing:
-        from coursekit.grading.text import for_terminal
-
         for item in missing:
-            print(f"coursekit grade: {for_terminal(item)} does not exist.", file=sys.stderr)
+            print(f"coursekit grade: {_shown(item)} does not exist.", file=sys.stderr)
         print(
             "coursekit grade: nothing was graded or written; check the paths and run it again.",
             file=sys.stderr,
@@ -237,10 +244,11 @@ def _gradescope(args: argparse.Namespace) -> int:
             root, args.assignment, Path(args.out), limits, args.seed, args.torch
         )
     except ValueError as error:
-        print(f"coursekit gradescope: {error}", file=sys.stderr)
+        print(f"coursekit gradescope: {_shown(error)}", file=sys.stderr)
         return 2
     print(
-        f"wrote {Path(args.out).resolve()}: {args.assignment}, torch {settings['torch']} (CPU), "
+        f"wrote {_shown(Path(args.out).resolve())}: {args.assignment}, "
+        f"torch {settings['torch']} (CPU), "
         f"hidden tests drawn with seed {settings['seed']}. A hand-in is stopped after "
         f"{args.timeout:g} s of CPU time ({args.timeout * args.wall_factor:g} s of wall-clock "
         "time at most), plus the reference solution's run on each submission: set Gradescope's "
@@ -260,15 +268,20 @@ GRADE_EXAMPLES = (
 
 
 def _report(args: argparse.Namespace) -> int:
-    from coursekit.class_report import write_report
+    from coursekit.class_report import students_of, write_report
+    from coursekit.grading.exports import name_warnings
     from coursekit.grading.gradebook import GradebookError
 
     try:
         written = write_report(Path(args.gradebook), Path(args.out), args.assignment)
+        students = students_of(Path(args.gradebook), args.assignment)
     except (ValueError, GradebookError) as error:
-        print(f"coursekit report: {error}", file=sys.stderr)
+        print(f"coursekit report: {_shown(error)}", file=sys.stderr)
         return 2
-    print(f"wrote {written}: open it in a browser.")
+    lines, _ = name_warnings(students, "the report counts them apart, under the same name.")
+    for line in lines:
+        print(f"coursekit report: warning: {line}", file=sys.stderr)
+    print(f"wrote {_shown(written)}: open it in a browser.")
     return 0
 
 
@@ -278,7 +291,7 @@ def _links(args: argparse.Namespace) -> int:
     try:
         links = hub_links(args.hub)
     except ValueError as error:
-        print(f"coursekit links: {error}", file=sys.stderr)
+        print(f"coursekit links: {_shown(error)}", file=sys.stderr)
         return 2
     print("\n".join(links))
     return 0
@@ -442,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     main_parser = parser()
     message = _unknown_command(argv, main_parser)
     if message:
-        print(message, file=sys.stderr)
+        print(_shown(message), file=sys.stderr)
         return 2
     args = main_parser.parse_args(argv)
     return args.run(args)

@@ -4,25 +4,31 @@ Gradescope's "Autograder Specifications"
 (https://gradescope-autograders.readthedocs.io/en/latest/specs/) ask for a zip with
 ``setup.sh`` and ``run_autograder`` at its root. Gradescope unpacks it into
 ``/autograder/source`` and runs ``setup.sh`` once, when it builds the image (Ubuntu). For
-each submission it puts the student's files in ``/autograder/submission/``, runs
-``/autograder/run_autograder`` from ``/autograder``, and reads
-``/autograder/results/results.json``: ``score``, ``output`` (for the whole submission),
-``execution_time`` and ``tests``, each with ``name``, ``score``, ``max_score``, ``output`` and
-``visibility``. Students see what that file holds; what ``run_autograder`` prints goes to
+each submission it puts the student's files in ``/autograder/submission/`` (an uploaded zip
+unpacked there, folders and all), runs ``/autograder/run_autograder`` from ``/autograder``,
+and reads ``/autograder/results/results.json``: ``score``, ``output`` (for the whole
+submission), ``execution_time``, ``extra_data`` (for the instructor only) and ``tests``, each
+with ``name``, ``score``, ``max_score``, ``output``, ``visibility`` and ``tags``. Students see
+the tests that are not ``hidden`` and the output; what ``run_autograder`` prints goes to
 ``/autograder/results/stdout``, shown to the instructor (and to students only if
 ``stdout_visibility`` says so, which these results never do).
 
 :func:`build_bundle` writes that zip. It carries the assignment's source notebook (the
 reference solution, which the grader runs on every submission), the record of every release's
 demo cells (``notebooks/released-demos.json``), a copy of coursekit's source
-(``setup.sh`` installs it with the CPU build of the pinned torch), and the grading settings:
-limits and the seed of the hidden draw, so every submission meets the same hidden tests, as
-in one ``coursekit grade`` run. :func:`run_autograder` grades one submission with the same
-grader, judging and feedback as ``coursekit grade``, and writes ``results.json`` whatever
-happens, as Gradescope's "Code Autograder Best Practices" ask
-(https://gradescope-autograders.readthedocs.io/en/latest/best_practices/): a missing,
-unreadable or blank hand-in gets 0 and says why; if Python does not start (or is killed),
-``run_autograder`` writes a 0 that says so.
+(``setup.sh`` installs it with the CPU build of the pinned torch), and the grading settings
+(the limits). :func:`run_autograder` grades one submission with the same grader, judging and
+feedback as ``coursekit grade``, on hidden tests drawn from a seed of its own: every
+submission and resubmission meets a new draw, so what one run's feedback shows of its hidden
+tests tells nothing about the next. The seed stays in the grading process's memory until the
+results are written, then goes to the instructor's side only (stdout and ``extra_data``),
+with the ``coursekit grade --seed`` command that grades the submission again on the same
+tests. It writes ``results.json`` whatever happens, as Gradescope's "Code Autograder Best
+Practices" ask (https://gradescope-autograders.readthedocs.io/en/latest/best_practices/): a
+missing, unreadable or blank hand-in gets 0 and says why; if Python does not start (or is
+killed), ``run_autograder`` writes a 0 that says so. A hand-in flagged for review also gets a
+hidden test of 0 points, "Flagged for review", tagged ``flagged-for-review``, that lists the
+flags for the instructor.
 
 Example::
 
@@ -35,6 +41,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import sys
 import time
 import traceback
@@ -52,6 +59,12 @@ CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # the same inputs give the same zip
 # judging.judge_test's words for a function that still raises NotImplementedError
 _NOT_ATTEMPTED = "is not attempted"
+_FLAG = "Flagged for review"  # how grader.grade_path begins each flag among its notes
+FLAG_TAG = "flagged-for-review"  # the hidden test's tag: filter submissions by it
+# What build_bundle returns as its "seed" (never written to the zip): `coursekit gradescope`
+# prints the settings' seed.
+PER_SUBMISSION = "new for each submission"
+MAX_NAMES = 10  # submission files named in a message, at most
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the autograder's image (Ubuntu 22.04).
@@ -79,15 +92,27 @@ export AUTOGRADER_ROOT="$ROOT"
 PYTHON="$ROOT/venv/bin/python"  # made by setup.sh
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 mkdir -p "$ROOT/results"
+if [ "$(id -u)" = 0 ]; then
+  # Before any Python starts: the hand-in runs as another user, so none of this script,
+  # the bundle (the reference solution), the submission or the results is its to read or
+  # write. It may still pass through $ROOT to read and run $ROOT/venv (left as setup.sh
+  # made it: readable by all).
+  for path in "$ROOT/source" "$ROOT/results" "$ROOT/submission" "$ROOT/run_autograder"; do
+    [ -e "$path" ] && chmod 700 "$path"
+  done
+  # Gradescope's record of the submitter and of earlier submissions' results
+  [ -e "$ROOT/submission_metadata.json" ] && chmod 600 "$ROOT/submission_metadata.json"
+  chmod 711 "$ROOT"
+fi
 rm -f "$ROOT/results/results.json"  # only this run's may stand
 cd "$ROOT" || exit 1
 "$PYTHON" -m coursekit.gradescope
 status=$?
 if [ ! -s "$ROOT/results/results.json" ]; then  # Python did not start, or was killed
   cat >"$ROOT/results/results.json" <<'END'
-{"score": 0.0, "tests": [], "output": "The autograder ended without a result: its Python \
-could not start, or its process was killed. Tell your instructor, who can read the autograder's \
-output and regrade it."}
+{"score": 0.0, "tests": [], "stdout_visibility": "hidden", "output": "The autograder ended \
+without a result: its Python could not start, or its process was killed. Tell your instructor, \
+who can read the autograder's output and regrade it."}
 END
 fi
 exit "$status"
@@ -155,9 +180,12 @@ def build_bundle(
 ) -> dict:
     """Write Gradescope's autograder zip for ``assignment`` to ``out``; return its settings.
 
-    ``limits`` are those of ``coursekit grade`` (its defaults unless given); ``seed`` draws
-    the hidden tests (a fresh one unless given: every submission then meets the same draw);
-    ``torch_version`` defaults to the pin in ``scripts/setup``.
+    ``limits`` are those of ``coursekit grade`` (its defaults unless given); ``torch_version``
+    defaults to the pin in ``scripts/setup``. Each submission draws its hidden tests from a
+    seed of its own, so a bundle takes no ``seed``: one given is refused (ValueError), since a
+    seed fixed in the zip would give every submission and resubmission the same draw. The
+    settings returned hold ``"seed": PER_SUBMISSION`` for the command's message; the zip's
+    settings hold no seed (an older bundle's ``seed`` key is read and never used).
     """
     from coursekit import __version__
     from coursekit.checks import questions_of
@@ -173,13 +201,16 @@ def build_bundle(
         raise ValueError("Time and memory limits must be above 0, and the wall factor at least 1.")
     if torch_version is not None and not re.fullmatch(r"[0-9][0-9A-Za-z.+]*", torch_version):
         raise ValueError(f"{torch_version!r} is not a torch version (for example 2.13.0).")
-    if seed is None:
-        seed = secrets.randbits(63)
-    if not 0 <= seed < 2**63:
-        raise ValueError("The seed must be a whole number from 0 to 2**63 - 1.")
+    if seed is not None:
+        raise ValueError(
+            "A Gradescope bundle takes no --seed: each submission draws its hidden tests from "
+            "a new seed, which its autograder output shows (so a seed fixed in the zip would "
+            "give every submission the same hidden tests). To grade a submission again on the "
+            "tests it met, run `coursekit grade` with that --seed (docs/instructor-guide.md, "
+            "Gradescope)."
+        )
     settings = {
         "assignment": assignment,
-        "seed": seed,
         "limits": asdict(limits),
         "torch": torch_version or torch_pin(root),
         "coursekit": __version__,
@@ -197,7 +228,7 @@ def build_bundle(
             _add(archive, f"{COURSE}/{record[0]}", record[1])
         for name, path in files.items():
             _add(archive, name, path.read_bytes())
-    return settings
+    return {**settings, "seed": PER_SUBMISSION}
 
 
 def _record_bytes(root: Path) -> tuple[str, bytes] | None:
@@ -220,28 +251,34 @@ class _NotGraded(Exception):
 
 
 def find_submission(folder: Path, assignment: str) -> Path:
-    """The notebook or packed hand-in in Gradescope's submission folder (its top level).
+    """The notebook or packed hand-in in Gradescope's submission folder, at any depth.
 
-    With several, the one whose name holds the assignment's (``00_welcome.ipynb``,
-    ``ada-00_welcome.coursekit.zip``); otherwise the student is asked to upload one file.
+    Gradescope unpacks an uploaded zip there, so a folder zipped whole gives
+    ``hw/01_accumulation.ipynb``. Files are found as ``coursekit grade`` finds them in a
+    folder (:mod:`coursekit.grading.collect`): notebooks and packed hand-ins, none in a hidden
+    folder (``.ipynb_checkpoints``) or macOS's ``__MACOSX``, none hidden itself. With several,
+    the one whose name holds the assignment's (``00_welcome.ipynb``,
+    ``ada-00_welcome.coursekit.zip``); otherwise the student is told which were found (those
+    so named, if several are) and asked to upload one.
     """
+    from coursekit.grading.collect import _files_under
     from coursekit.grading.packed import PACKED_SUFFIX
+    from coursekit.grading.text import lossless
 
-    found = sorted(
-        path
-        for path in (folder.iterdir() if folder.is_dir() else [])
-        if path.name.endswith((".ipynb", PACKED_SUFFIX)) and not path.name.startswith(".")
-    )
+    found = sorted(_files_under(folder) if folder.is_dir() else [])
     if len(found) > 1:
         named = [path for path in found if assignment in path.name]
-        found = named if len(named) == 1 else found
+        found = named or found  # several named so: those are the ones to choose from
     if not found:
         raise _NotGraded(
             f"No notebook was found in the submission. Upload your {assignment}.ipynb (or the "
             f"{assignment} file `coursekit submit` made, ending in {PACKED_SUFFIX})."
         )
     if len(found) > 1:
-        names = ", ".join(path.name for path in found)
+        shown = [lossless(path.relative_to(folder).as_posix()) for path in found]
+        names = ", ".join(shown[:MAX_NAMES])
+        if len(shown) > MAX_NAMES:
+            names += f" and {len(shown) - MAX_NAMES} more"
         raise _NotGraded(
             f"The submission holds several notebooks ({names}). Upload only your "
             f"{assignment} notebook."
@@ -302,11 +339,34 @@ def results_of(result) -> dict:
         lines += ["", "About your hand-in (these cost no points; they may explain a failing test):"]
         lines += [f"- {lossless(note)}" for note in result.notes]
     results["output"] = "\n".join(lines)
+    flags = flags_of(result)
+    if flags:  # the student still reads them among the notes above; this is the instructor's
+        results["tests"].append(
+            {
+                "name": _FLAG,
+                "score": 0.0,
+                "max_score": 0.0,
+                "output": "An instructor should read this hand-in (it costs no points):\n"
+                + "\n".join(f"- {flag}" for flag in flags),
+                "visibility": "hidden",  # Gradescope shows hidden tests to instructors only
+                "tags": [FLAG_TAG],
+            }
+        )
     return results
 
 
-def _grade(root: Path, settings: dict) -> dict:
-    """Grade the one submission under ``root`` as ``coursekit grade`` would; its results."""
+def flags_of(result) -> list[str]:
+    """The grader's flags for review among a result's notes (each begins "Flagged for review"),
+    as lossless text."""
+    from coursekit.grading.text import lossless
+
+    return [lossless(note) for note in result.notes if note.startswith(_FLAG)]
+
+
+def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
+    """Grade the one submission under ``root`` as ``coursekit grade`` would, its hidden tests
+    drawn from ``seed``; its results. What is for the instructor alone goes into ``extra``
+    (``extra_data``) as it is learnt: the file graded, then the flags."""
     from coursekit.grading.collect import student_for_file
     from coursekit.grading.handin import HandInError, read_hand_in
     from coursekit.grading.text import lossless
@@ -315,6 +375,7 @@ def _grade(root: Path, settings: dict) -> dict:
     assignment = settings["assignment"]
     path = find_submission(root / "submission", assignment)
     student = lossless(student_for_file(path, assignment))
+    extra["submission"] = lossless(path.relative_to(root / "submission").as_posix())
     warm = WarmParent()
     warm.launch()  # it imports torch while this process imports the grader
     try:
@@ -327,9 +388,11 @@ def _grade(root: Path, settings: dict) -> dict:
 
         warm.start()
         course = root / "source" / COURSE
-        plan = prepare(
-            course, assignment, Limits(**settings["limits"]), settings["seed"], warm=warm
-        )
+        # The seed stays in this process: no file or environment holds it, and the hand-in's
+        # process (forked by the warm parent, a program of its own started before the seed
+        # was drawn) is sent only the specs it draws, one test at a time. An older bundle's
+        # settings["seed"] is not used: it would give every submission the same draw.
+        plan = prepare(course, assignment, Limits(**settings["limits"]), seed, warm=warm)
         present, missing = describe_confinement(plan.confinement)
         print(f"Sandbox: {'; '.join(present)}.")
         for line in missing:
@@ -338,7 +401,23 @@ def _grade(root: Path, settings: dict) -> dict:
     finally:
         warm.close()
     print(json.dumps(result.public(), indent=2))  # for the instructor: Gradescope's stdout
+    flags = flags_of(result)
+    if flags:
+        extra["flags"] = flags
     return results_of(result)
+
+
+def regrade_command(settings: dict, seed: int, submission: str = "SUBMISSION") -> str:
+    """The ``coursekit grade`` command that grades a submission again on the hidden tests it
+    met here (run in the course repository, at the commit the zip was built from)."""
+    limits = Limits(**settings["limits"])
+    return (
+        f"coursekit grade {submission} --assignment {settings['assignment']} --seed {seed} "
+        f"--regrade --gradebook gradescope-regrades.sqlite "
+        f"--cell-timeout {limits.cell_timeout_s:g} --test-timeout {limits.task_timeout_s:g} "
+        f"--timeout {limits.hand_in_timeout_s:g} --wall-factor {limits.wall_factor:g} "
+        f"--memory-mb {limits.memory_bytes // 2**20}"
+    )
 
 
 def run_autograder(root: Path) -> dict:
@@ -347,13 +426,20 @@ def run_autograder(root: Path) -> dict:
     Never raises for the submission's sake: a missing, unreadable or blank hand-in gets 0
     with a message that says why; a failure of the grader itself gets 0 with a message that
     says it is not the student's fault, and its traceback on stdout for the instructor.
+
+    The hidden tests are drawn from a seed drawn here, for this run alone. It is kept in
+    this process's memory until ``results.json`` is written, then printed (stdout, which
+    Gradescope shows to the instructor) and recorded in ``extra_data`` (which students do
+    not see); never in the output or a test that students see.
     """
     started = time.monotonic()
+    seed = secrets.randbits(63)
     assignment = "?"
+    extra: dict = {}
     try:
         settings = json.loads((root / "source" / CONFIG).read_text(encoding="utf-8"))
         assignment = settings["assignment"]
-        results = _grade(root, settings)
+        results = _grade(root, settings, seed, extra)
     except _NotGraded as why:
         results = _zero_results(assignment, f"Score: 0. {why}")
     except Exception as error:  # the grader's failure, not the student's
@@ -365,9 +451,22 @@ def run_autograder(root: Path) -> dict:
             "autograder is fixed.",
         )
     results["execution_time"] = round(time.monotonic() - started, 1)
+    results["stdout_visibility"] = "hidden"  # the seed and the grader's own record: not theirs
+    results["extra_data"] = {"seed": seed, **extra}
+    # Written here, after _grade returned: grade_path returns only once every process of
+    # the hand-in has ended, so nothing of the hand-in's is left to change results.json
+    # (or read the seed) once it is written.
     out = root / "results" / "results.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    print(f"Seed of this submission's hidden tests: {seed} (extra_data.seed in results.json).")
+    if "submission" in extra:  # a file was found (settings too): the command grades it again
+        submission = shlex.quote(Path(extra["submission"]).name)
+        print(
+            "To grade it again on the same hidden tests, download the submission and run, in "
+            "the course repository at the commit this zip was built from:\n  "
+            + regrade_command(settings, seed, submission)
+        )
     return results
 
 

@@ -350,3 +350,120 @@ CALLABLE_PATCH = _CALLABLE_PATCH
 PARTIAL_ANSWER = _PARTIAL_ANSWER
 FORWARD_METHOD = _FORWARD_METHOD
 HUGE_OUTPUTS = _HUGE_OUTPUTS
+
+
+# ------------------------------------------------------------------ the harness (issue 29)
+# Each is placed before WRONG answers (tests/handins.py): an attack that gets through turns
+# them into full marks without a flag. A library's file name hides none of them: the
+# provenance of code is decided from code objects and file text, not from co_filename.
+_UNDER_TORCHS_NAME = """
+import torch
+def _as_torch(source):  # code that claims to be torch's own
+    scope = {}
+    exec(compile(source, torch.__file__, "exec"), scope)
+    return scope
+"""
+
+HARNESS_ATTACKS = {
+    # the question's run method made to call the reference instead of the student's function
+    "code_swap_under_torchs_name": _UNDER_TORCHS_NAME
+    + """
+import builtins, types
+from coursekit.checks import QUESTIONS
+builtins._ORIGINAL_RUN = {}
+_made = _as_torch(
+    "def run(self, fn, spec):\\n"
+    "    return _ORIGINAL_RUN[type(self)](self, self.reference(), spec)\\n"
+)
+for _question in QUESTIONS.values():
+    _run = type(_question).run
+    if type(_question) not in builtins._ORIGINAL_RUN:
+        builtins._ORIGINAL_RUN[type(_question)] = types.FunctionType(
+            _run.__code__, _run.__globals__, "run", _run.__defaults__, _run.__closure__
+        )
+        _run.__code__ = _made["run"].__code__
+""",
+    # defaults and keyword defaults swapped on the harness's functions
+    "defaults_swap": """
+from coursekit.checks import QUESTIONS
+for _question in QUESTIONS.values():
+    _run = type(_question).run
+    _run.__defaults__ = (None,) * _run.__code__.co_argcount
+""",
+    # the question classes' method replaced, and a question replaced by a class of its own
+    "method_replacement": """
+from coursekit.checks import QUESTIONS
+for _name, _question in list(QUESTIONS.items()):
+    _cls = type(_question)
+    _cls.run = lambda self, fn, spec, _o=_cls.run: _o(self, self.reference(), spec)
+""",
+    "class_replacement": """
+from coursekit.checks import QUESTIONS
+for _name, _question in list(QUESTIONS.items()):
+    class _Honest(type(_question)):
+        def run(self, fn, spec):
+            return super().run(self.reference(), spec)
+    _question.__class__ = _Honest
+""",
+    # torch's and numpy's comparisons patched (the grader compares in its own process)
+    "patched_comparisons": """
+import numpy, torch
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)
+numpy.allclose = lambda *a, **k: True
+numpy.testing.assert_allclose = lambda *a, **k: None
+""",
+    # the student's function walks up into the harness's frame and rewrites what it holds
+    "frame_walk": """
+import traceback
+def _harness_frames():
+    for frame, _ in traceback.walk_stack(None):
+        yield frame
+import coursekit.checks.question as _q
+_q_globals_seen = [f.f_globals for f in _harness_frames()]
+""",
+    # an import hook that serves the harness a module of its own
+    "import_hook": """
+import importlib.abc, sys
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        return None
+sys.meta_path.insert(0, _Finder())
+""",
+    # builtins the harness uses, replaced
+    "patched_builtins": """
+import builtins
+_real_isinstance = builtins.isinstance
+builtins.len = lambda obj: 1 if _real_isinstance(obj, dict) else sum(1 for _ in obj)
+builtins.float = type("float", (builtins.float,), {})
+""",
+    # a frame through a library helper that hands frames back (logging.currentframe)
+    "frame_through_a_library": """
+import logging
+_frame = logging.currentframe()
+_frame.f_back
+""",
+    # ctypes reached through code compiled under torch's name
+    "ctypes_under_torchs_name": _UNDER_TORCHS_NAME
+    + """
+_as_torch("import ctypes\\nctypes.memmove(ctypes.create_string_buffer(1), b'x', 1)\\n")
+""",
+    # code made from bytes, under coursekit's name
+    "marshal_under_coursekits_name": """
+import marshal, coursekit.checks.question as _q
+_code = compile("x = 1", _q.__file__, "exec")
+exec(marshal.loads(marshal.dumps(_code)))
+""",
+}
+# Two honest habits the grader must not flag (tests/test_grading_corpus.py): a warning that
+# torch raises inside the harness, and a namedtuple or a traceback printed from a cell.
+HONEST_HABITS = """
+import collections, traceback, warnings
+Pair = collections.namedtuple("Pair", "a b")
+try:
+    raise ValueError("shown, then handled")
+except ValueError:
+    traceback.print_exc()
+warnings.warn("a warning of the notebook's own")
+"""

@@ -256,3 +256,110 @@ def test_the_solution_as_a_hand_in_skips_exactly_its_demo_cells(module, tmp_path
 def test_methods_named_like_builtins_are_not_dynamic_access():
     assert names_used("model = make().eval()\nprint(model)") == {"make"}
     assert names_used("import sys\nprint(sys._getframe().f_globals)") is EVERYTHING
+
+
+# ------------------------------------------------------------------ the module __main__
+# The notebook's namespace is the module __main__ (IPython puts it in sys.modules): a cell
+# that imports from it reads the names it imports; one that reaches the module reads them all.
+
+
+@pytest.mark.parametrize(
+    ("source", "used"),
+    [
+        ("from __main__ import step_sizes\nprint(step_sizes)", {"step_sizes"}),
+        ("from __main__ import a, b as c\nprint(c)", {"a", "b"}),  # b is read, c the cell's
+        ("def f():\n    from __main__ import a\n    return a", {"a"}),  # when f runs
+        ("if __name__ == '__main__':\n    main()", {"main"}),  # a test of the name, no read
+        ("for m in model.modules():\n    print(m)", {"model", "m"}),  # torch's modules()
+        ("import torch\nlayer = torch.nn.modules.Linear(2, 2)", set()),  # a package
+        ("import importlib\nnp = importlib.import_module('numpy')", set()),
+        ("print(dir(model))", {"model"}),  # dir of something: not the namespace
+    ],
+)
+def test_a_cell_reads_what_it_imports_from_main(source, used):
+    assert names_used(source) == used
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from __main__ import *",
+        "import __main__\nprint(__main__.step_sizes)",
+        "import __main__ as m\nprint(m.step_sizes)",
+        "import os, __main__",
+        "from __main__.sub import x",
+        "import importlib\nm = importlib.import_module('__main__')",
+        "from importlib import import_module\nm = import_module('__main__')",
+        "import importlib\nm = importlib.import_module(name)",  # a name the code does not show
+        "import sys\nm = sys.modules['__main__']",
+        "import sys\nm = sys.modules.get('__main__')",
+        "import sys\nm = vars(sys.modules['__main__'])",
+        "import sys as s\nm = s.modules['__main__']",
+        "import sys\nmodules = sys.modules\nm = modules[key]",  # sys.modules, by any key
+        "from sys import modules\nm = modules[key]",
+        "import os\nm = os.sys.modules[key]",
+        "from os import sys as s\nm = s.modules[key]",
+        "m = __import__('__main__')",
+        "import builtins\nm = builtins.__import__('__main__')",
+        "import builtins\nn = builtins.globals()",
+        "from builtins import globals as g\nn = g()",
+        "n = __builtins__.vars()",
+        "x = get_ipython().user_ns['step_sizes']",
+        "shell = get_ipython()\nx = shell.user_ns['step_sizes']",
+        "x = shell.user_global_ns['step_sizes']",
+        "x = shell.user_module.step_sizes",
+        "import IPython\nx = IPython.get_ipython().user_ns",
+        "from IPython import get_ipython as ip\nx = ip()",
+        "n = getattr(frame, 'f_globals')",
+        "import operator\nn = operator.attrgetter('__dict__')(module)",
+        "from sys import _getframe\nn = _getframe().f_globals",
+        "import gc\nobjects = gc.get_objects()",
+        "names = dir()",
+        "%who",
+        "%whos",
+        "%store step_sizes",
+        "%run -i script.py",
+    ],
+)
+def test_a_cell_that_reaches_the_notebooks_namespace_may_need_anything(source):
+    assert names_used(source) is EVERYTHING
+
+
+MAIN_DEMOS = {"d1": "step_sizes = [1, 2]", "d2": "other = 3"}
+
+
+def test_a_demo_cell_whose_names_a_cell_imports_from_main_runs():
+    cells = [*MAIN_DEMOS.items(), ("q", "from __main__ import step_sizes\nprint(step_sizes)")]
+    assert skippable(cells, MAIN_DEMOS) == {1}  # d1 runs: q reads step_sizes; d2 is skipped
+    aliased = [*MAIN_DEMOS.items(), ("q", "from __main__ import step_sizes as s")]
+    assert skippable(aliased, MAIN_DEMOS) == {1}
+    for reaches in ("import __main__", "from __main__ import *", "import sys\nsys.modules"):
+        every = [*MAIN_DEMOS.items(), ("q", reaches)]
+        assert skippable(every, MAIN_DEMOS) == set(), reaches
+
+
+def _hand_in_with_a_cell_added(tmp_path, module: str, source: str):
+    notebook = json.loads((REPO / "solutions" / f"{module}.ipynb").read_text())
+    notebook["cells"].append(nbformat.v4.new_code_cell(source, id="mine"))
+    path = tmp_path / f"{module}.ipynb"
+    path.write_text(json.dumps(notebook))
+    return read_hand_in(path, module, "ada")
+
+
+def test_grading_runs_the_demo_cell_a_student_imports_from_main(tmp_path):
+    module = "01_accumulation"  # its demo cell m01-04b defines step_sizes
+    demos = exercise_demos(REPO, module)
+    assert "step_sizes" in names_defined(demos["m01-04b"])
+    plan = Plan(module, {}, {}, Limits(), demos=demos)
+    hand_in = read_hand_in(REPO / "solutions" / f"{module}.ipynb", module, "ada")
+    ids = list(hand_in.cell_ids)
+    assert cells_to_run(hand_in, plan)[ids.index("m01-04b")] is None  # skipped as released
+
+    hand_in = _hand_in_with_a_cell_added(tmp_path, module, "from __main__ import step_sizes")
+    ids = list(hand_in.cell_ids)
+    run = cells_to_run(hand_in, plan)
+    assert run[ids.index("m01-04b")] == demos["m01-04b"]  # it runs: the new cell needs it
+    assert None in run  # the other demo cells are still skipped
+
+    hand_in = _hand_in_with_a_cell_added(tmp_path, module, "import __main__\n__main__.step_sizes")
+    assert None not in cells_to_run(hand_in, plan)  # every demo cell runs

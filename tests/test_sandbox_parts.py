@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coursekit.grading import channel, seccomp, tampering
+from coursekit.grading import channel, harness_seal, seccomp
+from coursekit.grading.provenance import Provenance
 from coursekit.grading.sandbox import Limits, Options, describe_confinement, run_hand_in
 from coursekit.grading.text import capped_notes, for_terminal, lossless
+from tests.docker_like import in_docker_like
 
 pytestmark = pytest.mark.grading
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -149,29 +151,55 @@ def test_text_is_made_lossless_and_safe_for_a_terminal():
     assert len(notes) == 41 and all(len(n) <= 500 for n in notes) and "60 more" in notes[-1]
 
 
-def test_the_snapshot_names_what_a_notebook_replaced():
+def test_the_seal_names_what_a_notebook_replaced_whatever_file_its_code_claims():
     import torch
 
     import coursekit.checks
 
-    before = tampering.snapshot()
-    trusted = (os.path.dirname(os.path.dirname(torch.__file__)) + "/",)
+    provenance = Provenance((os.path.dirname(os.path.dirname(torch.__file__)) + "/",))
+    provenance.seal()
+    sealed = harness_seal.seal()
     question = coursekit.checks.QUESTIONS["accumulate_window"]
-    original = torch.allclose
-    fake = eval(compile("lambda *a, **k: True", "<ipython-input-1-x>", "eval"))
+    run = type(question).run
+    original, code = torch.allclose, run.__code__
+    # code that claims to be torch's own: its file name is a lie, so it is the notebook's
+    fake = eval(compile("lambda *a, **k: True", torch.__file__, "eval"))
+    swapped = compile("def run(self, fn, spec):\n    return 1\n", torch.__file__, "exec")
     try:
         torch.allclose = fake
         question.run = fake
-        assert set(tampering.changes(before, trusted)) >= {
+        run.__code__ = swapped.co_consts[0]
+        assert set(harness_seal.changes(sealed, provenance)) >= {
             "torch.allclose",
             "QUESTIONS['accumulate_window'].run",
+            "the code of coursekit.checks.module01.AccumulateWindow.run",
         }
     finally:
         torch.allclose = original
+        run.__code__ = code
         del question.run
-    assert tampering.changes(before, trusted) == []
+    assert harness_seal.changes(sealed, provenance) == []
 
 
+def test_library_code_is_told_by_its_code_not_by_the_file_it_names():
+    import collections
+
+    import torch
+
+    provenance = Provenance((os.path.dirname(os.path.dirname(torch.__file__)) + "/",))
+    provenance.seal()
+    assert provenance.is_library(collections.namedtuple.__code__)
+    assert provenance.is_library(torch.nn.Module.__call__.__code__)
+    forged = compile("def f():\n    return 1\n", torch.__file__, "exec")
+    assert not provenance.is_library(forged)
+    assert not provenance.is_library(forged.replace(co_filename=torch.nn.__file__))
+    # a faithful compile of a library's own file is that library's code
+    source = open(torch.nn.modules.module.__file__, "rb").read()
+    honest = compile(source, torch.nn.modules.module.__file__, "exec", dont_inherit=True)
+    assert provenance.is_library(honest)
+
+
+@in_docker_like
 def test_what_grade_says_is_missing_without_namespaces():
     run = run_hand_in(["x = 1"], [], Limits(hand_in_timeout_s=120), Options(isolation="none"))
     assert run.failure is None
@@ -185,7 +213,10 @@ def test_what_grade_says_is_missing_without_namespaces():
 @linux_only
 def test_a_hand_in_sees_only_its_own_root_and_processes():
     cells = [
-        "import os\nseen = sorted(os.listdir('/'))",
+        # Landlock grants no listing of / (its allow list never holds /); without it, / holds
+        # only the hand-in's own skeleton
+        "import os\ntry:\n    seen = sorted(os.listdir('/'))\nexcept PermissionError:\n"
+        "    seen = []",
         "assert 'home' not in seen and os.getcwd() == '/scratch/work', seen",
         "pids = sorted(p for p in os.listdir('/proc') if p.isdigit())\n"
         "assert pids == ['1', '2'], pids",
@@ -216,6 +247,7 @@ def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
 """
 
 
+@in_docker_like
 def test_time_limits_are_cpu_time_with_a_wall_clock_backstop():
     cells = [
         "import time\ntime.sleep(3)",  # waits 3 s without computing: within a 1 s CPU limit
@@ -228,6 +260,7 @@ def test_time_limits_are_cpu_time_with_a_wall_clock_backstop():
     assert run.seconds < 100  # the sleeper was ended by the 20 s backstop, not after 600 s
 
 
+@in_docker_like
 def test_a_test_that_runs_out_of_time_is_tried_once_more_and_then_says_so():
     from coursekit.checks import QUESTIONS
     from coursekit.grading.judging import judge_test

@@ -10,6 +10,7 @@ import pytest
 from coursekit.grading import sandbox
 from coursekit.grading.sandbox import Limits, Options, SandboxSetupError, run_hand_in
 from coursekit.grading.warm_parent import Child, WarmParent, become_subreaper, wait_until_reparented
+from tests.docker_like import in_docker_like
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(hand_in_timeout_s=120)
@@ -112,7 +113,8 @@ def test_a_warm_parent_that_died_is_started_again(warm):
     assert warm.restarts == before + 1
 
 
-def test_without_a_pid_namespace_detached_processes_are_still_ended(warm):
+@in_docker_like
+def test_without_a_pid_namespace_detached_processes_are_still_ended():
     detach = (
         "import os, subprocess\n"
         "if os.fork() == 0:\n"
@@ -122,7 +124,7 @@ def test_without_a_pid_namespace_detached_processes_are_still_ended(warm):
         "    os._exit(0)\n"
         "os.wait()"
     )
-    _printed(run_hand_in([detach], [], LIMITS, Options(isolation="none"), warm=warm))
+    _printed(run_hand_in([detach], [], LIMITS, Options(isolation="none")))
     assert _descendants_running("2998.5") == 0
 
 

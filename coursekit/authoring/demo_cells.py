@@ -7,8 +7,9 @@ run uses a name it defines; every other cell runs. So a demo cell must define no
 cell needs: ``build --check`` refuses one that does.
 
 Names are read from the code (``ast``, after IPython's own rewriting of magics). Where a cell
-could reach names in ways the code does not show (``eval``, ``exec``, ``globals()``...), it is
-taken to need every name, and no demo cell is skipped.
+could reach names in ways the code does not show (``eval``, ``exec``, ``globals()``, ``import
+__main__``, ``sys.modules["__main__"]``, ``get_ipython().user_ns``...), it is taken to need
+every name, and no demo cell is skipped; ``from __main__ import a`` reads ``a``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,18 @@ from collections.abc import Collection, Mapping
 DEMO_TAG = "demo"
 # Ways to reach the notebook's names that the code does not show by name.
 _DYNAMIC = {"eval", "exec", "globals", "locals", "vars", "__import__", "__main__"}
+_DYNAMIC |= {"__builtins__"}  # __builtins__.globals(), __builtins__.eval(...)
 _DYNAMIC_ATTRIBUTES = {"__dict__", "f_globals", "__globals__", "_getframe", "f_back", "f_locals"}
-_DYNAMIC_ATTRIBUTES |= {"user_ns"}
+# IPython's shell holds the namespace (get_ipython().user_ns, IPython.get_ipython()...), the
+# garbage collector reaches every object (its dict included), dill pickles the namespace.
+_DYNAMIC_ATTRIBUTES |= {"user_ns", "user_global_ns", "user_module", "ns_table", "all_ns_refs"}
+_DYNAMIC_ATTRIBUTES |= {"get_ipython", "__import__", "get_objects", "get_referrers"}
+_DYNAMIC_ATTRIBUTES |= {"dump_session", "load_session", "dump_module"}
+# The notebook's namespace is the module __main__: `import __main__`, sys.modules["__main__"],
+# importlib.import_module("__main__")... `from __main__ import a` reads a, and only a.
+_MAIN = "__main__"
+# Magics that read, clear or run code in the whole namespace: %who(s), %who_ls, %store, %run.
+_NAMESPACE_MAGICS = {"who", "whos", "who_ls", "store", "run", "reset", "xdel"}
 _MAGICS = {"run_line_magic", "run_cell_magic"}  # IPython's rewriting of %line and %%cell
 _SHELL = {"system", "getoutput"}  # !command: runs no Python
 EVERYTHING = None  # what names_used returns when it cannot tell
@@ -90,9 +101,14 @@ def names_used(source: str) -> set[str] | None:
         alone = ast.Module(body=[statement], type_ignores=[])
         used |= _globals_read(alone) - bound
         bound |= _bound(alone)
+    if _reaches_the_namespace(tree):
+        return EVERYTHING
+    used |= _read_from_main(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and _calls_the_shell(node):
             strings = [a.value for a in node.args[1:] if isinstance(a, ast.Constant)]
+            if node.func.attr in _MAGICS and _magic_name(node) in _NAMESPACE_MAGICS:
+                return EVERYTHING
             if node.func.attr in _MAGICS:  # %time f(x): the magic's line is code too
                 for text in strings:
                     inner = names_used(text) if isinstance(text, str) else set()
@@ -108,6 +124,129 @@ def names_used(source: str) -> set[str] | None:
     if used & _DYNAMIC:
         return EVERYTHING
     return used - set(dir(builtins)) - {"get_ipython"}
+
+
+def _read_from_main(tree: ast.Module) -> set[str]:
+    """The names ``from __main__ import a, b as c`` reads (a and b), anywhere in the cell."""
+    return {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == _MAIN
+        for alias in node.names
+    }
+
+
+def _reaches_the_namespace(tree: ast.Module) -> bool:
+    """Does the cell reach the notebook's namespace as a whole, not name by name?
+
+    ``import __main__`` (``as m`` too), ``from __main__ import *``, the string ``"__main__"``
+    anywhere but in ``__name__ == "__main__"`` (``sys.modules["__main__"]``,
+    ``sys.modules.get("__main__")``, ``importlib.import_module("__main__")``,
+    ``__import__("__main__")``, ``vars(sys.modules["__main__"])``...), ``sys.modules`` itself
+    (``os.sys.modules``, ``from sys import modules``), ``import_module`` of a name the code
+    does not show, ``builtins.globals()`` and the like, ``getattr(x, "__dict__")`` and the
+    like, and ``dir()`` of nothing (the namespace's names).
+    """
+    sys_names = {"sys"} | _aliases(tree, "sys")  # import sys as s, from os import sys as s
+    builtins_names = {"builtins", "__builtins__"} | _aliases(tree, "builtins")
+    name_checks = _name_is_main_constants(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            if any(_is_main(alias.name) for alias in node.names):
+                return True
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            module = node.module or ""
+            for alias in node.names:
+                if _is_main(module) and (alias.name == "*" or module != _MAIN):
+                    return True
+                if module == "sys" and alias.name == "modules":
+                    return True
+                if module == "builtins" and alias.name in _DYNAMIC:
+                    return True
+                if alias.name in _DYNAMIC_ATTRIBUTES:  # from sys import _getframe...
+                    return True
+                if alias.name == "get_ipython" and alias.asname not in (None, "get_ipython"):
+                    return True
+        elif isinstance(node, ast.Constant) and node.value == _MAIN:
+            if id(node) not in name_checks:
+                return True
+        elif isinstance(node, ast.Attribute):
+            if node.attr == "modules" and _is_sys(node.value, sys_names):
+                return True
+            if node.attr in _DYNAMIC and _names(node.value, builtins_names):
+                return True
+        elif isinstance(node, ast.Call):
+            if _called(node, "import_module") and not _constant_string_first(node):
+                return True
+            if _called(node, "getattr", "attrgetter") and any(
+                isinstance(a, ast.Constant) and a.value in _DYNAMIC_ATTRIBUTES | {"modules"}
+                for a in node.args
+            ):
+                return True
+            if _called(node, "dir") and not node.args:
+                return True
+    return False
+
+
+def _aliases(tree: ast.Module, module: str) -> set[str]:
+    """Names the cell binds to ``module``: ``import sys as s``, ``from os import sys as s``."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.asname or a.name for a in node.names if a.name == module}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "os":
+            found |= {a.asname or a.name for a in node.names if a.name == module}
+    return found
+
+
+def _is_main(module: str) -> bool:
+    return module == _MAIN or module.startswith(_MAIN + ".")
+
+
+def _name_is_main_constants(tree: ast.Module) -> set[int]:
+    """The ``"__main__"`` constants of ``__name__ == "__main__"`` tests, which read nothing."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.comparators) == 1:
+            sides = [node.left, node.comparators[0]]
+            if any(isinstance(side, ast.Name) and side.id == "__name__" for side in sides):
+                found |= {id(side) for side in sides if isinstance(side, ast.Constant)}
+    return found
+
+
+def _names(node: ast.expr, names: set[str]) -> bool:
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _is_sys(node: ast.expr, sys_names: set[str]) -> bool:
+    """Is ``node`` (the ``x`` of ``x.modules``) the module sys, as far as the code shows?
+    ``sys`` or its alias, ``os.sys``, or anything a call returns (``import_module("sys")``);
+    not ``torch.nn`` (``torch.nn.modules`` is a package)."""
+    if isinstance(node, ast.Name):
+        return node.id in sys_names
+    if isinstance(node, ast.Attribute):
+        return node.attr == "sys"
+    return isinstance(node, ast.Call)
+
+
+def _called(node: ast.Call, *names: str) -> bool:
+    func = node.func
+    return (isinstance(func, ast.Name) and func.id in names) or (
+        isinstance(func, ast.Attribute) and func.attr in names
+    )
+
+
+def _constant_string_first(node: ast.Call) -> bool:
+    return (
+        bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and (isinstance(node.args[0].value, str))
+    )
+
+
+def _magic_name(node: ast.Call) -> str | None:
+    first = node.args[0] if node.args else None
+    return first.value if isinstance(first, ast.Constant) else None
 
 
 def _globals_read(tree: ast.Module) -> set[str]:

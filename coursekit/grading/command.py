@@ -10,6 +10,7 @@ stops with a clear message, keeping every result already recorded (exit 1).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,21 +18,31 @@ from coursekit.checks import questions_of
 from coursekit.course import MODULES
 from coursekit.grading.collect import collect
 from coursekit.grading.gradebook import Gradebook, GradebookError
-from coursekit.grading.grader import GraderError, GradeResult, file_sha256, grade_all, prepare
+from coursekit.grading.grader import (
+    GraderError,
+    GradeResult,
+    close_to_hand_ins,
+    file_sha256,
+    grade_all,
+    prepare,
+)
 from coursekit.grading.sandbox import (
     Limits,
     Options,
     SandboxSetupError,
     WarmParent,
     describe_confinement,
+    mode_of,
     sweep_leftovers,
 )
-from coursekit.grading.text import for_terminal
+from coursekit.grading.text import for_terminal, for_terminal_lines
 from coursekit.progress import Progress
 
 
 def _say(message: str) -> None:
-    print(f"coursekit grade: {message}", file=sys.stderr)
+    """Print ``message`` for the instructor, each of its lines escaped (:func:`for_terminal`:
+    a file name or a hand-in's text in it cannot move the cursor or reorder the line)."""
+    print(f"coursekit grade: {for_terminal_lines(message)}", file=sys.stderr)
 
 
 def run_grade(
@@ -81,19 +92,23 @@ def run_grade(
             options,
             seed,
             warm,
+            hand_ins,
         )
         if status == 2:
             return 2
         if not as_json:
             _print_table(book, assignment)
     if not as_json:
-        print(f"Gradebook: {gradebook_path.resolve()}", file=sys.stderr)
+        print(f"Gradebook: {for_terminal(gradebook_path.resolve())}", file=sys.stderr)
     return 1 if found.problems or status else 0
 
 
 def _grade_new(
-    root, hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed, warm
+    root, hand_ins, assignment, book, workers, as_json, limits, regrade, options, seed, warm, given
 ) -> int:
+    # what hand-ins running as another user must not read: each file graded, and the folders
+    # given (a folder closed to others closes all it holds)
+    hand_in_items = sorted({str(h.path) for h in hand_ins} | {g for g in given if os.path.isdir(g)})
     todo, done = [], []
     for hand_in in hand_ins:
         sha = file_sha256(hand_in.path)
@@ -114,6 +129,7 @@ def _grade_new(
             # one warm parent for the whole run: the reference and every hand-in fork from it
             with warm or WarmParent() as warm:
                 plan = prepare(root, assignment, limits, seed=seed, options=options, warm=warm)
+                plan.closed += close_to_hand_ins(hand_in_items, plan.confinement)
                 _say_how_it_runs(plan)
                 status = _grade_todo(todo, plan, book, workers, as_json, warm)
         except (GraderError, SandboxSetupError) as error:
@@ -133,6 +149,13 @@ def _say_how_it_runs(plan) -> None:
         "again (with --regrade for hand-ins already graded).",
         file=sys.stderr,
     )
+    print(f"Mode: {mode_of(plan.confinement)}.", file=sys.stderr)
+    for folder in plan.closed:
+        print(
+            f"Made {for_terminal(folder)} unreadable to other users (chmod o-rwx): hand-ins run "
+            "as another user on this machine's files.",
+            file=sys.stderr,
+        )
     in_place, missing = describe_confinement(plan.confinement)
     print(f"Sandbox: {'; '.join(in_place)}.", file=sys.stderr)
     for line in missing:

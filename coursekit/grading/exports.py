@@ -3,6 +3,12 @@
 Every text a hand-in could shape (its student's name from a file name, notes, feedback) is
 written losslessly (:mod:`coursekit.grading.text`), and each student's files get a name no
 other student's can have (:func:`file_stem`), so no page or results file is overwritten.
+A name is written as the terminal shows it (:func:`~coursekit.grading.text.visible`): control
+characters, bidirectional controls (U+202E) and invisible characters (U+200B, U+FEFF) as
+escapes (``\\u202e``), so no name shows as another or turns a row backwards; free text
+(feedback, notes, errors) likewise, keeping its lines (``text_for_page``). The gradebook
+keeps each name as it is: only what is written changes. :func:`escaped_names` says which
+names were escaped (``coursekit export`` names them, and names that would read the same).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import json
 import re
 from pathlib import Path
 
-from coursekit.grading.text import lossless
+from coursekit.grading.text import for_terminal, look_alikes, lossless, text_for_page, visible
 
 
 def file_stem(student: str) -> str:
@@ -47,10 +53,45 @@ def clashes(grades: list, suffix: str) -> list[tuple[str, str]]:
     for grade in grades:
         by_name.setdefault(export_name(grade, suffix).casefold(), []).append(grade)
     return [
-        (f"{', '.join(repr(lossless(g.student)) for g in same)} would all be {name}", name)
+        (f"{', '.join(_quoted(g.student) for g in same)} would all be {name}", name)
         for name, same in by_name.items()
         if len(same) > 1
     ]
+
+
+def _quoted(name: str) -> str:
+    return f"'{for_terminal(name)}'"
+
+
+def escaped_names(names) -> list[str]:
+    """The names (as written, escaped) that an export writes otherwise than they are stored,
+    each once, sorted: those with a control, bidirectional or invisible character."""
+    shown = {visible(name) for name in names if visible(name) != lossless(name)}
+    return sorted(shown)
+
+
+def name_warnings(names, look_alike_consequence: str) -> tuple[list[str], list[list[str]]]:
+    """(lines to show the instructor, groups of look-alike names as stored) for an export of
+    ``names``: one line naming every name written escaped, and one per group of different
+    students whose names read the same once escaped (each with its :func:`file_stem`, which
+    tells them apart), ending with ``look_alike_consequence``."""
+    names = list(names)
+    lines = []
+    escaped = escaped_names(names)
+    if escaped:
+        lines.append(
+            f"{len(escaped)} student name(s) hold control, bidirectional or invisible "
+            f"characters, written escaped, as here: {', '.join(_quoted(n) for n in escaped)}. "
+            "The gradebook keeps each name as it is."
+        )
+    groups = look_alikes(names)
+    for group in groups:
+        lines.append(
+            f"{' and '.join(f'{_quoted(n)} (files {file_stem(n)}_*)' for n in group)} are "
+            f"different students whose names read the same once escaped; "
+            f"{look_alike_consequence}"
+        )
+    return lines, groups
 
 
 def _cell(value) -> str | float:
@@ -70,13 +111,21 @@ def write_csv(grades: list, path: Path) -> Path:
         )
         for g in grades:
             percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
-            row = [g.student, g.assignment, g.score, g.max_score, percent, g.graded_at, g.error]
+            row = [
+                visible(g.student),
+                g.assignment,
+                g.score,
+                g.max_score,
+                percent,
+                g.graded_at,
+                g.error,
+            ]
             writer.writerow([_cell(_text(value)) if value is not None else "" for value in row])
     return path
 
 
 def _text(value):
-    return lossless(value) if isinstance(value, str) else value
+    return text_for_page(value) if isinstance(value, str) else value
 
 
 LMS_HEADER = ("student", "score", "out of")
@@ -96,7 +145,7 @@ def write_lms_csv(rows: list[tuple[str, float, float]], path: Path) -> Path:
         writer = csv.writer(handle)
         writer.writerow(LMS_HEADER)
         for student, score, out_of in rows:
-            writer.writerow([_cell(lossless(student)), points(score), points(out_of)])
+            writer.writerow([_cell(visible(student)), points(score), points(out_of)])
     return path
 
 
@@ -113,14 +162,14 @@ def gradescope_results(grade) -> dict:
             "name": q["name"],
             "score": q["score"],
             "max_score": q["max_score"],
-            "output": lossless(q["feedback"]),
+            "output": text_for_page(q["feedback"]),
             "visibility": "visible",
         }
         for q in grade.result.get("questions", [])
     ]
     results = {"score": grade.score, "tests": tests, "visibility": "visible"}
     if grade.error:
-        results["output"] = lossless(grade.error)
+        results["output"] = text_for_page(grade.error)
     return results
 
 
@@ -160,7 +209,7 @@ def feedback_page(grade) -> str:
     """A page a student can read: the score, each question's feedback, notes on the hand-in."""
 
     def esc(value) -> str:
-        return html.escape(lossless(value))
+        return html.escape(text_for_page(value))
 
     questions = "\n".join(
         f'<div class="question {"full" if q["score"] == q["max_score"] else "partial"}">'
@@ -180,7 +229,7 @@ def feedback_page(grade) -> str:
     error = f'<p class="error">{esc(grade.error)}</p>' if grade.error else ""
     return PAGE.format(
         assignment=esc(grade.assignment),
-        student=esc(grade.student),
+        student=html.escape(visible(grade.student)),
         graded_at=esc(grade.graded_at),
         score=grade.score,
         max_score=grade.max_score,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -79,6 +80,19 @@ class Grade:
     result: dict
 
 
+def _private(path: Path) -> None:
+    """Make the gradebook (and the WAL files SQLite makes beside it, which take its mode)
+    readable and writable by its owner alone: it holds every run's seed and hidden specs,
+    and hand-ins run as other users."""
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    for name in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        try:
+            if name.stat().st_mode & 0o077:
+                os.chmod(name, 0o600)
+        except FileNotFoundError:
+            continue
+
+
 class Gradebook:
     """A SQLite gradebook file; safe to share between concurrent grading runs."""
 
@@ -86,6 +100,7 @@ class Gradebook:
         self.path = Path(path)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            _private(self.path)
             self._db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA busy_timeout=30000")

@@ -20,7 +20,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import nbformat
@@ -92,6 +92,7 @@ class Plan:
     limits: Limits
     options: Options = field(default_factory=Options)
     confinement: dict = field(default_factory=dict)  # what the reference run's sandbox had
+    closed: list = field(default_factory=list)  # folders made unreadable to other users
     seed: int | None = None  # the hidden draw's seed: the same seed draws the same specs
     demos: dict[str, str] = field(default_factory=dict)  # released demo cells: id -> source
     # every release's demo cells (notebooks/released-demos.json): id -> sha256 of each source
@@ -175,7 +176,7 @@ def prepare(
         seed = secrets.randbits(63)  # recorded with every grade, so a run can be repeated
     specs = draw_specs(assignment, random.Random(seed))
     options = options or Options()
-    options = Options(options.landlock, options.isolation, (*options.hidden, str(root.resolve())))
+    options = replace(options, hidden=(*options.hidden, str(root.resolve())))
     plan = Plan(assignment, specs, {}, limits, options, seed=seed)
     plan.demos = exercise_demos(root, assignment)
     plan.earlier_demos = recorded_demos(root, assignment)
@@ -188,6 +189,7 @@ def prepare(
     except SandboxSetupError as error:
         raise GraderError(f"The grading sandbox could not be set up: {error}") from None
     plan.confinement = run.confinement
+    plan.closed = close_to_hand_ins([root / "notebooks"], run.confinement)
     if run.failure or len(run.tasks) != len(plan.tasks()):
         raise GraderError(f"The reference solution of {assignment} could not run: {run.failure}")
     records = iter(run.tasks)
@@ -213,6 +215,25 @@ def prepare(
                 ) from None
             plan.expected[name].append(outputs)
     return plan
+
+
+def close_to_hand_ins(paths, confinement: dict) -> list[str]:
+    """Where hand-ins run as a user of their own on the host's files (no root of their own),
+    take every permission of other users off ``paths`` (the course's ``notebooks/``, with the
+    reference and the hidden tests; the hand-ins graded), so that ownership and permissions
+    keep them out, not Landlock alone. Returns the paths changed (``grade`` says so)."""
+    if not confinement.get("hand_in_user") or (confinement.get("root") or {}).get("root"):
+        return []
+    changed = []
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+            if mode & 0o007:
+                os.chmod(path, stat.S_IMODE(mode) & ~0o007)
+                changed.append(str(path))
+        except OSError:
+            continue
+    return changed
 
 
 # Code a notebook has no business running: it reaches into the grader's own machinery.

@@ -1,4 +1,10 @@
-"""The instructor's commands after grading: export, certificate, verify."""
+"""The instructor's commands after grading: export, certificate, verify.
+
+Whatever they print that a hand-in or a page could shape (a student's name, a file name, a
+certificate's fields) goes through :func:`~coursekit.grading.text.for_terminal`. An export
+that had to escape a name (a control, bidirectional or invisible character) names it once on
+the terminal, and says so when two students' names would read the same once escaped.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +16,42 @@ from coursekit.course import MODULES, TITLE
 from coursekit.grading import certificates, exports
 from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.keys import load_or_create_key
+from coursekit.grading.text import for_terminal, shown_differently
+
+_HIDDEN = "control, bidirectional or invisible characters"
+
+
+def warn_about_names(command: str, names, look_alike_consequence: str) -> list[list[str]]:
+    """Print :func:`~coursekit.grading.exports.name_warnings` on stderr; return the groups of
+    look-alike names (as stored)."""
+    lines, groups = exports.name_warnings(names, look_alike_consequence)
+    for line in lines:
+        print(f"coursekit {command}: warning: {line}", file=sys.stderr)
+    return groups
+
+
+def _quoted(name: str) -> str:
+    return f"'{for_terminal(name)}'"
 
 
 def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> int:
     if not gradebook.exists():
-        print(f"coursekit export: no gradebook at {gradebook}; grade first.", file=sys.stderr)
+        shown = for_terminal(gradebook)
+        print(f"coursekit export: no gradebook at {shown}; grade first.", file=sys.stderr)
         return 2
     with Gradebook(gradebook) as book:
         grades = book.current_grades(assignment)
     if not grades:
         print("coursekit export: the gradebook holds no grades for that.", file=sys.stderr)
         return 2
+    names = sorted({g.student for g in grades})
     if fmt == "csv":
         target = out if out.suffix == ".csv" else out / "grades.csv"
-        print(f"wrote {exports.write_csv(grades, target)}")
-        return 0
+        alike = warn_about_names(
+            "export", names, "their rows are written, but cannot be told apart by name."
+        )
+        print(f"wrote {for_terminal(exports.write_csv(grades, target))}")
+        return 1 if alike else 0
     if fmt == "lms":
         target = out if out.suffix == ".csv" else out / "grades-lms.csv"
         rows = (
@@ -32,18 +59,30 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
             if assignment
             else course_totals(grades)
         )
-        print(f"wrote {exports.write_lms_csv(rows, target)}: {len(rows)} students")
-        return 0
+        alike = warn_about_names(
+            "export",
+            names,
+            "not written (a grade import would give both grades to one name): rename one "
+            "hand-in and grade again.",
+        )
+        left_out = {name for group in alike for name in group}
+        rows = [row for row in rows if row[0] not in left_out]
+        written = exports.write_lms_csv(rows, target)
+        print(f"wrote {for_terminal(written)}: {len(rows)} students")
+        return 1 if alike else 0
     suffix = ".json" if fmt == "gradescope" else ".html"
+    warn_about_names("export", names, "their files are apart, but show the same name.")
     clashes = exports.clashes(grades, suffix)
     for clash, _ in clashes:  # never one file for two students: both are left out, and named
-        print(f"coursekit export: not written, {clash}.", file=sys.stderr)
+        print(f"coursekit export: not written, {for_terminal(clash)}.", file=sys.stderr)
     clashing = {name for _, name in clashes}
     grades = [g for g in grades if exports.export_name(g, suffix).casefold() not in clashing]
     if fmt == "gradescope":
-        print(f"wrote {len(exports.write_gradescope(grades, out))} results files to {out}/")
+        count = len(exports.write_gradescope(grades, out))
+        print(f"wrote {count} results files to {for_terminal(out)}/")
     else:
-        print(f"wrote {len(exports.write_feedback(grades, out))} feedback pages to {out}/")
+        count = len(exports.write_feedback(grades, out))
+        print(f"wrote {count} feedback pages to {for_terminal(out)}/")
     return 1 if clashes else 0
 
 
@@ -76,7 +115,8 @@ def run_certificate(
     gradebook: Path, student: str, pass_percent: float, out: Path | None, key_path: Path | None
 ) -> int:
     if not gradebook.exists():
-        print(f"coursekit certificate: no gradebook at {gradebook}.", file=sys.stderr)
+        shown = for_terminal(gradebook)
+        print(f"coursekit certificate: no gradebook at {shown}.", file=sys.stderr)
         return 2
     with Gradebook(gradebook) as book:
         score, maximum, missing = course_score(book, student)
@@ -84,7 +124,7 @@ def run_certificate(
     if percent < pass_percent:
         extra = f" Not yet graded: {', '.join(missing)}." if missing else ""
         print(
-            f"coursekit certificate: {student} has {score:g} of {maximum:g} points "
+            f"coursekit certificate: {for_terminal(student)} has {score:g} of {maximum:g} points "
             f"({percent:.1f}%), below the pass mark of {pass_percent:g}%.{extra}",
             file=sys.stderr,
         )
@@ -93,7 +133,16 @@ def run_certificate(
     target = out or Path(f"certificate-{exports.file_stem(student)}.html")
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(page, encoding="utf-8", newline="")  # the bytes signed, on every system
-    print(f"wrote {target}: {student}, {fields['score']}, ID {fields['id']}")
+    print(
+        f"wrote {for_terminal(target)}: {for_terminal(student)}, {fields['score']}, "
+        f"ID {fields['id']}"
+    )
+    if shown_differently(student):
+        print(
+            f"coursekit certificate: warning: the name {_quoted(student)} holds {_HIDDEN} "
+            "(escaped here); the certificate shows and signs it as given.",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -102,12 +151,13 @@ def run_verify(page_path: Path, key_path: Path | None) -> int:
         with open(page_path, encoding="utf-8", newline="") as handle:  # no newline translation
             page = handle.read()
     except (OSError, UnicodeDecodeError):
-        print(f"coursekit verify: cannot read {page_path} as a text file.", file=sys.stderr)
+        shown = for_terminal(page_path)
+        print(f"coursekit verify: cannot read {shown} as a text file.", file=sys.stderr)
         return 2
     verdict = certificates.verify(page, load_or_create_key(key_path))
     if verdict.genuine:
-        f = verdict.fields
+        f = {name: for_terminal(value) for name, value in verdict.fields.items()}
         print(f"Genuine: {f['name']}, {f['course']}, {f['score']}, {f['date']}, ID {f['id']}.")
         return 0
-    print(f"NOT genuine: {verdict.reason}.")
+    print(f"NOT genuine: {for_terminal(verdict.reason)}.")
     return 1

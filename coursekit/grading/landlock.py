@@ -40,6 +40,13 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+_RULE_NET_PORT = 2
+
+
 def _libc():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
@@ -68,15 +75,22 @@ def _fs_rights(abi: int) -> int:
     return rights
 
 
-def restrict(read_paths: Iterable[str], write_paths: Iterable[str], block_tcp: bool = True) -> int:
+def restrict(
+    read_paths: Iterable[str],
+    write_paths: Iterable[str],
+    block_tcp: bool = True,
+    ephemeral_bind: bool = False,
+) -> int:
     """Confine this process and its future children; return the ABI used.
 
     ``read_paths`` may be read (and executed); ``write_paths`` may also be written, created
     in and deleted from. Everything else on the file system is off limits, as are TCP (ABI 4+,
     unless ``block_tcp`` is False: inside a network namespace of its own, TCP reaches only
     that namespace's loopback, which torch.distributed's gloo needs) and signals to processes
-    outside the sandbox (ABI 6+). Paths that do not exist are skipped. Raises OSError when the
-    kernel refuses.
+    outside the sandbox (ABI 6+). With ``ephemeral_bind``, a TCP socket may still be bound
+    to port 0 (a port the kernel picks), as gloo's one-process group does to listen; it can
+    connect nowhere. Paths that do not exist are skipped. Raises OSError when the kernel
+    refuses.
     """
     abi = abi_version()
     if abi < 1:
@@ -98,6 +112,10 @@ def restrict(read_paths: Iterable[str], write_paths: Iterable[str], block_tcp: b
         for paths, rights in ((read_paths, READ), (write_paths, handled)):
             for path in paths:
                 _allow(libc, ruleset, path, rights)
+        if abi >= 4 and block_tcp and ephemeral_bind:
+            rule = _NetPortAttr(allowed_access=_NET_BIND_TCP, port=0)
+            if libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), 0) != 0:
+                raise OSError(ctypes.get_errno(), "landlock_add_rule failed for TCP port 0")
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
         if libc.syscall(_SYS_RESTRICT_SELF, ruleset, 0) != 0:

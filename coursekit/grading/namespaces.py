@@ -166,6 +166,7 @@ class RootPlan:
     scratch_bytes: int = 512 * 2**20
     scratch_files: int = 20_000
     hostname: str = "sandbox"
+    owner: tuple[int, int] | None = None  # the hand-in's (uid, gid): its home is theirs
 
 
 def python_paths(hidden: list[str] | None = None) -> list[str]:
@@ -193,7 +194,7 @@ def python_paths(hidden: list[str] | None = None) -> list[str]:
         path = Path(entry or ".").resolve()
         if path != here and path.is_dir() and shown(path):
             needed.add(str(path))
-    resolved = {os.path.realpath(p) for p in needed if os.path.isdir(p)}
+    resolved = {os.path.realpath(p) for p in needed if os.path.isdir(p)} - {"/"}
     ordered = sorted(resolved)  # a folder inside another one is bound with it
     return [p for p in ordered if not any(p != q and p.startswith(q + "/") for q in ordered)]
 
@@ -366,9 +367,11 @@ def _make_scratch(libc, new: str, plan: RootPlan) -> None:
         ),
         "mounting /scratch",
     )
-    for name, mode in (("work", 0o755), ("tmp", 0o1777), ("shm", 0o1777)):
+    for name, mode in (("work", 0o700), ("tmp", 0o1777), ("shm", 0o1777)):
         os.mkdir(f"{scratch}/{name}")
         os.chmod(f"{scratch}/{name}", mode)
+    if plan.owner is not None:
+        os.chown(f"{scratch}/work", *plan.owner)
     os.makedirs(new + "/tmp", exist_ok=True)
     _bind(libc, f"{scratch}/tmp", new + "/tmp", read_only=False)
     _bind(libc, f"{scratch}/shm", new + "/dev/shm", read_only=False)

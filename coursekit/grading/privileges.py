@@ -1,11 +1,18 @@
-"""What a hand-in's process gives up: capabilities, and processes and memory over its cgroup's.
+"""What a hand-in's process gives up: root, capabilities, and processes and memory over its
+cgroup's.
 
-Switching to an unprivileged user is not an option everywhere: the Python interpreter may
-live under /root. So a hand-in graded as root stays uid 0 but drops every capability, for
-good (the bounding set and securebits stop execve from giving them back). Root is exempt
-from RLIMIT_NPROC, so pids and memory cgroups, where they can be made, cap the processes and
-the memory of a hand-in and everything it starts, together; the grader empties and removes
-them when the hand-in is done.
+Graded as root (with or without namespaces), a hand-in runs as a user of its own: a uid and
+gid that no file and no other process has (:func:`hand_in_ids`, one per runner process, so
+two hand-ins cannot signal each other either), with no supplementary groups. It owns only
+its scratch folder, so the grader's files (gradebook, key, the course's ``notebooks/``, the
+Gradescope bundle's source and results) are out of its reach by ownership and permissions,
+whatever else is in place, and RLIMIT_NPROC, which root ignores, holds its processes. Its
+capabilities are dropped for good (the bounding set, and no_new_privs from Landlock or
+seccomp, stop execve from giving any back). Where the grader runs in a user namespace of
+its own (an ordinary user), the hand-in keeps that namespace's single uid and drops the
+capabilities the namespace gave. Pids and memory cgroups, where they can be made, cap the
+processes and the memory of a hand-in and everything it starts, together; the grader empties
+and removes them, and ends every process of the hand-in's uid, when the hand-in is done.
 """
 
 from __future__ import annotations
@@ -48,6 +55,118 @@ def drop_all_capabilities() -> None:
     data = (_CapData * 2)()
     if libc.capset(ctypes.byref(header), data) != 0:
         raise OSError(ctypes.get_errno(), "capset failed")
+
+
+# Hand-in users: 0x70000000 + the runner's host pid (at most 2**22): far above any account
+# a system or a container image makes (useradd stops at 60000, systemd's dynamic users at
+# 65519), and below 2**31 - 1, which some tools read as -1.
+HAND_IN_ID_BASE = 0x70000000
+
+
+def hand_in_ids(runner_pid: int) -> tuple[int, int]:
+    """(uid, gid) a hand-in run by the runner process ``runner_pid`` (its host pid) gets."""
+    return HAND_IN_ID_BASE + runner_pid, HAND_IN_ID_BASE + runner_pid
+
+
+def become_hand_in_user(uid: int, gid: int) -> None:
+    """From root: drop every capability from the bounding and ambient sets, then become
+    ``uid``/``gid`` with no supplementary groups (real, effective and saved ids all), which
+    clears the permitted and effective capabilities; finally clear them explicitly."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in range(64):
+        libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0)  # EINVAL past the last one: fine
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    if libc.capset(ctypes.byref(header), (_CapData * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset failed")
+    if os.getuid() != uid or os.geteuid() != uid or os.getgroups() not in ([], [gid]):
+        raise OSError("the hand-in's user could not be taken on")
+
+
+def processes_of(uid: int) -> list[int]:
+    """Live processes whose real or effective uid is ``uid`` (read from /proc); zombies,
+    which run nothing and wait only to be reaped, are not counted."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"State:") and line.split()[1] in (b"Z", b"X"):
+                        break
+                    if line.startswith(b"Uid:"):
+                        real, effective = (int(x) for x in line.split()[1:3])
+                        if uid in (real, effective):
+                            found.append(int(name))
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+def end_processes_of(uid: int, seconds: float = 10.0) -> bool:
+    """SIGKILL every process of ``uid`` (a hand-in's user) until none is left; whether none is.
+
+    A helper process takes on ``uid`` and sends ``kill(-1, SIGKILL)``, which reaches every
+    process of that user but itself in one call, so a hand-in forking as fast as it can is
+    still ended; then /proc is read for any that slipped through. Needs root."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = processes_of(uid)
+        if not left:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        helper = os.fork()
+        if helper == 0:
+            try:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                for _ in range(3):
+                    with contextlib.suppress(OSError):
+                        os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(helper, 0)
+        for pid in processes_of(uid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.01)
+
+
+# World-writable folders a hand-in's user could leave files in where it has no root of its
+# own (and no Landlock keeps its writes to its scratch folder).
+SHARED_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def remove_files_of(uid: int, folders=SHARED_WRITABLE) -> list[str]:
+    """Remove what ``uid`` left at the top of the world-writable ``folders`` (in a sticky
+    folder a user can make entries only there, and inside entries of its own)."""
+    import shutil
+
+    removed = []
+    for folder in folders:
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.stat(follow_symlinks=False).st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+                removed.append(entry.path)
+            except OSError:
+                continue
+    return removed
 
 
 def loopback_up() -> bool:

@@ -15,6 +15,7 @@ nothing; scores are decided by the grader, in a process this code never ran in.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import os
@@ -82,9 +83,17 @@ def _exit_like(status: int) -> None:
 # ------------------------------------------------------------------------------ confinement
 
 
-def confine(job: dict, namespaces, channel_fds: tuple[int, ...] = ()) -> dict:
+def confine(
+    job: dict,
+    namespaces,
+    channel_fds: tuple[int, ...] = (),
+    user: tuple[int, int] | None = None,
+    python: list[str] | None = None,
+) -> dict:
     """Apply every limit the job asks for to this process; return what was applied.
-    ``channel_fds`` (the pipes to the grader) are pinned by the seccomp filter."""
+    ``channel_fds`` (the pipes to the grader) are pinned by the seccomp filter; ``user``
+    (uid, gid) is the hand-in's own user, taken on when the grader is root; ``python``: the
+    folders Python and coursekit live in (never ``/`` nor the course's folder)."""
     from coursekit.grading import landlock, privileges, seccomp
 
     limits = job["limits"]
@@ -97,37 +106,63 @@ def confine(job: dict, namespaces, channel_fds: tuple[int, ...] = ()) -> dict:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a too-large write fails instead of killing
     if namespaces.network:  # loopback only, inside the new namespace: for gloo
         applied["loopback"] = privileges.loopback_up()
-    if os.getuid() == 0 or namespaces.user:
+    if user is not None:  # graded as root: the hand-in's own user, owning nothing else
+        privileges.become_hand_in_user(*user)
+        applied["capabilities"] = "dropped"
+        applied["hand_in_user"] = user[0]
+    elif os.getuid() == 0 or namespaces.user:
         privileges.drop_all_capabilities()  # in a user namespace: the ones it gave
         applied["capabilities"] = "dropped"
-    if job.get("landlock", True) and landlock.abi_version() >= 1:
-        if namespaces.mount:
-            readable, writable = ["/"], ["/scratch", "/tmp", "/dev/shm"]
-        else:
-            readable, writable = _host_readable_paths(), [os.getcwd()]
-        writable += [f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")]
-        own_loopback = bool(namespaces.network and applied.get("loopback"))
-        applied["landlock"] = landlock.restrict(readable, writable, block_tcp=not own_loopback)
-    applied["seccomp"] = seccomp.install(protected=channel_fds)
-    # RLIMIT_NPROC counts every process and thread of the user (in this user namespace), so
-    # leave room for the ones it already runs; root ignores it (the pids cgroup caps root).
+    own_loopback = bool(namespaces.network and applied.get("loopback"))
+    landlock_abi = landlock.abi_version() if job.get("landlock", True) else 0
+    if landlock_abi >= 1:
+        readable = readable_paths(python or [], job.get("hidden", []))
+        writable = ["/scratch", "/tmp", "/dev/shm"] if namespaces.mount else [os.getcwd()]
+        writable += [f"/dev/{name}" for name in _DEVICES]
+        applied["landlock"] = landlock.restrict(
+            readable, writable, block_tcp=not own_loopback, ephemeral_bind=not own_loopback
+        )
+    # IPv4 and IPv6 for gloo's one-process groups (module 2's and 4's checks): inside a
+    # network namespace of its own they reach only its loopback; without one, only where
+    # Landlock refuses every TCP connection (and binds but to an ephemeral port).
+    inet = "all" if own_loopback else ("stream" if landlock_abi >= 4 else "none")
+    applied["inet"] = inet
+    try:  # TEMPORARY until seccomp.install takes inet
+        applied["seccomp"] = seccomp.install(protected=channel_fds, inet=inet)
+    except TypeError:
+        applied["seccomp"] = seccomp.install(protected=channel_fds, allow_inet=inet != "none")
+    # RLIMIT_NPROC counts every process and thread of the (real) user, so leave room for
+    # the ones it already runs: none but this one for a hand-in's own user.
     nproc = limits["max_processes"] + _processes_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     return applied
 
 
 _ETC = ("ld.so.cache", "localtime", "passwd", "group", "nsswitch.conf", "fonts", "hosts")
+_DEVICES = ("null", "zero", "full", "random", "urandom")
+_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
 
 
-def _host_readable_paths() -> list[str]:
-    """Without a root of its own (no mount namespace), what a hand-in may read of the host."""
-    from coursekit.grading.namespaces import python_paths
+def readable_paths(python: list[str], hidden: list[str]) -> list[str]:
+    """What Landlock lets a hand-in read: an allow list, never a whole disk.
 
-    paths = set(python_paths())
-    paths |= {"/usr", "/lib", "/lib64", "/bin", "/proc", "/sys"}
-    paths |= {f"/dev/{name}" for name in ("null", "zero", "full", "random", "urandom")}
-    paths |= {f"/etc/{name}" for name in _ETC}
-    return sorted(paths)
+    ``python`` (the interpreter, its standard library, site-packages, coursekit's package:
+    :func:`coursekit.grading.namespaces.python_paths`), the system's programs and libraries,
+    a few files of ``/etc`` and the harmless devices. A path that is ``/``, or holds a
+    ``hidden`` folder (the course's, the Gradescope bundle's source), is left out, so the
+    list can never grant the course's ``notebooks/``.
+    """
+    from pathlib import Path
+
+    secret = [Path(h).resolve() for h in hidden]
+    wanted = {*python, *_SYSTEM, *(f"/etc/{n}" for n in _ETC), *(f"/dev/{n}" for n in _DEVICES)}
+    allowed = []
+    for path in sorted(wanted):
+        here = Path(path)
+        if here == Path("/") or any(h.is_relative_to(here) for h in secret):
+            continue  # it would hold a hidden folder (a venv or package inside one is fine)
+        allowed.append(path)
+    return allowed
 
 
 def _processes_of(uid: int) -> int:
@@ -238,10 +273,13 @@ def _move_high(fd_in: int, fd_out: int) -> tuple[int, int]:
     return top - 1, top
 
 
-def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted) -> None:
+def serve(
+    fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted, user, python
+) -> None:
     """The hand-in's process: confine, then answer the grader's commands until "end"."""
     fd_in, fd_out = _move_high(fd_in, fd_out)
     _close_all_but({fd_in, fd_out})
+    from coursekit.grading import harness_seal
     from coursekit.grading import tampering as shared_tampering
 
     # What speaks to the grader, and the instruments, run on objects taken now and on private
@@ -272,7 +310,7 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
         send_payload(encode(message))
 
     try:
-        applied.update(confine(job, namespaces, channel_fds=(fd_in, fd_out)))
+        applied.update(confine(job, namespaces, (fd_in, fd_out), user, python))
     except Exception as error:
         answer({"kind": "failed", "why": f"confining the hand-in failed: {error}"})
         os._exit(SETUP_FAILED)
@@ -296,9 +334,14 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
             reported_flags.add(what)
             send_flag(what)
 
-    tampering.install_audit_hook(report, trusted)
-    arm_tripwires = tampering.install_tripwires(questions, report, trusted)
-    before = tampering.snapshot()
+    # The instruments the warm parent made before any hand-in existed (prepare_instruments),
+    # taken out of the module now, so that no hand-in code finds them by name.
+    provenance, tripwire_provenance, reporter, arm_tripwires, sealed = _INSTRUMENTS.pop()
+    provenance.trust(trusted)
+    tripwire_provenance.trust(trusted)
+    reporter.append(report)
+    tampering.install_audit_hook(report, trusted, provenance)
+    changes = harness_seal.changes
     answer({"kind": "ready", "applied": applied})
     reported: set[str] = set()
     while True:
@@ -313,7 +356,7 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
             )
         elif kind == "task":
             arm_tripwires()
-            owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), trusted)
+            owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
             reply = own.run_task(
@@ -325,7 +368,7 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
             sys.stdout.flush()
             os._exit(0)  # skip interpreter teardown: a hand-in's atexit hooks can't stall it
         if kind in ("task", "check"):
-            for where in tampering.changes(before, trusted)[:10]:
+            for where in changes(sealed, provenance)[:10]:
                 if where not in reported:
                     reported.add(where)
                     report(f"it changed {where}")
@@ -333,12 +376,17 @@ def serve(fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
 
 
-def init(fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict) -> None:
+def init(
+    fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict, user=None
+) -> None:
     """Process 1 of the hand-in's PID namespace: build its root, start it, reap, end with it.
 
-    When this process ends, the kernel kills every other process in the namespace.
+    When this process ends, the kernel kills every other process in the namespace. Without
+    a root of its own, this process also keeps the hand-in's disk use under its scratch cap
+    (:func:`_watch_scratch`), which no tmpfs holds there.
     """
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    scratch = None
     try:
         if namespaces.mount:
             from coursekit.grading.namespaces import make_root
@@ -349,6 +397,8 @@ def init(fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict
             # which the grader removes after it (or the next grading run, if it was killed)
             scratch = os.path.join(job["host_scratch_parent"], f"{SCRATCH_PREFIX}{os.getppid()}")
             os.mkdir(scratch, 0o700)
+            if user is not None:
+                os.chown(scratch, *user)
             os.chdir(scratch)
         home = os.getcwd()
         temporary = "/tmp" if namespaces.mount else home
@@ -357,22 +407,126 @@ def init(fd_in, fd_out, job: dict, namespaces, root_plan, trusted, applied: dict
         failed = {"kind": "failed", "why": f"making the hand-in's root failed: {error}"}
         channel.write_frame(fd_out, channel.encode_plain(failed))
         os._exit(SETUP_FAILED)
+    python = list(root_plan.read_only)
     child = os.fork()
     if child == 0:
-        serve(fd_in, fd_out, job, namespaces, applied, trusted)
+        serve(fd_in, fd_out, job, namespaces, applied, trusted, user, python)
         os._exit(0)
     os.close(fd_in)
     os.close(fd_out)
     _prctl(_PR_SET_DUMPABLE, 0)  # the hand-in cannot read or trace this process
+    limits = job["limits"]
+    watch = scratch is not None and user is not None
     while True:
         try:
-            pid, status = os.wait()
+            pid, status = os.waitpid(-1, os.WNOHANG if watch else 0)
         except ChildProcessError:
             os._exit(0)
+        if pid == 0:  # nothing ended yet: look at the disk, then wait a little
+            if _scratch_over(scratch, user[0], limits["scratch_bytes"], limits["scratch_files"]):
+                os.kill(child, signal.SIGKILL)
+                os._exit(SCRATCH_FULL)
+            _wait_for_child(0.05)
+            continue
         if pid == child:
             if os.WIFSIGNALED(status):
                 os._exit(128 + os.WTERMSIG(status))
             os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+
+
+def _closed_to_others(paths: list[str]) -> str | None:
+    """Why a user of no group could not read Python's folders (a folder on the way that
+    others may not enter, as /root is), or None: without a root of its own, the hand-in's
+    user reads them where they are."""
+    import stat
+    from pathlib import Path
+
+    for path in paths:
+        here = Path(path)
+        for folder in [*reversed(here.parents), here]:
+            try:
+                mode = folder.stat().st_mode
+            except OSError:
+                break
+            wanted = stat.S_IXOTH | (stat.S_IROTH if folder == here else 0)
+            if mode & wanted != wanted:
+                return (
+                    f"hand-ins run as a user of their own, which cannot read {path}: "
+                    f"{folder} is mode {stat.S_IMODE(mode):o} (others may not "
+                    f"{'read' if folder == here else 'enter'} it). Install Python and its "
+                    "packages where every user can read them (a virtual environment "
+                    "outside /root, as Gradescope's setup.sh makes), or grade where "
+                    "namespaces can be made."
+                )
+    return None
+
+
+SCRATCH_FULL = 71  # exit status of a hand-in ended for writing past its scratch cap
+
+
+def _wait_for_child(seconds: float) -> None:
+    """Sleep up to ``seconds``, waking early when a child ends (SIGCHLD)."""
+    with contextlib.suppress(InterruptedError):
+        signal.sigtimedwait([signal.SIGCHLD], seconds)
+
+
+def _scratch_over(scratch: str, uid: int, most_bytes: int, most_files: int) -> bool:
+    """Whether the hand-in's user has more than ``most_bytes`` on disk, or more than
+    ``most_files`` files, in its scratch folder and the world-writable folders (a look
+    every 50 ms, so a burst between two looks can pass the cap by what it writes meanwhile;
+    each file is capped at ``file_bytes`` by RLIMIT_FSIZE)."""
+    from coursekit.grading.privileges import SHARED_WRITABLE
+
+    roots = [scratch]
+    for folder in SHARED_WRITABLE:
+        with contextlib.suppress(OSError):
+            roots += [e.path for e in os.scandir(folder) if _owned_by(e, uid)]
+    used = files = 0
+    for top in roots:
+        stack = [top]
+        while stack:
+            path = stack.pop()
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            used += info.st_blocks * 512
+            files += 1
+            if used > most_bytes or files > most_files:
+                return True
+            if os.path.isdir(path) and not os.path.islink(path):
+                with contextlib.suppress(OSError):
+                    stack += [e.path for e in os.scandir(path)]
+    return False
+
+
+def _owned_by(entry, uid: int) -> bool:
+    try:
+        return entry.stat(follow_symlinks=False).st_uid == uid
+    except OSError:
+        return False
+
+
+_INSTRUMENTS: list = []  # made once in the warm parent; each hand-in's process pops its copy
+
+
+def prepare_instruments() -> None:
+    """In the warm parent, after every import and before any hand-in is forked: the record of
+    library code (:mod:`coursekit.grading.provenance`), coursekit's answers wrapped in
+    tripwires (with a record of their own: the wrappers' closures can be read), and the seal
+    of the harness (:mod:`coursekit.grading.harness_seal`). Made once, they cost a hand-in
+    nothing; each hand-in's process takes them out of this module before its code runs."""
+    from coursekit.checks import QUESTIONS
+    from coursekit.grading import harness_seal, tampering
+    from coursekit.grading.provenance import Provenance
+
+    reporter: list = []  # the hand-in's report function, added when it starts
+    tripwire_provenance = Provenance()
+    arm = tampering.install_tripwires(QUESTIONS, reporter, tripwire_provenance)
+    provenance = Provenance()
+    provenance.seal()  # after the tripwires: their code is coursekit's own
+    tripwire_provenance.share_known(provenance)
+    _INSTRUMENTS.append((provenance, tripwire_provenance, reporter, arm, harness_seal.seal()))
 
 
 def preload() -> None:
@@ -396,6 +550,7 @@ def run_sandbox(fd_in: int, fd_out: int) -> None:
     """One hand-in's sandbox, in a process of its own (forked by the warm parent): read the
     job, join cgroups, enter namespaces, start process 1 and wait for it; end as it ended."""
     job = channel.receive(fd_in)
+    runner_pid = os.getpid()  # its host pid, before any PID namespace: names its user
     from coursekit.grading import namespaces as ns
     from coursekit.grading import privileges
 
@@ -415,16 +570,23 @@ def run_sandbox(fd_in: int, fd_out: int) -> None:
         "why_no_namespaces": namespaces.why_not,
         "root_user": os.getuid() == 0 and not namespaces.user,
     }
+    # graded as root (not in a user namespace): the hand-in runs as a user of its own
+    user = privileges.hand_in_ids(runner_pid) if applied["root_user"] else None
     python = ns.python_paths(job.get("hidden", []))
     trusted = tuple(path + "/" for path in python)  # code from elsewhere is the notebook's
     root_plan = ns.RootPlan(
         read_only=python,
         scratch_bytes=job["limits"]["scratch_bytes"],
         scratch_files=job["limits"]["scratch_files"],
+        owner=user,
     )
+    closed = _closed_to_others(python) if user is not None and not namespaces.mount else None
+    if closed is not None:  # the hand-in's user could not import what it needs
+        channel.write_frame(fd_out, channel.encode_plain({"kind": "failed", "why": closed}))
+        os._exit(SETUP_FAILED)
     child = os.fork()
     if child == 0:
-        init(fd_in, fd_out, job, namespaces, root_plan, trusted, applied)
+        init(fd_in, fd_out, job, namespaces, root_plan, trusted, applied, user)
         os._exit(0)
     os.close(fd_in)
     os.close(fd_out)

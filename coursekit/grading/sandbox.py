@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from coursekit.grading import channel, privileges
-from coursekit.grading.runner import SCRATCH_PREFIX  # as the runner names a host folder
+from coursekit.grading.runner import SCRATCH_FULL, SCRATCH_PREFIX
 from coursekit.grading.warm_parent import (  # noqa: F401  (SandboxSetupError: re-exported)
     SandboxSetupError,
     WarmParent,
@@ -73,6 +73,50 @@ class Options:
     landlock: bool = True
     isolation: str = "auto"
     hidden: tuple[str, ...] = ()  # host folders never bound into the sandbox (the course's)
+    # Run hand-ins even where they would run as the grader's own user with no namespace of
+    # their own (not root, and no user namespaces): an instructor's explicit choice.
+    unconfined: bool = False
+
+
+class UnconfinedError(SandboxSetupError):
+    """Hand-ins would run unconfined, and the instructor did not accept that."""
+
+
+def unconfined_refusal(applied: dict) -> str | None:
+    """Why grading must stop when hand-ins would run as the grader's own user with no
+    namespaces (an instructor's account in a container); None when they would not."""
+    if applied.get("root_user") or applied.get("user_namespace"):
+        return None
+    why = applied.get("why_no_namespaces") or "no namespaces were made"
+    return (
+        "hand-ins would run unconfined, as your own user: this account is not root and "
+        f"cannot make user namespaces ({why}). A hand-in could then read and change your "
+        "files, the gradebook and the course's hidden tests. Grade as root (in a container: "
+        "as its root user), or where unprivileged user namespaces are allowed (on Ubuntu: "
+        "sysctl kernel.apparmor_restrict_unprivileged_userns=0); or, for hand-ins you trust, "
+        "pass --unconfined to run them anyway."
+    )
+
+
+def mode_of(applied: dict) -> str:
+    """One line that says how hand-ins run, printed by ``grade`` and the Gradescope bundle."""
+    names = set(applied.get("namespaces") or [])
+    user = applied.get("hand_in_user")
+    as_whom = f"as a user of their own (uid {user})" if user else "as your user"
+    if applied.get("user_namespace") and "pid" in names:
+        return "namespaces through a user namespace (an ordinary user): hand-ins run in their own"
+    if "pid" in names and user:
+        return f"namespaces as root: hand-ins run {as_whom}, in namespaces of their own"
+    if user:
+        return (
+            f"no namespaces, as root (as in Docker or Gradescope): hand-ins run {as_whom}, "
+            "confined by file permissions, rlimits"
+            + (", Landlock" if applied.get("landlock") else "")
+            + (" and seccomp" if applied.get("seccomp") else "")
+        )
+    if applied.get("user_namespace"):
+        return "a user namespace without a PID namespace: hand-ins run as your user inside it"
+    return "UNCONFINED (--unconfined): hand-ins run as your own user"
 
 
 @dataclass
@@ -243,6 +287,10 @@ class _Runner:
             returncode = self.process.wait()
             for group in privileges.cgroup_paths(self.process.pid):
                 privileges.empty_and_remove_cgroup(group)
+            if os.geteuid() == 0:  # every process of the hand-in's own user, wherever it is
+                uid, _ = privileges.hand_in_ids(self.process.pid)
+                privileges.end_processes_of(uid)
+                privileges.remove_files_of(uid)
             if orphans_possible:
                 with _SWEEPING:  # one thread at a time: none reaps what another one scanned
                     kill_new_children(lambda: self.warm.strays(self.before))
@@ -286,6 +334,9 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     "(building it takes well under a second); nothing of the hand-in had run"
                 ) from None
             raise
+        refusal = unconfined_refusal(attempt.applied)
+        if refusal and not options.unconfined:
+            raise UnconfinedError(refusal)
         for index, source in enumerate(cells):
             if source is None:  # a demonstration left as released: grading skips it
                 attempt.cells[index] = {"index": index, "status": "demo"}
@@ -411,6 +462,11 @@ def _why(attempt: _Attempt, limits: Limits) -> str:
         return (
             f"it took too long: past {limits.hand_in_timeout_s * limits.wall_factor:.0f} s "
             "(wall clock) for the whole notebook"
+        )
+    if returncode == SCRATCH_FULL:
+        return (
+            f"it wrote more than its {limits.scratch_bytes // 2**20} MiB (or "
+            f"{limits.scratch_files} files) of scratch space"
         )
     if returncode == -signal.SIGXCPU:
         return f"it took too long: more than {limits.hand_in_timeout_s:.0f} s of CPU time"

@@ -42,34 +42,6 @@ _ALWAYS = frozenset(
     }
 )
 # Standard-library helpers that hand their caller's request on: look past them.
-_HELPER_FILES = ("/inspect.py", "/ctypes/__init__.py")
-_WATCHED_MODULES = (
-    "torch",
-    "torch.nn",
-    "torch.nn.functional",
-    "torch.nn.init",
-    "torch.nn.utils",
-    "torch.nn.parallel",
-    "torch.optim",
-    "torch.optim.lr_scheduler",
-    "torch.autograd",
-    "torch.amp",
-    "torch.func",
-    "torch.utils.checkpoint",
-    "torch.distributed",
-    "builtins",
-    "os",
-    "signal",
-    "struct",
-    "select",
-    "resource",
-    "json",
-    "math",
-    "random",
-    "operator",
-    "functools",
-    "copy",
-)
 MAX_REPORTS = 20
 
 
@@ -80,52 +52,93 @@ def _reopens_a_descriptor(path) -> bool:
     return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
 
 
-def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...]) -> None:
+def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], provenance) -> None:
     """Report (at most :data:`MAX_REPORTS` distinct) suspicious events of notebook code.
 
-    ``trusted``: prefixes of file names that are not the hand-in's (Python, its packages,
-    coursekit). Code from anywhere else, cells included, is the notebook's.
+    ``provenance`` (:class:`coursekit.grading.provenance.Provenance`) says which code is the
+    libraries' own from what a hand-in cannot forge: code compiled under ``torch.__file__``,
+    or made from bytes, is still the notebook's. An event that reaches into the running
+    program (frames, ``gc``, ``ctypes``, tracing, new audit hooks, code made from bytes or
+    under a library file's name, class attributes of coursekit, torch or numpy) counts when
+    the code that raised it is the notebook's, looking past the library modules that pass a
+    caller's request on or hand frames back to it (:data:`HELPER_MODULES`). Changing the
+    code, defaults or keyword defaults of a library function counts whoever does it, and so
+    does compiling code under a library file's name with other text than the file's.
     """
     getframe = sys._getframe
     import _thread
+    import os
 
     get_ident = _thread.get_ident
+    is_library = provenance.is_library
+    trusted_file = provenance.is_trusted_file
+    source_matches = provenance.source_matches
+    helpers = _helper_codes()
     busy: set[int] = set()
     sent: set[str] = set()
+    debug = os.environ.get("COURSEKIT_AUDIT_DEBUG") == "1"
 
-    def is_notebook_code(depth: int) -> bool:
+    def by_notebook(depth: int) -> bool:
+        """Whether the code that raised the event (past helpers) is the notebook's."""
         frame = getframe(depth)
-        while frame is not None and frame.f_code.co_filename.endswith(_HELPER_FILES):
+        while frame is not None and (
+            frame.f_code.co_filename.startswith("<frozen importlib") or frame.f_code in helpers
+        ):
             frame = frame.f_back
-        if frame is None:
-            return False
-        name = frame.f_code.co_filename
-        return name == "<string>" or _notebook_file(name, trusted)
+        return frame is not None and not is_library(frame.f_code)
 
-    def hook(event: str, args: tuple) -> None:
+    def classify(event: str, args: tuple) -> tuple[str | None, bool]:
+        """(what to report, whether only when the notebook's code raised it)."""
         if event in _ALWAYS or event.startswith("ctypes."):
             what = f"it called {event}" if not event.startswith("ctypes.") else "it used ctypes"
-        elif event == "os.exec":
-            what = "it replaced its process with another program (os.exec)"
-        elif event == "open" and args and _reopens_a_descriptor(args[0]):
-            what = "it opened an open file again through /proc or /dev/fd"
-        elif event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
-            what = f"it read a {args[1]} (a frame of the running program)"
-        elif event == "object.__setattr__" and len(args) == 3 and args[1] in _CODE_ATTRIBUTES:
-            module = getattr(args[0], "__module__", None) or ""
-            if not module.startswith(("coursekit", "torch")):
-                return
-            what = f"it changed {args[1]} of {module}.{getattr(args[0], '__qualname__', '?')}"
-        else:
+            return what, True
+        if event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
+            return f"it read a {args[1]} (a frame of the running program)", True
+        if event == "object.__setattr__" and len(args) == 3:
+            target, name = args[0], args[1]
+            if name in _CODE_ATTRIBUTES and is_library(getattr(target, "__code__", None)):
+                module = getattr(target, "__module__", "?")
+                return (
+                    f"it changed {name} of {module}.{getattr(target, '__qualname__', '?')}",
+                    False,
+                )
+            module = str(getattr(target, "__module__", ""))
+            if isinstance(target, type) and module.startswith(_WATCHED_PACKAGES):
+                return f"it changed {module}.{target.__qualname__}.{name}", True
+            owner = type(target)
+            if name == "__class__" and str(owner.__module__).startswith(_WATCHED_PACKAGES):
+                return f"it changed the class of a {owner.__module__}.{owner.__qualname__}", True
+            return None, True
+        if event == "compile" and len(args) == 2 and trusted_file(args[1]):
+            if not source_matches(args[0], args[1]):
+                return f"it compiled code under a library's file name ({args[1]})", False
+            return None, True
+        if event == "code.__new__" and len(args) >= 2 and trusted_file(args[1]):
+            return f"it made a code object under a library's file name ({args[1]})", True
+        if event in _CODE_FROM_BYTES:
+            if _from_a_trusted_pyc(getframe(2), args, trusted_file):  # 0 classify, 1 hook
+                return None, True
+            return f"it made code from bytes ({event})", True
+        if event == "os.exec":
+            return "it replaced its process with another program (os.exec)", True
+        if event == "open" and args and _reopens_a_descriptor(args[0]):
+            return "it opened an open file again through /proc or /dev/fd", True
+        return None, True
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in _EVENTS and not event.startswith("ctypes."):
             return
         me = get_ident()
-        if me in busy or len(sent) >= MAX_REPORTS or what in sent:
+        if me in busy or len(sent) >= MAX_REPORTS:
             return
         busy.add(me)
         try:
-            # frames: 0 is_notebook_code, 1 this hook, 2 the code that raised the event
-            if is_notebook_code(2):
+            what, only_notebook = classify(event, args)
+            # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
+            if what and what not in sent and (not only_notebook or by_notebook(2)):
                 sent.add(what)
+                if debug:
+                    _print_chain(what, getframe(1))
                 report(what)
         finally:
             busy.discard(me)
@@ -133,65 +146,124 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...]) 
     sys.addaudithook(hook)
 
 
-def snapshot() -> tuple:
-    """What :func:`changes` compares against: (where, namespace, key, object) entries, and
-    (where, namespace, None, names) for namespaces where a new name would shadow another.
+# Library modules whose functions pass their caller's request on (inspect.currentframe,
+# ctypes' wrappers, code and codeop's compile) or hand frames back to it (traceback's
+# walkers, logging.currentframe, IPython's frame helpers, the debuggers): an event raised
+# inside them is judged by the code that called them. A library function elsewhere that
+# hands a frame back is not known here: its caller goes unflagged (a limit, documented).
+HELPER_MODULES = (
+    "inspect",
+    "ctypes",
+    "traceback.walk_tb",
+    "traceback.walk_stack",
+    "traceback._walk_tb_with_full_positions",
+    "logging.currentframe",
+    "code",
+    "codeop",
+    "importlib",
+    "importlib.util",
+    "importlib.abc",
+    "importlib.machinery",
+    "pdb",
+    "bdb",
+    "cgitb",
+    "faulthandler",
+    "tracemalloc",
+    "IPython.utils.frame",
+    "IPython.core.debugger",
+    "stack_data",
+    "executing",
+)
 
-    ``namespace`` is the live mapping (a module's or question's ``__dict__``, a class's
-    ``vars``) that held ``object`` under ``key``; the tuple keeps every object alive, so a
-    replaced one cannot be mistaken for a new one at the same address.
-    """
-    entries = [("sys.modules", sys.modules, name, sys.modules[name]) for name in _watched_names()]
-    classes_seen: set[int] = set()  # and registries: each is recorded once
-    for module_name in _watched_names():
-        module = sys.modules[module_name]
-        ours = module_name.startswith("coursekit")
-        namespace = vars(module)
-        if ours:  # a new global there shadows a builtin for coursekit's own code
-            entries.append((module_name, namespace, None, frozenset(namespace)))
-        for name, value in list(namespace.items()):
-            if not ours and (name.startswith("_") or not callable(value)):
+
+def _helper_codes() -> frozenset:
+    """The code objects of :data:`HELPER_MODULES`' functions (and their classes' methods),
+    taken once, in the warm parent (:func:`warm_up`), before any hand-in code runs."""
+    global _HELPERS
+    if _HELPERS is not None:
+        return _HELPERS
+    import importlib
+
+    codes: set = set()
+    seen: set[int] = set()
+    for name in HELPER_MODULES:
+        try:
+            module = importlib.import_module(name)
+            stack = list(vars(module).values())
+        except ImportError:  # a function of a module, or a module not installed here
+            module_name, _, attribute = name.rpartition(".")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
                 continue
-            entries.append((f"{module_name}.{name}", namespace, name, value))
-            if isinstance(value, type) and _same_package(value, module_name):
-                if id(value) in classes_seen:
-                    continue
-                classes_seen.add(id(value))
-                members = vars(value)
-                entries.append((f"{module_name}.{name}", members, None, frozenset(members)))
-                for attribute, member in list(members.items()):
-                    if (
-                        ours
-                        or (callable(member) or isinstance(member, _DESCRIPTORS))
-                        and (not attribute.startswith("__") or attribute in _DUNDERS)
-                    ):
-                        entries.append(
-                            (f"{module_name}.{name}.{attribute}", members, attribute, member)
-                        )
-        registry = namespace.get("QUESTIONS") if ours else None
-        if isinstance(registry, dict) and id(registry) not in classes_seen:
-            classes_seen.add(id(registry))
-            for key, question in list(registry.items()):
-                entries.append((f"{module_name}.QUESTIONS[{key!r}]", registry, key, question))
-                state = vars(question)
-                entries.append((f"QUESTIONS[{key!r}]", state, None, frozenset(state)))
-                for attribute, member in list(state.items()):
-                    entries.append((f"QUESTIONS[{key!r}].{attribute}", state, attribute, member))
-    return tuple(entries)
+            stack = [getattr(module, attribute, None)]
+        home = getattr(module, "__file__", None)
+        while stack:
+            item = stack.pop()
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, type) and str(getattr(item, "__module__", "")) == name:
+                stack += list(vars(item).values())
+                continue
+            item = getattr(item, "__func__", item)
+            code = getattr(item, "__code__", None)
+            if isinstance(code, types.CodeType) and code.co_filename == home:  # not imported
+                nested = [code]
+                while nested:
+                    one = nested.pop()
+                    codes.add(one)
+                    nested += [c for c in one.co_consts if isinstance(c, types.CodeType)]
+    _HELPERS = frozenset(codes)
+    return _HELPERS
 
 
-_DUNDERS = ("__init__", "__call__", "__getattr__", "__getattribute__", "__setattr__")
-_DESCRIPTORS = (staticmethod, classmethod, property)
-_MISSING = object()
+_HELPERS: frozenset | None = None
 
 
-def _watched_names() -> list[str]:
-    ours = [n for n in sys.modules if n == "coursekit" or n.startswith("coursekit.")]
-    return sorted({*ours, *(m for m in _WATCHED_MODULES if m in sys.modules)})
+def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
+    """Whether ``marshal.loads`` is importlib reading a trusted ``.pyc`` file's own bytes.
+
+    ``frame`` raised the event: importlib's ``_compile_bytecode``, whose ``bytecode_path``
+    names the file; the bytes must be that file's (past its 16-byte header), as on disk."""
+    if frame is None or frame.f_code.co_name != "_compile_bytecode" or not args:
+        return False
+    if not frame.f_code.co_filename.startswith("<frozen importlib"):
+        return False
+    path = frame.f_locals.get("bytecode_path")
+    if not isinstance(path, str) or not trusted_file(path):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            on_disk = handle.read()
+        return bytes(args[0]) == on_disk[16:]
+    except (OSError, TypeError, ValueError):
+        return False
 
 
-def _same_package(cls: type, module_name: str) -> bool:
-    return str(getattr(cls, "__module__", "")).split(".")[0] == module_name.split(".")[0]
+def _print_chain(what: str, frame) -> None:
+    """For developers (COURSEKIT_AUDIT_DEBUG=1): the stack behind a flag, on the output."""
+    lines = []
+    while frame is not None and len(lines) < 30:
+        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    print(f"AUDIT {what}\n" + "\n".join(lines))
+
+
+_WATCHED_PACKAGES = ("coursekit", "torch", "numpy")
+_CODE_FROM_BYTES = frozenset({"marshal.loads", "marshal.load"})
+_EVENTS = frozenset(
+    {
+        *_ALWAYS,
+        *_CODE_FROM_BYTES,
+        "object.__getattr__",
+        "object.__setattr__",
+        "compile",
+        "code.__new__",
+        "os.exec",
+        "open",
+    }
+)
 
 
 def warm_up() -> None:
@@ -202,6 +274,7 @@ def warm_up() -> None:
     """
     import torch
 
+    _helper_codes()
     parameter = torch.nn.Parameter(torch.zeros(1))
     for name in dir(torch.optim):
         cls = getattr(torch.optim, name)
@@ -212,100 +285,17 @@ def warm_up() -> None:
                 continue
 
 
-def changes(before: tuple, trusted: tuple[str, ...] = ()) -> list[str]:
-    """Where an entry of ``before`` no longer holds the same object (replaced or deleted);
-    names added where they shadow (a new module is an import, and a name coursekit's own
-    lazy ``__getattr__`` filled in is its export); and, in coursekit modules imported since
-    ``before``, functions whose code is not from a ``trusted`` file."""
-    found = []
-    for where, namespace, key, value in before:
-        ours = where.startswith(("coursekit", "QUESTIONS", "sys.modules"))
-        if key is not None:
-            now = namespace.get(key, _MISSING)
-            if now is not value and (ours or _by_notebook(now, trusted)):
-                found.append(where)
-            continue
-        for added in sorted(set(namespace) - value, key=str):
-            now = namespace.get(added)
-            if not _expected_addition(namespace, added) and (ours or _by_notebook(now, trusted)):
-                found.append(f"{where}.{added}")
-    if trusted:
-        known = {key for where, _, key, _ in before if where == "sys.modules"}
-        for name in [n for n in _watched_names() if n not in known and n.startswith("coursekit")]:
-            found += _foreign_code(name, trusted)
-    return found
-
-
-def _by_notebook(value, trusted: tuple[str, ...]) -> bool:
-    """Could this replacement in torch or the standard library be the notebook's doing?
-    Libraries patch torch too (Lightning wraps ``torch.compile`` on import), so only a
-    function from the notebook's code, or something that is no function at all, counts."""
-    if not trusted:
-        return True
-    if not callable(value) and not hasattr(type(value), "__get__"):
-        return True  # data where there was a function
-    return any(
-        code.co_filename == "<string>" or _notebook_file(code.co_filename, trusted)
-        for code in _codes_of(value)
-    )
-
-
-def _codes_of(value) -> list:
-    """The code a callable runs: its own, a method's or ``partial``'s target's, and, for an
-    object of a class that is not a builtin, its class's methods (a callable object of a
-    class the notebook defined is the notebook's doing)."""
-    items = [value]
-    for attribute in ("__func__", "func", "__wrapped__"):
-        inner = getattr(value, attribute, None)
-        if callable(inner):
-            items.append(inner)
-    plain = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)
-    if not isinstance(value, plain) and type(value).__module__ not in ("builtins", "functools"):
-        items += [m for m in vars(type(value)).values() if isinstance(m, types.FunctionType)]
-    return [item.__code__ for item in items if hasattr(item, "__code__")]
-
-
-def _notebook_file(filename: str, trusted: tuple[str, ...]) -> bool:
-    if filename.startswith("<"):
-        return filename.startswith("<ipython-input")
-    return not filename.startswith(trusted)
-
-
-def _expected_addition(namespace, name) -> bool:
-    value = namespace.get(name)
-    if isinstance(value, type(sys)):
-        return True
-    exports = namespace.get("_EXPORTS") if "__path__" in namespace else None
-    if isinstance(exports, dict) and isinstance(exports.get(name), str):
-        source = sys.modules.get(exports[name])
-        return source is not None and vars(source).get(name, _MISSING) is value
-    return False
-
-
-def _foreign_code(module_name: str, trusted: tuple[str, ...]) -> list[str]:
-    """``module.name`` (or ``module.Class.name``) for functions defined in a notebook cell or
-    a file outside ``trusted``. (Code made by ``exec``, such as a dataclass's ``__init__``,
-    is named ``<string>``; a file name is the code's own claim, so this is a heuristic.)"""
-    found = []
-    for name, value in list(vars(sys.modules[module_name]).items()):
-        members = list(vars(value).items()) if isinstance(value, type) else []
-        for label, item in [(name, value), *((f"{name}.{m}", v) for m, v in members)]:
-            code = getattr(item, "__code__", None)
-            filename = getattr(code, "co_filename", None)
-            if isinstance(filename, str) and _notebook_file(filename, trusted):
-                found.append(f"{module_name}.{label}")
-    return found
-
-
-def install_tripwires(questions: dict, report: Callable[[str], None], trusted: tuple[str, ...]):
+def install_tripwires(questions: dict, reporter: list, provenance):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...) and the check's ``reference()``. Once the
     returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
-    them is reported: its function hands in coursekit's answer. Calls from coursekit's own
-    code, and calls while the cells run (demonstrations), are not. Call before
-    :func:`snapshot`, so the wrappers are what it records."""
+    them is reported (to ``reporter[0]``, set by the hand-in's process): its function hands
+    in coursekit's answer. Calls from coursekit's own code, and calls while the cells run
+    (demonstrations), are not. Installed in the warm parent, before the harness is sealed
+    (:mod:`coursekit.grading.harness_seal`), so the wrappers are what the seal records."""
 
     getframe = sys._getframe
+    is_library = provenance.is_library
     armed: list[bool] = []
     wrappers: dict[int, Callable] = {}
 
@@ -315,10 +305,8 @@ def install_tripwires(questions: dict, report: Callable[[str], None], trusted: t
 
         @functools.wraps(function)
         def tripwire(*args, **kwargs):
-            if armed:
-                caller = getframe(1).f_code.co_filename
-                if caller == "<string>" or _notebook_file(caller, trusted):
-                    report(f"its {question} called coursekit's own answer ({where})")
+            if armed and reporter and not is_library(getframe(1).f_code):
+                reporter[0](f"its {question} called coursekit's own answer ({where})")
             return function(*args, **kwargs)
 
         del tripwire.__wrapped__  # no plain path back to the unwatched function
@@ -354,7 +342,7 @@ def install_tripwires(questions: dict, report: Callable[[str], None], trusted: t
     return arm
 
 
-def coursekit_function(fn, trusted: tuple[str, ...]) -> str | None:
+def coursekit_function(fn, provenance) -> str | None:
     """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's):
     a hand-in whose answer *is* coursekit's implementation, imported under its name."""
     target = fn
@@ -365,7 +353,7 @@ def coursekit_function(fn, trusted: tuple[str, ...]) -> str | None:
     module = str(getattr(target, "__module__", ""))
     if code is None or not module.startswith("coursekit"):
         return None
-    if code.co_filename == "<string>" or _notebook_file(code.co_filename, trusted):
+    if not provenance.is_library(code):
         return None
     return f"{module}.{getattr(target, '__qualname__', '?')}"
 

@@ -5,11 +5,16 @@ hand-in can raise an exception whose message holds one (``ValueError('\\ud800')`
 strings cannot be encoded as UTF-8: SQLite, ``write_text`` and HTML pages fail on them.
 :func:`lossless` writes each such character as its backslash escape (``\\udcff``), so every
 byte is still there to read; :func:`for_terminal` also escapes control characters, so a file
-name cannot move the cursor or colour the instructor's terminal. Notes are capped in length
+name cannot move the cursor or colour the instructor's terminal, and bidirectional controls
+and invisible characters (U+202E, U+200B, U+FEFF...), so a name shows as what it is. Exports
+write names the same way (:func:`visible`), and free text with :func:`text_for_page`; what is
+stored (the gradebook's key for a student) is never changed. Notes are capped in length
 and number: a hand-in must not be able to grow the gradebook or a feedback page at will.
 """
 
 from __future__ import annotations
+
+import unicodedata
 
 NOTE_CHARS = 500
 MAX_NOTES = 40
@@ -31,12 +36,73 @@ def lossless_tree(value):
     return value
 
 
-def for_terminal(text: object) -> str:
-    """:func:`lossless`, with control characters (newlines included) escaped too."""
+# Characters that show nothing, or reorder what follows them, yet are not control characters:
+# bidirectional controls (a name with U+202E shows its end backwards), zero-width and other
+# invisible characters (two names that look the same, a BOM), and fillers that are letters
+# but show as nothing. Python's ``str.isprintable`` already refuses most of them; this list
+# makes sure of it whatever the Unicode version.
+INVISIBLE = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"  # bidi
+    "\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff\u180e\u00ad"  # zero-width
+    "\u034f\u115f\u1160\u3164\uffa0"  # combining grapheme joiner, Hangul fillers
+)
+
+
+def _escaped(text: object, whitespace: bool) -> str:
+    """:func:`lossless` text with each character that would not show as itself written as its
+    backslash escape; ``whitespace`` keeps newlines, tabs and every kind of space."""
+
+    def shows(ch: str) -> bool:
+        if ch in INVISIBLE:
+            return False
+        if ch.isprintable():
+            return True
+        return whitespace and (ch in "\n\t" or unicodedata.category(ch) == "Zs")
+
     return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-        for ch in lossless(text)
+        ch if shows(ch) else ch.encode("unicode_escape").decode("ascii") for ch in lossless(text)
     )
+
+
+def visible(text: object) -> str:
+    """:func:`lossless`, with every character that does not show as itself written as its
+    backslash escape: control characters (C0, DEL, C1: ``\\r``, ``\\x1b``, ``\\x85``),
+    bidirectional controls and invisible characters (``\\u202e``, ``\\u200b``, ``\\ufeff``),
+    separators other than the space. Letters of any script (José, 李) are kept. What a name
+    is written as, on the terminal and in every export."""
+    return _escaped(text, whitespace=False)
+
+
+def for_terminal(text: object) -> str:
+    """:func:`visible`: control characters (newlines included), bidirectional controls and
+    invisible characters escaped, so the text is one line that shows as it is. Every name,
+    file name, feedback line and note the command line prints goes through it."""
+    return visible(text)
+
+
+def for_terminal_lines(text: object) -> str:
+    """:func:`for_terminal` of each line of a message of several lines, kept as lines."""
+    return "\n".join(for_terminal(line) for line in lossless(text).split("\n"))
+
+
+def text_for_page(text: object) -> str:
+    """Free text (feedback, notes, errors) for a page or an export: :func:`visible`, but
+    newlines, tabs and spaces of every kind are kept (they show, as blanks)."""
+    return _escaped(text, whitespace=True)
+
+
+def shown_differently(name: object) -> bool:
+    """Does :func:`for_terminal` write this name otherwise than it is stored?"""
+    return for_terminal(name) != lossless(name)
+
+
+def look_alikes(names) -> list[list[str]]:
+    """Groups of different names that are written the same once escaped (a name with an
+    invisible character and one that spells its escape out, ``a\\u200bb``), each sorted."""
+    by_shown: dict[str, set[str]] = {}
+    for name in names:
+        by_shown.setdefault(for_terminal(name), set()).add(lossless(name))
+    return sorted(sorted(same) for same in by_shown.values() if len(same) > 1)
 
 
 def capped(text: object, limit: int = NOTE_CHARS) -> str:

@@ -78,7 +78,7 @@ def children() -> set[int]:
 
 def clean_env() -> dict[str, str]:
     """The environment of the warm parent, and so of every hand-in's process."""
-    keep = {"PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV"}
+    keep = {"PATH", "LANG", "LC_ALL", "PYTHONPATH", "VIRTUAL_ENV", "COURSEKIT_AUDIT_DEBUG"}
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
         MPLBACKEND="Agg",
@@ -210,7 +210,15 @@ class WarmParent:
             self._log = tempfile.TemporaryFile()
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "coursekit.grading.runner", "--warm", str(theirs.fileno())],
+                # -P: no current folder ("/") on sys.path, so none reaches the trusted paths
+                [
+                    sys.executable,
+                    "-P",
+                    "-m",
+                    "coursekit.grading.runner",
+                    "--warm",
+                    str(theirs.fileno()),
+                ],
                 cwd="/",
                 env=clean_env(),
                 stdin=subprocess.DEVNULL,
@@ -369,6 +377,7 @@ def serve(control_fd: int) -> None:
 
         runner.preload()
         _preload_course()
+        runner.prepare_instruments()  # after every import: their code is the libraries' own
     except BaseException as error:  # noqa: BLE001 - said to the grader, then this ends
         channel.send(control_fd, {"kind": "failed", "why": f"{type(error).__name__}: {error}"})
         shutil.rmtree(caches, ignore_errors=True)

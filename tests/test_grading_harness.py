@@ -1,0 +1,188 @@
+"""Harness integrity and the grader without namespaces (issue 29), graded in both modes.
+
+One batch of module-1 hand-ins is graded twice: with namespaces (as root on this machine), and
+in a Docker-like mode (tests/docker_like.py: ``unshare``, ``setns`` and namespace ``clone``
+refused as Docker's default profile refuses them, ``clone3`` ENOSYS, cgroups read-only), with
+and without the Landlock system calls. In every mode: right answers keep full marks with no
+flag; every attack on the harness (tests/hostile.py HARNESS_ATTACKS, each placed before three
+WRONG answers) loses its points or is flagged; attacks that root could once make (the hand-in
+is root where no user namespace hides it) reach no grader file, no other process and no other
+student's grade; nothing is left running; the gradebook passes ``PRAGMA integrity_check``.
+"""
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests import docker_like
+from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook, runners_left
+from tests.hostile import HARNESS_ATTACKS, HONEST_HABITS
+
+pytestmark = [
+    pytest.mark.grading,
+    pytest.mark.module1,
+    pytest.mark.skipif(docker_like.available() is not None, reason=str(docker_like.available())),
+]
+WRONG = {
+    "accumulate_window": "loss_not_divided",
+    "train_accumulated": "step_every_micro_batch",
+    "plan_micro_batch": "not_largest",
+}
+LIMITS = ["--cell-timeout", "20", "--test-timeout", "10", "--timeout", "150", "--wall-factor", "3"]
+
+# What root could do to others before hand-ins ran as a user of their own: each is a cell
+# placed before the right answers, so a hand-in that reached nothing keeps full marks.
+ROOT_ATTACKS = {
+    # another student's grade, the gradebook, the course's hidden tests, the key, /etc/shadow
+    "reads_and_writes_grader_files": """
+import glob, os
+found = []
+for pattern in ("{gradebook}", "{course}/notebooks/*.ipynb", "/etc/shadow", "{folder}/*.ipynb"):
+    for path in glob.glob(pattern):
+        try:
+            open(path, "rb").read(16)
+            found.append(path)
+        except OSError:
+            pass
+        try:
+            open(path, "ab").close()
+            found.append("w:" + path)
+        except OSError:
+            pass
+if found:
+    raise RuntimeError("LEAKED: " + " ".join(found))
+""",
+    # every process it can see: the warm parent, other students' runners, the grader
+    "kills_every_process": """
+import os, signal
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and int(pid) != os.getpid():
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except OSError:
+            pass
+""",
+    "many_processes": """
+import os, time
+children = 0
+for _ in range(150):
+    try:
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        children += 1
+    except OSError:
+        break
+if children >= 150:
+    raise RuntimeError("UNCAPPED: 150 processes")
+""",
+}
+
+
+def _hand_ins(folder, course, gradebook) -> dict[str, str]:
+    cells = {
+        "ada": [IMPORTS, *answers()],
+        "honest": [IMPORTS, HONEST_HABITS, *answers()],
+        "wrong": [IMPORTS, *answers(**WRONG)],
+        **{name: [IMPORTS, attack, *answers(**WRONG)] for name, attack in HARNESS_ATTACKS.items()},
+    }
+    where = {"gradebook": gradebook, "course": course, "folder": folder}
+    for name, attack in ROOT_ATTACKS.items():
+        cells[name] = [IMPORTS, attack.format(**where), *answers()]
+    for name, content in cells.items():
+        (folder / f"{name}.ipynb").write_text(notebook(content))
+    return cells
+
+
+def _grade(mode: str, base) -> dict:
+    folder = base / "hand-ins"
+    folder.mkdir()
+    gradebook = base / "gradebook.sqlite"
+    _hand_ins(folder, REPO, gradebook)
+    command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder)]
+    command += ["--assignment", ASSIGNMENT, "--json", "--workers", "2"]
+    command += ["--gradebook", str(gradebook), "--root", str(REPO), *LIMITS]
+    env = {**os.environ, "AS_USER_PATHS": str(base)}
+    if mode == "namespaces":
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
+    else:
+        done = docker_like.run(
+            command, old=mode == "docker-old", capture_output=True, text=True, env=env
+        )
+    results = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            results[record["student"]] = record
+    with sqlite3.connect(gradebook) as db:
+        integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+    return {
+        "status": done.returncode,
+        "stderr": done.stderr,
+        "results": results,
+        "integrity": integrity,
+        "runners_left": runners_left(),
+        "gradebook_mode": oct(gradebook.stat().st_mode & 0o777),
+    }
+
+
+@pytest.fixture(scope="module", params=["namespaces", "docker", "docker-old"])
+def graded(request, tmp_path_factory):
+    base = tmp_path_factory.mktemp(f"harness-{request.param}")
+    os.chmod(base, 0o755)
+    return request.param, _grade(request.param, base)
+
+
+def _flags(result: dict) -> list[str]:
+    return [n for n in result["notes"] if n.startswith("Flagged for review")]
+
+
+def test_the_batch_finishes_and_the_gradebook_is_whole(graded):
+    mode, run = graded
+    assert run["status"] in (0, 1), run["stderr"][-3000:]
+    assert run["integrity"] == "ok"
+    assert run["runners_left"] == 0
+    assert run["gradebook_mode"] == "0o600"
+    expected = {"ada", "honest", "wrong", *HARNESS_ATTACKS, *ROOT_ATTACKS}
+    assert set(run["results"]) == expected, run["stderr"][-3000:]
+
+
+def test_the_mode_is_said(graded):
+    mode, run = graded
+    if mode == "namespaces":
+        assert "namespaces as root" in run["stderr"]
+    else:
+        assert "no namespaces, as root" in run["stderr"], run["stderr"][-2000:]
+        assert ("Landlock" in run["stderr"].split("Mode:")[-1].splitlines()[0]) == (
+            mode == "docker"
+        )
+
+
+def test_right_answers_keep_full_marks_and_no_flag(graded):
+    _, run = graded
+    for name in ("ada", "honest"):
+        result = run["results"][name]
+        assert result["score"] == result["max_score"], (name, result)
+        assert not _flags(result), (name, result["notes"])
+
+
+@pytest.mark.parametrize("name", sorted(HARNESS_ATTACKS))
+def test_every_harness_attack_loses_its_points_or_is_flagged(graded, name):
+    _, run = graded
+    result, wrong = run["results"][name], run["results"]["wrong"]
+    assert wrong["score"] < wrong["max_score"]
+    assert result["score"] <= wrong["score"] or _flags(result), (name, result)
+
+
+@pytest.mark.parametrize("name", sorted(ROOT_ATTACKS))
+def test_nothing_of_the_graders_or_of_others_is_reached(graded, name):
+    _, run = graded
+    result = run["results"][name]
+    text = json.dumps(result)
+    assert "LEAKED" not in text and "UNCAPPED" not in text, text[:2000]
+    # the others keep their grades, whatever this one killed
+    assert run["results"]["ada"]["score"] == run["results"]["ada"]["max_score"]
