@@ -186,6 +186,7 @@ def _grade(args: argparse.Namespace) -> int:
 
 def _run_grade(root: Path, args: argparse.Namespace, limits, warm) -> int:
     from coursekit.grading.command import run_grade
+    from coursekit.grading.sandbox import Options
 
     return run_grade(
         root,
@@ -196,6 +197,7 @@ def _run_grade(root: Path, args: argparse.Namespace, limits, warm) -> int:
         args.json,
         limits,
         regrade=args.regrade,
+        options=Options(unconfined=args.unconfined),
         seed=args.seed,
         warm=warm,
     )
@@ -249,7 +251,8 @@ def _gradescope(args: argparse.Namespace) -> int:
     print(
         f"wrote {_shown(Path(args.out).resolve())}: {args.assignment}, "
         f"torch {settings['torch']} (CPU), "
-        f"hidden tests drawn with seed {settings['seed']}. A hand-in is stopped after "
+        "hidden tests drawn anew for every submission (its seed is in the autograder's "
+        "output, which students do not see). A hand-in is stopped after "
         f"{args.timeout:g} s of CPU time ({args.timeout * args.wall_factor:g} s of wall-clock "
         "time at most), plus the reference solution's run on each submission: set Gradescope's "
         "autograder timeout above that (docs/instructor-guide.md, Gradescope)."
@@ -363,6 +366,12 @@ def parser() -> argparse.ArgumentParser:
     )
     grade.add_argument("--memory-mb", type=int, default=3072, help="memory per hand-in")
     grade.add_argument("--root", help="course folder (default: found from the current folder)")
+    grade.add_argument(
+        "--unconfined",
+        action="store_true",
+        help="run hand-ins even where they would run as your own user with no namespaces "
+        "(not root, and no user namespaces): only for hand-ins you trust",
+    )
     grade.set_defaults(run=_grade)
 
     export = commands.add_parser(
@@ -385,7 +394,12 @@ def parser() -> argparse.ArgumentParser:
     )
     gradescope.add_argument("--assignment", required=True, help="module notebook, e.g. 00_welcome")
     gradescope.add_argument("--out", default="autograder.zip", help="zip file to write")
-    gradescope.add_argument("--seed", type=int, help="draw the hidden tests from this seed")
+    gradescope.add_argument(
+        "--seed",
+        type=int,
+        help="refused: every submission draws its hidden tests from a seed of its own (the "
+        "guide says how to grade one again with the same draw)",
+    )
     gradescope.add_argument("--torch", help="torch version to install (default: scripts/setup's)")
     gradescope.add_argument("--cell-timeout", type=float, default=60.0, help="CPU s per cell")
     gradescope.add_argument("--test-timeout", type=float, default=30.0, help="CPU s per test")

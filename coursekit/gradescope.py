@@ -63,7 +63,6 @@ _FLAG = "Flagged for review"  # how grader.grade_path begins each flag among its
 FLAG_TAG = "flagged-for-review"  # the hidden test's tag: filter submissions by it
 # What build_bundle returns as its "seed" (never written to the zip): `coursekit gradescope`
 # prints the settings' seed.
-PER_SUBMISSION = "new for each submission"
 MAX_NAMES = 10  # submission files named in a message, at most
 
 SETUP_SH = """#!/usr/bin/env bash
@@ -184,7 +183,6 @@ def build_bundle(
     defaults to the pin in ``scripts/setup``. Each submission draws its hidden tests from a
     seed of its own, so a bundle takes no ``seed``: one given is refused (ValueError), since a
     seed fixed in the zip would give every submission and resubmission the same draw. The
-    settings returned hold ``"seed": PER_SUBMISSION`` for the command's message; the zip's
     settings hold no seed (an older bundle's ``seed`` key is read and never used).
     """
     from coursekit import __version__
@@ -228,7 +226,7 @@ def build_bundle(
             _add(archive, f"{COURSE}/{record[0]}", record[1])
         for name, path in files.items():
             _add(archive, name, path.read_bytes())
-    return {**settings, "seed": PER_SUBMISSION}
+    return settings
 
 
 def _record_bytes(root: Path) -> tuple[str, bytes] | None:
@@ -384,7 +382,7 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
         except HandInError as error:
             raise _NotGraded(str(error)) from None
         from coursekit.grading.grader import grade_path, prepare
-        from coursekit.grading.sandbox import describe_confinement
+        from coursekit.grading.sandbox import Options, describe_confinement, mode_of
 
         warm.start()
         course = root / "source" / COURSE
@@ -392,8 +390,13 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
         # process (forked by the warm parent, a program of its own started before the seed
         # was drawn) is sent only the specs it draws, one test at a time. An older bundle's
         # settings["seed"] is not used: it would give every submission the same draw.
-        plan = prepare(course, assignment, Limits(**settings["limits"]), seed, warm=warm)
+        # the whole bundle (reference, settings, coursekit's source), the results and the
+        # submission are hidden from the hand-in, whatever confines it here
+        hidden = tuple(str(root / name) for name in ("source", "results", "submission"))
+        limits = Limits(**settings["limits"])
+        plan = prepare(course, assignment, limits, seed, options=Options(hidden=hidden), warm=warm)
         present, missing = describe_confinement(plan.confinement)
+        print(f"Mode: {mode_of(plan.confinement)}.")
         print(f"Sandbox: {'; '.join(present)}.")
         for line in missing:
             print(f"Warning: the sandbox here has no {line}")

@@ -114,7 +114,9 @@ def available() -> str | None:
 
 def run(command: list[str], old: bool = False, **kwargs) -> subprocess.CompletedProcess:
     """Run ``command`` in the Docker-like mode (see the module's docstring)."""
-    wrapper = [sys.executable, "-m", "tests.docker_like", *(["--old"] if old else []), "--"]
+    start = f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.docker_like import main"
+    wrapper = [sys.executable, "-c", f"{start}; main(sys.argv[1:])"]
+    wrapper += [*(["--old"] if old else []), "--"]
     kwargs.setdefault("cwd", REPO)
     return subprocess.run([*wrapper, *command], **kwargs)
 

@@ -127,10 +127,7 @@ def confine(
     # Landlock refuses every TCP connection (and binds but to an ephemeral port).
     inet = "all" if own_loopback else ("stream" if landlock_abi >= 4 else "none")
     applied["inet"] = inet
-    try:  # TEMPORARY until seccomp.install takes inet
-        applied["seccomp"] = seccomp.install(protected=channel_fds, inet=inet)
-    except TypeError:
-        applied["seccomp"] = seccomp.install(protected=channel_fds, allow_inet=inet != "none")
+    applied["seccomp"] = seccomp.install(protected=channel_fds, inet=inet)
     # RLIMIT_NPROC counts every process and thread of the (real) user, so leave room for
     # the ones it already runs: none but this one for a hand-in's own user.
     nproc = limits["max_processes"] + _processes_of(os.getuid())

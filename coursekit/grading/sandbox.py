@@ -42,6 +42,7 @@ GRACE_S = 5.0  # how long past its own limit a cell may go before it is killed f
 READY_TIMEOUT_S = 120.0
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
+PARENT_DIED_FLAG = "the grading sandbox's parent process died while it alone ran"
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,7 @@ class _Attempt:
     flags_over_cap: int = 0
     slow_questions: set = field(default_factory=set)  # ran out of time twice on a test
     position: tuple = ("start",)  # what was running when it ended
+    parent_died: bool = False  # the warm parent died while this hand-in alone ran
     ended: _Ended | None = None
     returncode: int | None = None
     output: str = ""
@@ -378,6 +380,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         if runner is not None:
+            if runner.process is not None and warm.died_during(runner.process):
+                attempt.parent_died = True
             exited = attempt.ended is not None and attempt.ended.why == "exit"
             namespaces = attempt.applied.get("namespaces") or []
             attempt.returncode = runner.close(
@@ -510,6 +514,15 @@ def run_hand_in(
             break
         attempt = _one_attempt(cells, skip, crashed, tasks, limits, options, budget_s, warm)
         run.seconds += attempt.seconds
+        if attempt.parent_died:  # charged to this hand-in: its points, not the batch
+            run.cells = [attempt.cells[i] for i in sorted(attempt.cells)]
+            run.failure = (
+                "The notebook's process ended before grading finished: the grading "
+                "sandbox's parent process died while this hand-in alone ran."
+            )
+            if PARENT_DIED_FLAG not in run.flags:
+                run.flags.append(PARENT_DIED_FLAG)
+            return run
         run.output_tail = attempt.output
         run.confinement = attempt.applied or run.confinement
         new_flags = [f for f in attempt.flags if f not in run.flags]

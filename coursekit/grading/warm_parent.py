@@ -100,6 +100,8 @@ class Child:
     def __init__(self, pid: int):
         self.pid = pid
         self.returncode: int | None = None
+        self.generation = self.sequence = 0  # which parent forked it, as its fork number
+        self.alone = False  # no other runner was live when it was forked
         try:
             self._pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):  # before Linux 5.3: poll instead
@@ -166,6 +168,8 @@ class WarmParent:
         self._launched = 0.0
         self._ready = False
         self.restarts = 0
+        self.failed_starts = 0  # starts that failed in a row
+        self.generation = 0  # parents started: a death shows as a new one (died_during)
 
     def __enter__(self) -> WarmParent:
         self.start()
@@ -235,6 +239,15 @@ class WarmParent:
         finally:
             theirs.close()
 
+    def died_during(self, child: Child) -> bool:
+        """Whether the parent that forked ``child`` died (or was replaced) while ``child``
+        was the only runner: no other was live when it was forked, and none was forked
+        since. Such a death only that hand-in was there to cause."""
+        with self._lock:
+            dead = self.process is None or self.process.poll() is not None
+            replaced = dead or self.generation != child.generation
+            return replaced and child.alone and self._sequence == child.sequence
+
     def _wait_ready(self, started: float) -> None:
         reply = self._receive(started + self.start_timeout_s)
         if reply.get("kind") != "ready":
@@ -243,6 +256,7 @@ class WarmParent:
             raise SandboxSetupError(f"the grading sandbox's parent could not start: {why}")
         self.seconds_to_start = time.monotonic() - started
         self._ready = True
+        self.generation += 1
 
     def _receive(self, deadline: float) -> dict:
         fd = self._socket.fileno()
@@ -270,9 +284,11 @@ class WarmParent:
     def fork(self, fds: tuple[int, int, int]) -> Child:
         """A new runner process holding the runner's ends of one channel (in, out, output).
 
-        A parent that has died (killed, out of memory) is started again, once per failure,
-        up to :data:`MAX_RESTARTS` times a run; past that this raises
-        :class:`SandboxSetupError`, which stops the batch (the machine's fault, not a grade).
+        A parent that has died (killed, out of memory) is started again. Only starts that
+        fail count against :data:`MAX_RESTARTS` in a row (past that this raises
+        :class:`SandboxSetupError`, which stops the batch: the machine's fault, not a grade);
+        a parent that served and then died is started again as often as it dies, so a death
+        that a hand-in caused (:meth:`died_during`) costs that hand-in, not the batch.
         """
         with self._lock:
             if self.stopped.is_set():
@@ -286,16 +302,23 @@ class WarmParent:
                         self._end_process()
                 else:
                     why = f"it ended ({self._log_tail()})"
-                if self.restarts >= MAX_RESTARTS:
+                if self.failed_starts >= MAX_RESTARTS:
                     raise SandboxSetupError(f"the grading sandbox's parent failed: {why}")
                 self.restarts += 1
                 self._end_process()
                 started = time.monotonic()
                 try:
                     self._start(started)
+                except SandboxSetupError:
+                    self.failed_starts += 1
+                    self._end_process()
+                    if self.failed_starts >= MAX_RESTARTS:
+                        raise
+                    continue
                 except BaseException:
                     self._end_process()
                     raise
+                self.failed_starts = 0
             raise SandboxSetupError(f"the grading sandbox's parent failed: {why}")
 
     def _fork_locked(self, fds: tuple[int, int, int]) -> Child:
@@ -310,6 +333,11 @@ class WarmParent:
         if reply.get("kind") != "forked" or not isinstance(reply.get("pid"), int):
             raise SandboxSetupError(f"the sandbox's parent could not fork: {reply.get('why')}")
         child = Child(reply["pid"])
+        child.generation, child.sequence, child.alone = (
+            self.generation,
+            self._sequence,
+            not self._live,
+        )
         self._live[child.pid] = child
         return child
 
@@ -422,6 +450,7 @@ def _preload_course() -> None:
         "coursekit.plots",
         "coursekit.widgets",
         "coursekit.quiz",
+        "coursekit.notebook_run",
         "coursekit.batch_norm",
         "coursekit.contrastive",
         "coursekit.distributed",
