@@ -2,6 +2,7 @@
 hand-in beyond the student's own graded code, and the same hand-ins through nbgrader.
 
 Run: .venv/bin/python benchmarks/grading.py [--rounds 3] [--baseline auto|nbgrader|nbclient]
+[--docker-like] (as a container's root grades: namespaces refused, tests/docker_like.py)
 Hand-ins are the released exercise with its three answers filled in, as students hand it in:
 half right, half with a named mistake. Every figure is the median of ``--rounds`` runs of the
 real command (``coursekit grade``, a fresh process each time, gradebook and reference run
@@ -91,14 +92,20 @@ def make_nbgrader_course(root: Path, count: int) -> Path:
     return root
 
 
-def grade_once(folder: Path, workers: int, scratch: Path) -> tuple[float, float, list[float]]:
-    """(seconds in all, seconds to the first result, scores) of one `coursekit grade --json`."""
+def grade_once(
+    folder: Path, workers: int, scratch: Path, docker_like: bool = False
+) -> tuple[float, float, list[float]]:
+    """(seconds in all, seconds to the first result, scores) of one `coursekit grade --json`,
+    with ``docker_like`` as a container's root runs it (tests/docker_like.py: no namespaces)."""
     gradebook = scratch / f"gradebook-{time.monotonic_ns()}.sqlite"
     command = [
         sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--assignment",
         ASSIGNMENT, "--workers", str(workers), "--gradebook", str(gradebook), "--json",
         "--root", str(REPO),
     ]  # fmt: skip
+    if docker_like:
+        start = f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.docker_like import main"
+        command = [sys.executable, "-c", f"{start}; main(sys.argv[1:])", "--", *command]
     started = time.perf_counter()
     first, scores = None, []
     with subprocess.Popen(
@@ -160,6 +167,11 @@ def main() -> None:
         default="auto",
         help="what to compare with (auto: nbgrader when installed, else nbclient)",
     )
+    parser.add_argument(
+        "--docker-like",
+        action="store_true",
+        help="grade as root in a container does: namespaces refused (needs root)",
+    )
     args = parser.parse_args()
     baseline_kind = args.baseline
     if baseline_kind == "auto":
@@ -180,7 +192,9 @@ def main() -> None:
         for round_ in range(args.rounds):  # interleaved, so that drift hits all alike
             for count in (1, 8):
                 for workers in (1, 2):
-                    total, first, scores = grade_once(scratch / f"h{count}", workers, scratch)
+                    total, first, scores = grade_once(
+                        scratch / f"h{count}", workers, scratch, args.docker_like
+                    )
                     assert len(scores) == count, scores
                     figures.setdefault((count, workers), []).append((total, first))
                     if count == 8:
@@ -195,7 +209,8 @@ def main() -> None:
             baseline.append(seconds)
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
     median = statistics.median
-    print(f"module 1, {os.cpu_count()} cores, median of {args.rounds} rounds")
+    mode = "no namespaces (Docker-like)" if args.docker_like else "namespaces where allowed"
+    print(f"module 1, {os.cpu_count()} cores, median of {args.rounds} rounds, {mode}")
     print("hand-ins  workers   seconds  per minute  first result")
     for (count, workers), runs in sorted(figures.items()):
         total = median(t for t, _ in runs)

@@ -444,6 +444,13 @@ import logging
 _frame = logging.currentframe()
 _frame.f_back
 """,
+    # frames handed over by a signal handler, even one with no Python code of its own
+    "signal_handler": """
+import signal
+_frames = []
+signal.signal(signal.SIGVTALRM, _frames.append)
+signal.setitimer(signal.ITIMER_VIRTUAL, 0.01, 0.01)
+""",
     # ctypes reached through code compiled under torch's name
     "ctypes_under_torchs_name": _UNDER_TORCHS_NAME
     + """

@@ -12,9 +12,11 @@ student's grade; nothing is left running; the gradebook passes ``PRAGMA integrit
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -66,6 +68,20 @@ for pid in os.listdir("/proc"):
         except OSError:
             pass
 """,
+    # 768 MiB, past the 512 MiB scratch cap, half in its folder and half in /tmp
+    "fills_the_disk": """
+import os
+block = b"x" * 2**20
+def fill(path):
+    with open(path, "wb") as handle:
+        for _ in range(64):
+            handle.write(block)
+for i in range(12):
+    try:
+        fill(f"/tmp/fill-{{i}}")  # the host's /tmp where it has no root of its own
+    except OSError:
+        fill(f"fill-{{i}}")  # its scratch folder: raises when that is full too
+""",
     "many_processes": """
 import os, time
 children = 0
@@ -98,14 +114,23 @@ def _hand_ins(folder, course, gradebook) -> dict[str, str]:
     return cells
 
 
+def course_copy(base) -> Path:
+    """The course's notebooks/ in a folder of its own: without namespaces, grade takes other
+    users' permissions off the notebooks/ it grades from, which must not be this checkout's."""
+    course = base / "course"
+    shutil.copytree(REPO / "notebooks", course / "notebooks")
+    return course
+
+
 def _grade(mode: str, base) -> dict:
     folder = base / "hand-ins"
     folder.mkdir()
     gradebook = base / "gradebook.sqlite"
-    _hand_ins(folder, REPO, gradebook)
+    course = course_copy(base)
+    _hand_ins(folder, course, gradebook)
     command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder)]
     command += ["--assignment", ASSIGNMENT, "--json", "--workers", "2"]
-    command += ["--gradebook", str(gradebook), "--root", str(REPO), *LIMITS]
+    command += ["--gradebook", str(gradebook), "--root", str(course), *LIMITS]
     env = {**os.environ, "AS_USER_PATHS": str(base)}
     if mode == "namespaces":
         done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
@@ -127,6 +152,7 @@ def _grade(mode: str, base) -> dict:
         "integrity": integrity,
         "runners_left": runners_left(),
         "gradebook_mode": oct(gradebook.stat().st_mode & 0o777),
+        "notebooks_mode": oct((course / "notebooks").stat().st_mode & 0o777),
     }
 
 
@@ -147,6 +173,8 @@ def test_the_batch_finishes_and_the_gradebook_is_whole(graded):
     assert run["integrity"] == "ok"
     assert run["runners_left"] == 0
     assert run["gradebook_mode"] == "0o600"
+    # where hand-ins share the grader's files, others' permissions are taken off notebooks/
+    assert run["notebooks_mode"] == ("0o755" if mode == "namespaces" else "0o750")
     expected = {"ada", "honest", "wrong", *HARNESS_ATTACKS, *ROOT_ATTACKS}
     assert set(run["results"]) == expected, run["stderr"][-3000:]
 
@@ -186,3 +214,40 @@ def test_nothing_of_the_graders_or_of_others_is_reached(graded, name):
     assert "LEAKED" not in text and "UNCAPPED" not in text, text[:2000]
     # the others keep their grades, whatever this one killed
     assert run["results"]["ada"]["score"] == run["results"]["ada"]["max_score"]
+
+
+@pytest.mark.parametrize("old", [False, True], ids=["docker", "docker-old"])
+def test_gloo_checks_keep_full_marks_without_namespaces(tmp_path, old):
+    """Modules 2 and 4 run a one-process gloo group in the hand-in's process: without a network
+    namespace the filter lets TCP alone through, and Landlock (where there is one) holds it
+    to binding a port the kernel picks. A right answer keeps full marks either way."""
+    from tests.test_grading_modules import cells_of
+
+    os.chmod(tmp_path, 0o755)
+    course = course_copy(tmp_path)
+    results = {}
+    for assignment in ("02_loss_scaling", "04_distributed"):
+        folder = tmp_path / assignment
+        folder.mkdir()
+        (folder / "ada.ipynb").write_text(notebook(cells_of(assignment, {}), assignment))
+        command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--json"]
+        command += ["--assignment", assignment, "--root", str(course), *LIMITS]
+        command += ["--gradebook", str(tmp_path / f"{assignment}.sqlite")]
+        env = {**os.environ, "AS_USER_PATHS": str(tmp_path)}
+        done = docker_like.run(command, old=old, capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[assignment] = json.loads(done.stdout.splitlines()[-1])
+    for assignment, result in results.items():
+        assert result["score"] == result["max_score"], (assignment, result)
+        assert not _flags(result), (assignment, result["notes"])
+
+
+def test_a_hand_in_fills_no_more_than_its_scratch_cap(graded):
+    mode, run = graded
+    result = run["results"]["fills_the_disk"]
+    notes = " ".join(result["notes"])
+    if mode == "namespaces":  # a tmpfs of its own, capped
+        assert "No space left on device" in notes, notes
+    else:  # the watchdog ended it, and its cell was skipped on the next try
+        assert "MiB (or 20000 files) of scratch space" in notes, notes
+    assert result["score"] == result["max_score"]

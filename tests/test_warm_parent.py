@@ -2,6 +2,7 @@
 grader, and hands a hand-in nothing of the grader's nor of another hand-in's."""
 
 import os
+import tempfile
 import threading
 import time
 
@@ -192,6 +193,9 @@ class _StuckParent:
     def strays(self, before):
         return set()
 
+    def died_during(self, child):
+        return False
+
 
 def test_a_runner_that_never_gets_ready_stops_the_batch_with_that_said(monkeypatch):
     monkeypatch.setattr(sandbox, "READY_TIMEOUT_S", 1.0)
@@ -202,3 +206,30 @@ def test_a_runner_that_never_gets_ready_stops_the_batch_with_that_said(monkeypat
     for pid in stuck.children:  # killed, and reaped by the grader
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_parent_that_dies_while_one_hand_in_alone_runs_costs_that_hand_in_not_the_batch(
+    warm,
+):
+    """A hand-in cannot signal the warm parent (it runs as another user), but if the parent
+    dies while a hand-in runs alone, that hand-in is charged: it loses its points, is
+    flagged, and the next hand-in is graded by a new parent."""
+    from coursekit.grading.sandbox import PARENT_DIED_FLAG
+
+    def kill_when_running():
+        deadline = time.monotonic() + 120
+        while not warm._live and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)
+        os.kill(warm.process.pid, 9)
+
+    killed = warm.process.pid
+    killer = threading.Thread(target=kill_when_running)
+    killer.start()
+    run = run_hand_in(["import time\ntime.sleep(3)", "x = 1"], [], LIMITS, warm=warm)
+    killer.join()
+    assert run.failure and "parent process died" in run.failure
+    assert PARENT_DIED_FLAG in run.flags
+    _printed(run_hand_in(["print('the next one')"], [], LIMITS, warm=warm))
+    # what the killed parent left (its font cache) is removed with it
+    assert not os.path.exists(os.path.join(tempfile.gettempdir(), f"coursekit-hand-in-{killed}"))

@@ -63,6 +63,24 @@ def _on_timer(signum, frame):
     raise CellTimeout("time limit reached")
 
 
+def handled_signals() -> list:
+    """Signals with a handler of the notebook's: a handler is called with the frame that was
+    running, the harness's too, and Python audits no part of that. Python's own Ctrl-C
+    handler and the runner's timers are not the notebook's."""
+    found = []
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (OSError, ValueError):
+            continue
+        if handler in (None, signal.SIG_DFL, signal.SIG_IGN, signal.default_int_handler):
+            continue
+        if getattr(handler, "__code__", None) is _on_timer.__code__:
+            continue
+        found.append(signal.Signals(number))
+    return found
+
+
 def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None).prctl(option, value, 0, 0, 0)
 
@@ -113,31 +131,45 @@ def confine(
     elif os.getuid() == 0 or namespaces.user:
         privileges.drop_all_capabilities()  # in a user namespace: the ones it gave
         applied["capabilities"] = "dropped"
+    # RLIMIT_NPROC counts every process and thread of the (real) user, so leave room for
+    # the ones it already runs (none but this one for a hand-in's own user); counted before
+    # Landlock hides the other processes' folders of /proc.
+    nproc = limits["max_processes"] + _processes_of(os.getuid())
     own_loopback = bool(namespaces.network and applied.get("loopback"))
     landlock_abi = landlock.abi_version() if job.get("landlock", True) else 0
     if landlock_abi >= 1:
         readable = readable_paths(python or [], job.get("hidden", []))
-        writable = ["/scratch", "/tmp", "/dev/shm"] if namespaces.mount else [os.getcwd()]
+        if namespaces.pid:  # its own /proc: its own processes alone
+            readable.append("/proc")
+        else:  # the host's: this process's own folder, and the machine's facts
+            readable += [f"/proc/{os.getpid()}", *(f"/proc/{name}" for name in _PROC)]
+        # without a root of its own: its scratch folder, and /dev/shm for multiprocessing's
+        # semaphores (what it leaves there is its user's, counted and removed)
+        writable = (
+            ["/scratch", "/tmp", "/dev/shm"] if namespaces.mount else [os.getcwd(), "/dev/shm"]
+        )
         writable += [f"/dev/{name}" for name in _DEVICES]
         applied["landlock"] = landlock.restrict(
             readable, writable, block_tcp=not own_loopback, ephemeral_bind=not own_loopback
         )
     # IPv4 and IPv6 for gloo's one-process groups (module 2's and 4's checks): inside a
-    # network namespace of its own they reach only its loopback; without one, only where
-    # Landlock refuses every TCP connection (and binds but to an ephemeral port).
-    inet = "all" if own_loopback else ("stream" if landlock_abi >= 4 else "none")
+    # network namespace of its own they reach only its loopback; without one, TCP alone
+    # (gloo's only need), which Landlock 4+ (Linux 6.7) holds to binding a port the kernel
+    # picks, with no connection at all. Without Landlock, grading's own need wins: TCP
+    # stays open (the grader listens on none), and grade warns of it.
+    inet = "all" if own_loopback else "stream"
     applied["inet"] = inet
     applied["seccomp"] = seccomp.install(protected=channel_fds, inet=inet)
-    # RLIMIT_NPROC counts every process and thread of the (real) user, so leave room for
-    # the ones it already runs: none but this one for a hand-in's own user.
-    nproc = limits["max_processes"] + _processes_of(os.getuid())
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     return applied
 
 
 _ETC = ("ld.so.cache", "localtime", "passwd", "group", "nsswitch.conf", "fonts", "hosts")
 _DEVICES = ("null", "zero", "full", "random", "urandom")
-_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/proc", "/sys")
+_SYSTEM = ("/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/sys")
+# Of the host's /proc (no PID namespace), what a process reads about the machine; and its own
+# folder, /proc/<pid> (what /proc/self names), not another process's command line.
+_PROC = ("cpuinfo", "meminfo", "stat", "filesystems", "mounts", "sys", "version", "loadavg")
 
 
 def readable_paths(python: list[str], hidden: list[str]) -> list[str]:
@@ -369,6 +401,8 @@ def serve(
                 if where not in reported:
                     reported.add(where)
                     report(f"it changed {where}")
+            for number in own.handled_signals():
+                report(f"it set a handler for {number.name}, which is given the running frame")
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
 
@@ -400,6 +434,9 @@ def init(
         home = os.getcwd()
         temporary = "/tmp" if namespaces.mount else home
         os.environ.update(HOME=home, TMPDIR=temporary, MPLCONFIGDIR=f"{home}/.matplotlib")
+        import tempfile
+
+        tempfile.tempdir = temporary  # not the warm parent's cached /tmp: its scratch's
     except Exception as error:
         failed = {"kind": "failed", "why": f"making the hand-in's root failed: {error}"}
         channel.write_frame(fd_out, channel.encode_plain(failed))

@@ -600,8 +600,9 @@ def describe_confinement(applied: dict) -> tuple[list[str], list[str]]:
     check(
         "network" in names,
         "no network",
-        f"network namespace{because}: Landlock stops TCP where the kernel is 6.7 or newer; "
-        "UDP and Unix sockets outside are not stopped",
+        f"network namespace{because}: the seccomp filter allows TCP alone (gloo's need), "
+        "and Landlock refuses every TCP connection where the kernel is 6.7 or newer; "
+        "elsewhere a hand-in can open TCP connections",
     )
     check(bool(applied.get("landlock")), "Landlock", "Landlock (Linux 5.13 or newer)")
     check(

@@ -3,21 +3,22 @@
 A hand-in runs in the same process as the runner that calls its functions and records
 their outputs, so code written against coursekit's grader can, with enough effort, change
 what the runner records for its own functions. This module cannot prevent that; it makes
-it visible, with two instruments installed before the first cell runs:
+it visible, with instruments installed before the first cell runs:
 
 - an audit hook (PEP 578; it cannot be removed from Python) that reports, the moment they
-  happen, calls *from the notebook's own code* to ``gc.get_objects``/``get_referrers``/
-  ``get_referents``, ``sys._getframe`` and ``sys._current_frames`` (directly or through
-  ``inspect``), reads of ``tb_frame``/``gi_frame``/``cr_frame``/``ag_frame``,
-  ``sys.settrace``/``setprofile``, any use of ``ctypes``, and changes to the code, defaults
-  of coursekit's or torch's functions;
-- a snapshot of coursekit's modules, torch's main modules and a few standard ones
-  (builtins, json, math...): their functions, classes and the classes' methods. The runner
-  compares it after the cells and after the tests, and reports what was replaced.
+  happen, what reaches into the running program from the notebook's own code (``gc``,
+  frames, tracing, ``ctypes``, code made from bytes or under a library's file name, class
+  attributes of coursekit, torch or numpy), and, whoever does it, changes to the code or
+  defaults of library functions and code compiled under a library file's name with other
+  text. Whose code raised an event is decided by :mod:`coursekit.grading.provenance`, from
+  code objects and file text, never from the file name a code object claims;
+- tripwires on coursekit's own answers (the library function of a question's name, the
+  check's ``reference()``): a call from the notebook's code while the tests run is reported.
 
+:mod:`coursekit.grading.harness_seal` records and compares what the harness can reach.
 Reports go out at once, as frames on the grader's channel, so a hand-in cannot take one back.
-Neither instrument is complete (a hand-in can still obtain a frame in ways Python does not
-audit, such as a signal handler's argument): a flag is a reason for an instructor to read a
+No instrument is complete (a hand-in can still obtain a frame in ways Python does not audit,
+such as a signal handler's argument): a flag is a reason for an instructor to read a
 notebook, and no flag is no proof.
 """
 

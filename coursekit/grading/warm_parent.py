@@ -450,7 +450,6 @@ def _preload_course() -> None:
         "coursekit.plots",
         "coursekit.widgets",
         "coursekit.quiz",
-        "coursekit.notebook_run",
         "coursekit.batch_norm",
         "coursekit.contrastive",
         "coursekit.distributed",
