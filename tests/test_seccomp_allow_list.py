@@ -6,7 +6,6 @@ The first tests read the BPF program itself, with a small interpreter, for both 
 the others install the filter in a child process (a fresh Python) on this machine."""
 
 import os
-import signal
 import struct
 import subprocess
 import sys
@@ -262,26 +261,6 @@ def test_unknown_and_new_system_calls_are_refused_with_enosys():
         """
     )
     assert done.returncode == 0 and "refused all" in done.stdout, done.stderr
-
-
-@on_this_machine
-@pytest.mark.skipif(os.uname().machine != "x86_64", reason="int 0x80 is x86's")
-def test_a_32_bit_system_call_is_still_killed():
-    done = in_filtered_child(
-        """
-        import ctypes
-        libc = ctypes.CDLL(None)
-        libc.mmap.restype = ctypes.c_void_p
-        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                              ctypes.c_int, ctypes.c_long]
-        page = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)
-        code = bytes([0xB8, 20, 0, 0, 0, 0xCD, 0x80, 0xC3])  # mov eax, 20; int 0x80; ret
-        ctypes.memmove(page, code, len(code))
-        ctypes.CFUNCTYPE(ctypes.c_int)(page)()
-        print("survived")
-        """
-    )
-    assert done.returncode == -signal.SIGSYS and "survived" not in done.stdout
 
 
 EVERYDAY = """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import select
 import shutil
@@ -403,9 +404,15 @@ def serve(control_fd: int) -> None:
         os.environ["MPLCONFIGDIR"] = caches  # matplotlib's font cache, built once here
         from coursekit.grading import runner
 
+        gc.disable()  # no collection while everything is imported and recorded
         runner.preload()
         _preload_course()
         runner.prepare_instruments()  # after every import: their code is the libraries' own
+        # What is imported now lives as long as grading: out of the collector's sight, so no
+        # hand-in's process spends its time traversing torch, nor copies its pages doing so
+        # (as CPython's docs advise before forking workers).
+        gc.freeze()
+        gc.enable()
     except BaseException as error:  # noqa: BLE001 - said to the grader, then this ends
         channel.send(control_fd, {"kind": "failed", "why": f"{type(error).__name__}: {error}"})
         shutil.rmtree(caches, ignore_errors=True)
