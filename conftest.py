@@ -48,8 +48,10 @@ collect_ignore = ["tests/golden"]
 SLOW_FILES = {
     "test_browser.py",
     "test_frameworks.py",
+    "test_gradescope_docker_like.py",
     "test_grading_batch.py",
     "test_grading_corpus.py",
+    "test_grading_harness.py",
     "test_grading_load.py",
     "test_grading_modules.py",
     "test_grading_resume.py",

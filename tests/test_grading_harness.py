@@ -119,6 +119,7 @@ def course_copy(base) -> Path:
     users' permissions off the notebooks/ it grades from, which must not be this checkout's."""
     course = base / "course"
     shutil.copytree(REPO / "notebooks", course / "notebooks")
+    os.chmod(course / "notebooks", 0o755)  # as a checkout has it
     return course
 
 
