@@ -14,8 +14,8 @@ replaced, a name added where it shadows one, an import hook added. In coursekit 
 builtins every change counts; in torch, numpy and the standard library a replacement counts
 unless its code is all library code (:mod:`coursekit.grading.provenance`: decided from code
 objects and file text, never from a file name a hand-in chose), since libraries patch torch
-too. Python's own additions (a module's warning registry, an import, coursekit's lazy
-exports) are not changes. The seal holds every object it recorded, so no replacement can
+too. Python's own additions (a module's warning registry, a class's ``__slotnames__`` that
+``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every object it recorded, so no replacement can
 take a recorded one's address.
 """
 
@@ -252,6 +252,8 @@ def _expected_addition(namespace, name) -> bool:
         return True
     if name == "__warningregistry__" and isinstance(value, dict):  # made by warnings.warn
         return True
+    if name == "__slotnames__" and isinstance(value, list):  # copyreg's cache, on a copy
+        return all(isinstance(item, str) for item in value)
     exports = namespace.get("_EXPORTS") if "__path__" in namespace else None
     if isinstance(exports, dict) and isinstance(exports.get(name), str):
         source = sys.modules.get(exports[name])
