@@ -312,6 +312,7 @@ print("everyday work done")
 
 
 @on_this_machine
+@pytest.mark.slow  # torch, matplotlib and a process pool in a child: seconds each
 @pytest.mark.parametrize("inet", ["none", "all"])
 def test_an_everyday_workload_runs_under_the_filter(inet):
     done = in_filtered_child(EVERYDAY, install=f"inet={inet!r}")
@@ -350,6 +351,7 @@ else:
 
 
 @on_this_machine
+@pytest.mark.slow
 @pytest.mark.parametrize("install", ["allow_inet=True", "inet='stream'"])
 def test_a_one_process_gloo_group_runs_where_sockets_are_allowed(install):
     done = in_filtered_child(
