@@ -444,6 +444,14 @@ import logging
 _frame = logging.currentframe()
 _frame.f_back
 """,
+    # the tripwires disarmed through a wrapper's closure, then coursekit's answer handed in
+    "tripwires_disarmed": """
+import coursekit.training
+_wrapper = coursekit.training.train_accumulated
+for _cell in _wrapper.__closure__ or ():
+    if isinstance(_cell.cell_contents, list):
+        _cell.cell_contents.clear()
+""",
     # frames handed over by a signal handler, even one with no Python code of its own
     "signal_handler": """
 import signal

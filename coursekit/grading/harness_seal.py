@@ -15,8 +15,8 @@ builtins every change counts; in torch, numpy and the standard library a replace
 unless its code is all library code (:mod:`coursekit.grading.provenance`: decided from code
 objects and file text, never from a file name a hand-in chose), since libraries patch torch
 too. Python's own additions (a module's warning registry, a class's ``__slotnames__`` that
-``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every object it recorded, so no replacement can
-take a recorded one's address.
+``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every
+object it recorded, so no replacement can take a recorded one's address.
 """
 
 from __future__ import annotations

@@ -384,13 +384,16 @@ def serve(
                 shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
             )
         elif kind == "task":
-            arm_tripwires()
+            if not arm_tripwires() or reporter[0] is not report:
+                report("it changed the grader's tripwires on coursekit's own answers")
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
             reply = own.run_task(
                 shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
             )
+            if not arm_tripwires() or reporter[0] is not report:  # as the test left them
+                report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             reply = {}
         else:

@@ -336,10 +336,16 @@ def install_tripwires(questions: dict, reporter: list, provenance):
             wrapped = wrap(reference, question_name, f"the check's reference for {question_name}")
             question.reference = lambda wrapped=wrapped: wrapped
 
-    def arm() -> None:
+    def arm() -> bool:
+        """Arm the tripwires (once) and say whether they are as they were left: the wrappers'
+        closures can be read, so a hand-in could disarm them or take their reporter away."""
+        intact = bool(armed) == bool(calls) and len(reporter) == 1
         if not armed:
             armed.append(True)
+        calls.append(True)
+        return intact
 
+    calls: list[bool] = []  # arm() calls so far: armed must stay armed after the first
     return arm
 
 
