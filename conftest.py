@@ -40,7 +40,7 @@ atexit.register(shutil.rmtree, _IPYTHONDIR, True)
 
 # Golden notebooks are pipeline fixtures (their exercise stubs raise on purpose), not course
 # notebooks for nbval to run.
-collect_ignore = ["tests/golden"]
+collect_ignore = ["tests/corpora/golden"]
 
 # Tests that take minutes: whole batches through the sandbox, notebooks run end to end, the
 # browser, the frameworks, and mutation testing. `pytest -m "not slow"` is the developers'

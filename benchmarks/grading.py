@@ -2,7 +2,7 @@
 hand-in beyond the student's own graded code, and the same hand-ins through nbgrader.
 
 Run: .venv/bin/python benchmarks/grading.py [--rounds 3] [--baseline auto|nbgrader|nbclient]
-[--docker-like] (as a container's root grades: namespaces refused, tests/docker_like.py)
+[--docker-like] (as a container's root grades: namespaces refused, tests/helpers/docker_like.py)
 Hand-ins are the released exercise with its three answers filled in, as students hand it in:
 half right, half with a named mistake. Every figure is the median of ``--rounds`` runs of the
 real command (``coursekit grade``, a fresh process each time, gradebook and reference run
@@ -35,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for tests.student_code: the mistakes students make
+sys.path.insert(0, str(REPO))  # for tests.corpora.student_code: the mistakes students make
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import nbgrader_course  # noqa: E402
@@ -97,7 +97,8 @@ def grade_once(
     folder: Path, workers: int, scratch: Path, docker_like: bool = False
 ) -> tuple[float, float, list[float]]:
     """(seconds in all, seconds to the first result, scores) of one `coursekit grade --json`,
-    with ``docker_like`` as a container's root runs it (tests/docker_like.py: no namespaces)."""
+    with ``docker_like`` as a container's root runs it (tests/helpers/docker_like.py: no
+    namespaces)."""
     gradebook = scratch / f"gradebook-{time.monotonic_ns()}.sqlite"
     course = REPO
     if docker_like:  # grade takes others' permissions off the notebooks/ it grades from
@@ -105,12 +106,13 @@ def grade_once(
         if not course.exists():
             shutil.copytree(REPO / "notebooks", course / "notebooks")
     command = [
-        sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--assignment",
+        sys.executable, "-m", "coursekit.commands.cli", "grade", str(folder), "--assignment",
         ASSIGNMENT, "--workers", str(workers), "--gradebook", str(gradebook), "--json",
         "--root", str(course),
     ]  # fmt: skip
     if docker_like:
-        start = f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.docker_like import main"
+        start = f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+        start += "from tests.helpers.docker_like import main"
         command = [sys.executable, "-c", f"{start}; main(sys.argv[1:])", "--", *command]
     started = time.perf_counter()
     first, scores = None, []

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import importlib
 
+from coursekit import moved
+
+moved.install()
+
 __version__ = "0.1.0"
 
 _EXPORTS = {
@@ -67,8 +71,8 @@ _EXPORTS = {
     "zero_calculator": "coursekit.widgets",
     "memory_planner": "coursekit.widgets",
     "uses_your": "coursekit.notebook",
-    "notebook_run": "coursekit.notebook_run",
-    "submit": "coursekit.hand_in",
+    "notebook_run": "coursekit.parameters",
+    "submit": "coursekit.commands.hand_in",
     "quiz": "coursekit.quizzes",
     "Progress": "coursekit.progress",
     "samples_per_second": "coursekit.training",

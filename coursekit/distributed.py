@@ -2,7 +2,7 @@
 
 A notebook cannot hand a function it defines to a spawned process (spawn pickles functions
 by name, and a notebook's functions have no importable name). So the workers live in
-:mod:`coursekit.distributed_workers`, and a notebook passes them plain settings, or the
+:mod:`coursekit.workers.distributed`, and a notebook passes them plain settings, or the
 *source* of its own function, which the worker executes. Processes meet through a file in
 a temporary folder (no ports to collide) and use gloo, which runs on any CPU.
 """
@@ -217,7 +217,7 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
     ``progress=False`` hides it.
 
     Example:
-        >>> results = run_workers("coursekit.distributed_workers.hello", world_size=2)
+        >>> results = run_workers("coursekit.workers.distributed.hello", world_size=2)
         >>> [r["sum_of_ranks"] for r in results]
         [1, 1]
     """

@@ -12,7 +12,7 @@ Measuring |G_B|^2 at two batch sizes, b < B, gives unbiased estimates of both |G
 tr(Sigma) (the paper's appendix A.1). Accumulation hands us both sizes at no extra cost:
 each micro-batch's gradient is a small batch (b samples), the window's accumulated gradient
 the big one (B = k * b). Under DDP, each rank's local gradient is the small batch and the
-all-reduced one the big batch (:class:`DDPNoiseScale`; :mod:`coursekit.noise_scale_workers`
+all-reduced one the big batch (:class:`DDPNoiseScale`; :mod:`coursekit.workers.noise_scale`
 runs it on two processes).
 
 One estimate is noisy, and the ratio of two noisy numbers is biased, so the paper averages

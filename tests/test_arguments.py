@@ -238,7 +238,7 @@ def test_bad_input_is_refused_with_the_argument_named(function, accepted, argume
 @pytest.mark.parametrize("world_size", [0, -1, 2.0, True, "2", None])
 def test_run_workers_refuses_a_bad_world_size_before_starting_anything(world_size):
     with pytest.raises((TypeError, ValueError), match="world_size"):
-        run_workers("coursekit.distributed_workers.hello", world_size, progress=False)
+        run_workers("coursekit.workers.distributed.hello", world_size, progress=False)
 
 
 def test_run_workers_refuses_a_worker_it_could_not_import():

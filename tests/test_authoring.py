@@ -16,12 +16,12 @@ from coursekit.authoring.outputs import clear_outputs
 from coursekit.authoring.released_demos import RECORD, read_record, rebuild_from_git
 from coursekit.authoring.setup_cell import SETUP_CELL_ID, add_setup_cell, setup_source
 from coursekit.authoring.solutions import STUB, stub_solutions, unmark_solutions
-from coursekit.cli import main
+from coursekit.commands.cli import main
 from coursekit.course import install_spec
 
 pytestmark = pytest.mark.authoring
 REPO = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent / "corpora" / "golden"
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
@@ -237,7 +237,7 @@ def test_generated_notebooks_carry_no_markers_hidden_tests_or_outputs():
 
 
 def test_a_student_copy_holds_no_solutions_and_refuses_to_overwrite(tmp_path, capsys):
-    from coursekit.cli import find_course_root, main
+    from coursekit.commands.cli import find_course_root, main
 
     copy = tmp_path / "student-course"
     assert main(["student-copy", str(copy), "--root", str(REPO)]) == 0

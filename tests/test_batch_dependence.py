@@ -193,7 +193,7 @@ def test_negatives_gathered_across_two_processes_give_the_full_batch_gradient_wi
     from coursekit.distributed import run_workers
 
     for outcome in run_workers(
-        "coursekit.contrastive_workers.gathered_negatives_run", 2, progress=False
+        "coursekit.workers.contrastive.gathered_negatives_run", 2, progress=False
     ):
         local = outcome["local_negatives"]
         assert local["keys_per_query"] == 8 and local["gap"] > 0.05  # only its own keys

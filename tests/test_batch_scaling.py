@@ -25,7 +25,9 @@ from coursekit.checks.question import Failure
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.training import train_accumulated
-from tests import mutation, student_code, student_code_06_batch
+from tests.corpora import student_code
+from tests.corpora.student_code import module06_batch as student_code_06_batch
+from tests.helpers import mutation
 
 QUESTIONS = ("scaled_hyperparameters", "ramp_plan")
 
@@ -255,7 +257,7 @@ def test_a_plan_longer_than_the_data_is_refused():
 
 @pytest.fixture
 def hand_ins(monkeypatch):
-    """tests.student_code with module 6's scaling hand-ins in it (the lead merges them into
+    """tests.corpora.student_code with module 6's scaling hand-ins in it (the lead merges them into
     student_code itself; until then, and after, this gives the same sets)."""
     module = student_code_06_batch
     for name in ("BY_QUESTION", "NAMED_AS", "ALSO_NAMED"):

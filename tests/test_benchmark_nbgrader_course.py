@@ -12,7 +12,7 @@ import pytest
 
 from coursekit.authoring.markup import BEGIN_HIDDEN, BEGIN_SOLUTION
 from coursekit.checks import questions_of
-from tests import student_code
+from tests.corpora import student_code
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))

@@ -20,7 +20,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from coursekit.course import MODULES
-from tests.lab_browser import (
+from tests.helpers.lab_browser import (
     CHROMIUM,
     CHROMIUM_ARGS,
     STRICT_KERNEL,
@@ -184,7 +184,7 @@ def test_the_harness_names_the_cell_that_hangs(lab, page):
 
 def test_the_class_report_renders_with_every_figure(browser_context, tmp_path):
     """`coursekit report`'s page, opened from its file: its title, and every figure loaded."""
-    from coursekit.class_report import write_report
+    from coursekit.commands.class_report import write_report
     from tests.test_class_report import sample_gradebook
 
     report = write_report(sample_gradebook(tmp_path / "g.sqlite"), tmp_path / "report.html")

@@ -2,14 +2,16 @@
 
 import pytest
 
-from coursekit.checkpoint_workers import CASES
 from coursekit.distributed import run_workers
+from coursekit.workers.checkpointing import CASES
 
 pytestmark = pytest.mark.module5
 
 
 def test_reentrant_checkpointing_under_ddp_fails_and_the_non_reentrant_version_is_exact():
-    results = run_workers("coursekit.checkpoint_workers.checkpointing_cases_run", 2, progress=False)
+    results = run_workers(
+        "coursekit.workers.checkpointing.checkpointing_cases_run", 2, progress=False
+    )
     assert [r["case"] for r in results[0]] == [case[0] for case in CASES]
     for rank_results in results:
         reentrant, static_alone, static_accumulating, non_reentrant = rank_results

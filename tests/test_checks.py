@@ -5,7 +5,7 @@ import torch
 
 from coursekit.checks import QUESTIONS, Status, check, evaluate
 from coursekit.checks.loop_variants import MISTAKES
-from tests import student_code
+from tests.corpora import student_code
 
 
 def _case(question: str, variant: str):

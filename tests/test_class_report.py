@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.class_report import REEXPLAIN_RULE, load_summaries, write_report
-from coursekit.cli import main
-from coursekit.grading.gradebook import Gradebook
+from coursekit.commands.class_report import REEXPLAIN_RULE, load_summaries, write_report
+from coursekit.commands.cli import main
 from coursekit.grading.grader import GradeResult
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
+from coursekit.grading.records.gradebook import Gradebook
+from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
 
 pytestmark = pytest.mark.grading
 

@@ -12,10 +12,10 @@ import pytest
 
 from coursekit import course
 from coursekit.checks import questions_of
-from coursekit.cli import GRADE_EXAMPLES, _source_version, main, parser
-from coursekit.grading.exports import points
-from coursekit.grading.gradebook import Gradebook
+from coursekit.commands.cli import GRADE_EXAMPLES, _source_version, main, parser
 from coursekit.grading.grader import GradeResult
+from coursekit.grading.records.exports import points
+from coursekit.grading.records.gradebook import Gradebook
 
 REPO = Path(__file__).resolve().parents[1]
 

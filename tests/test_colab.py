@@ -22,7 +22,7 @@ COLAB_IPYWIDGETS = REPO / ".venv" / "colab-ipywidgets7"  # made by scripts/setup
 
 def colab_packages() -> dict[str, Version]:
     packages = {}
-    for line in (Path(__file__).parent / "colab_runtime.txt").read_text().splitlines():
+    for line in (Path(__file__).parent / "corpora" / "colab_runtime.txt").read_text().splitlines():
         if line.strip() and not line.startswith("#"):
             name, version = line.split("==")
             packages[name.lower()] = Version(version)

@@ -9,10 +9,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursekit import course, launch
+from coursekit import course
 from coursekit.authoring.markup import question_name
 from coursekit.checks import QUESTIONS
-from coursekit.cli import main
+from coursekit.commands import launch
+from coursekit.commands.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,7 +79,7 @@ def test_every_question_in_the_notebooks_has_public_checks_in_its_module():
 
 def test_doctor_runs_as_a_command():
     done = subprocess.run(
-        [sys.executable, "-m", "coursekit.cli", "doctor"], capture_output=True, text=True
+        [sys.executable, "-m", "coursekit.commands.cli", "doctor"], capture_output=True, text=True
     )
     assert "torch" in done.stdout and "device" in done.stdout
     assert done.returncode in (0, 1)
@@ -125,7 +126,7 @@ def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys
 
 
 def test_start_finds_a_student_copy_without_the_sources(tmp_path):
-    from coursekit.cli import find_course_root
+    from coursekit.commands.cli import find_course_root
 
     (tmp_path / "exercises").mkdir()
     (tmp_path / "my-work").mkdir()
@@ -237,7 +238,7 @@ def test_grade_names_a_missing_path_before_it_imports_torch(tmp_path):
     message and exit 2: the check comes before any heavy import or sandbox start."""
     script = (
         "import sys; sys.modules['torch'] = None\n"
-        "from coursekit.cli import main\n"
+        "from coursekit.commands.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
     missing = tmp_path / "hand-ins"

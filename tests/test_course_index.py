@@ -7,16 +7,16 @@ import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
-from coursekit.course import MODULES
-from coursekit.course_index import (
+from coursekit.commands.course_index import (
     course_progress,
     exercise_questions,
     index_html,
     summary_lines,
     write_index,
 )
-from tests import kernels
-from tests.handins import REPO
+from coursekit.course import MODULES
+from tests.helpers import kernels
+from tests.helpers.hand_ins import REPO
 
 
 def _with_verdicts(path, verdicts: dict[str, str]):

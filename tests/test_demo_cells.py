@@ -4,7 +4,6 @@ that defines a name a graded cell uses."""
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import nbformat
@@ -23,7 +22,7 @@ from coursekit.authoring.demo_cells import (
 )
 from coursekit.authoring.markup import MarkupError, question_name
 from coursekit.authoring.released_demos import RECORD
-from coursekit.cli import main
+from coursekit.commands.cli import main
 from coursekit.grading.grader import (
     Plan,
     cells_to_run,
@@ -32,7 +31,8 @@ from coursekit.grading.grader import (
     solution_cells,
 )
 from coursekit.grading.handin import read_hand_in
-from coursekit.grading.sandbox import Limits
+from coursekit.grading.sandbox.driver import Limits
+from tests.helpers.git_history import PREVIOUS_RELEASE, at_commit
 
 pytestmark = pytest.mark.authoring
 REPO = Path(__file__).resolve().parents[1]
@@ -147,20 +147,11 @@ def test_a_demo_cell_as_the_previous_release_gave_it_is_skipped_and_an_edited_on
     assert cells_to_run(hand_in, plan)[index] == edited
 
 
-def _at_commit(commit: str, path: str) -> str | None:
-    if shutil.which("git") is None:
-        return None
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{commit}:{path}"], capture_output=True, text=True
-    )
-    return done.stdout if done.returncode == 0 else None
-
-
 @pytest.mark.parametrize("module", MODULES)
 def test_a_hand_in_from_the_previous_release_skips_what_that_release_skipped(module, tmp_path):
-    text = _at_commit("b0932e6", f"exercises/{module}.ipynb")
+    text = at_commit(f"exercises/{module}.ipynb")
     if text is None:
-        pytest.skip("needs the course's git history (commit b0932e6)")
+        pytest.skip(f"needs the course's git history (commit {PREVIOUS_RELEASE})")
     path = tmp_path / f"{module}.ipynb"
     path.write_text(text)
     hand_in = read_hand_in(path, module, "ada")

@@ -40,14 +40,14 @@ def ddp_window(model, loss_fn, micro_batches):
 
 
 def test_workers_meet_in_one_group_and_return_their_results_in_rank_order():
-    results = run_workers("coursekit.distributed_workers.hello", world_size=2)
+    results = run_workers("coursekit.workers.distributed.hello", world_size=2)
     assert results == [{"rank": 0, "sum_of_ranks": 1}, {"rank": 1, "sum_of_ranks": 1}]
 
 
 def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank():
-    right = run_workers("coursekit.distributed_workers.ddp_window_run", 2, accum_steps=4)
+    right = run_workers("coursekit.workers.distributed.ddp_window_run", 2, accum_steps=4)
     wrong = run_workers(
-        "coursekit.distributed_workers.ddp_window_run", 2, accum_steps=4, source=WRONG_WINDOW
+        "coursekit.workers.distributed.ddp_window_run", 2, accum_steps=4, source=WRONG_WINDOW
     )
     assert [r["all_reduces"] for r in right] == [1, 1]
     assert [r["all_reduces"] for r in wrong] == [4, 4]  # forward outside no_sync
@@ -57,7 +57,7 @@ def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank(
 def test_measured_communication_and_memory_follow_the_derivation():
     accum_steps = 3
     (rank0, _) = run_workers(
-        "coursekit.distributed_workers.communication_run", 2, accum_steps=accum_steps
+        "coursekit.workers.distributed.communication_run", 2, accum_steps=accum_steps
     )
     for setup, measured in rank0.items():
         moved = sum(measured["bytes"].values()) / measured["parameter_bytes"]
@@ -88,7 +88,7 @@ def test_torchrun_runs_the_same_experiment_as_a_script():
             "--standalone",
             "--nproc-per-node=2",
             "-m",
-            "coursekit.torchrun_demo",
+            "coursekit.workers.torchrun_demo",
         ],
         capture_output=True,
         text=True,
@@ -99,7 +99,7 @@ def test_torchrun_runs_the_same_experiment_as_a_script():
 
 
 def test_torchrun_demo_options_keep_their_defaults_and_cpu_means_gloo():
-    from coursekit.torchrun_demo import parse_arguments, uses_gpus
+    from coursekit.workers.torchrun_demo import parse_arguments, uses_gpus
 
     defaults = parse_arguments([])
     assert (defaults.device, defaults.seed, defaults.micro_batch_size) == ("auto", 0, 8)
@@ -189,7 +189,7 @@ def test_global_token_scale_on_two_processes_gives_the_full_batch_mean_per_token
     """Real DDP on 2 gloo processes, short sequences on one rank and long on the other: the
     library's scale gives the full batch's gradient; each rank's own count (#34242) and a
     student's scale without world_size (from source, as the notebook sends it) do not."""
-    results = run_workers("coursekit.distributed_workers.token_scale_run", 2, progress=False)
+    results = run_workers("coursekit.workers.distributed.token_scale_run", 2, progress=False)
     tokens = sum(r["tokens"] for r in results)
     assert results[0]["tokens"] != results[1]["tokens"]  # the ranks' counts really differ
     for r in results:
@@ -203,6 +203,6 @@ def test_global_token_scale_on_two_processes_gives_the_full_batch_mean_per_token
         "    return 1 / total.item()\n"
     )
     wrong = run_workers(
-        "coursekit.distributed_workers.token_scale_run", 2, source=no_world_size, progress=False
+        "coursekit.workers.distributed.token_scale_run", 2, source=no_world_size, progress=False
     )
     assert all(r["gaps"]["global count"] > 0.1 for r in wrong)

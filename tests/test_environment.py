@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from coursekit.doctor import diagnose
+from coursekit.commands.doctor import diagnose
 from coursekit.environment import in_colab, pick_device, seed_everything
 
 pytestmark = pytest.mark.module0
@@ -73,9 +73,10 @@ def test_the_doctor_names_the_gpu_and_its_memory(monkeypatch):
 
 
 def test_the_doctor_says_what_to_do_when_ipywidgets_is_missing(monkeypatch):
-    real = __import__("coursekit.doctor", fromlist=["_version"])._version
+    real = __import__("coursekit.commands.doctor", fromlist=["_version"])._version
     monkeypatch.setattr(
-        "coursekit.doctor._version", lambda name: None if name == "ipywidgets" else real(name)
+        "coursekit.commands.doctor._version",
+        lambda name: None if name == "ipywidgets" else real(name),
     )
     report = diagnose()
     assert not report.ok
@@ -98,7 +99,9 @@ def test_the_doctor_spots_a_cpu_only_torch_on_a_gpu_machine(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
     monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr("coursekit.doctor.shutil.which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(
+        "coursekit.commands.doctor.shutil.which", lambda name: "/usr/bin/nvidia-smi"
+    )
     assert "this torch build has no CUDA" in diagnose().render()
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.module4
 @pytest.fixture(scope="module")
 def rows():
     results = run_workers(
-        "coursekit.fsdp_precision_workers.reduce_dtype_run", 2, accum_steps=(1, 256)
+        "coursekit.workers.fsdp_precision.reduce_dtype_run", 2, accum_steps=(1, 256)
     )
     assert [r["error"] for r in results[0]] == [r["error"] for r in results[1]]
     return {(r["policy"], r["sync"], r["accum_steps"]): r for r in results[0]}

@@ -11,13 +11,13 @@ import nbformat
 import pytest
 
 from coursekit.checks import questions_of
-from coursekit.cli import main
+from coursekit.commands.cli import main
 from coursekit.course import MODULES
-from coursekit.grading import certificates
-from coursekit.grading.exports import feedback_page, gradescope_results
-from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import GradeResult
 from coursekit.grading.handin import HandInError, read_hand_in
+from coursekit.grading.records import certificates
+from coursekit.grading.records.exports import feedback_page, gradescope_results
+from coursekit.grading.records.gradebook import Gradebook
 
 pytestmark = pytest.mark.grading
 REPO = Path(__file__).resolve().parents[1]
@@ -298,7 +298,7 @@ def test_text_a_hand_in_shapes_is_stored_and_exported_losslessly(tmp_path):
 
 
 def test_every_student_exports_to_a_file_of_their_own():
-    from coursekit.grading.exports import file_stem
+    from coursekit.grading.records.exports import file_stem
 
     names = ["ada", "ada.", "Ada", "ADA", "a d a", "a_d_a", "ada-", "\\udcffada", "ada/..", ".ada"]
     names += [file_stem("Ada"), file_stem("Ada").lower(), file_stem(file_stem("Ada"))]
@@ -308,7 +308,7 @@ def test_every_student_exports_to_a_file_of_their_own():
 
 
 def test_students_graded_in_different_runs_still_export_to_files_of_their_own(tmp_path):
-    from coursekit.grading.exports import file_stem
+    from coursekit.grading.records.exports import file_stem
 
     gradebook = tmp_path / "g.sqlite"
     with Gradebook(gradebook) as book:  # "Ada", then a student who named a file after Ada's
@@ -325,8 +325,8 @@ def test_students_graded_in_different_runs_still_export_to_files_of_their_own(tm
 def test_a_gradebook_that_cannot_be_written_stops_grading_and_keeps_what_it_has(
     tmp_path, monkeypatch, capsys
 ):
-    from coursekit.grading import command
-    from tests.handins import gradebook_full_after
+    from coursekit.commands import grade as command
+    from tests.helpers.hand_ins import gradebook_full_after
 
     folder = tmp_path / "hand-ins"
     for name in ("ann", "ben", "cat", "dan"):
@@ -361,6 +361,6 @@ def _grade_in_order(hand_ins, plan, workers, on_result, warm=None):
 
 def _no_reference(root, assignment, limits, seed=None, options=None, warm=None):
     from coursekit.grading.grader import Plan
-    from coursekit.grading.sandbox import Limits
+    from coursekit.grading.sandbox.driver import Limits
 
     return Plan(assignment, {}, {}, Limits(), seed=seed)

@@ -28,8 +28,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from coursekit.cli import main, parser
-from coursekit.gradescope import (
+from coursekit.commands.cli import main, parser
+from coursekit.commands.gradescope import (
     CONFIG,
     FLAG_TAG,
     MAX_NAMES,
@@ -40,8 +40,8 @@ from coursekit.gradescope import (
     torch_pin,
 )
 from coursekit.grading.grader import GradeResult, recorded_demos
-from coursekit.grading.sandbox import Limits
-from tests.handins import REPO
+from coursekit.grading.sandbox.driver import Limits
+from tests.helpers.hand_ins import REPO
 
 pytestmark = [pytest.mark.grading, pytest.mark.module0]
 ASSIGNMENT = "00_welcome"
@@ -163,7 +163,7 @@ def test_the_zip_holds_gradescopes_two_scripts_at_its_root_executable(bundle):
     # the source notebook (the reference the grader runs) travels as it is, students never
     # see the zip; and so does coursekit's source, which setup.sh installs
     assert source == (REPO / "notebooks" / f"{ASSIGNMENT}.ipynb").read_bytes()
-    assert {"coursekit-src/pyproject.toml", "coursekit-src/coursekit/gradescope.py"} <= set(modes)
+    assert {"coursekit-src/pyproject.toml", "coursekit-src/coursekit/commands/gradescope.py"} <= set(modes)
     assert not any("__pycache__" in name for name in modes)
     assert settings["limits"]["cell_timeout_s"] == CELL_TIMEOUT_S
     assert "seed" not in settings  # each submission draws its own

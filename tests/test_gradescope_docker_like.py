@@ -1,5 +1,5 @@
 """The Gradescope bundle end to end where Gradescope runs it: as root in a container that
-refuses namespaces (tests/docker_like.py), with a correct, a wrong, a folder-zipped and a
+refuses namespaces (tests/helpers/docker_like.py), with a correct, a wrong, a folder-zipped and a
 hostile submission (issue 29).
 
 Each runs ``run_autograder`` as Gradescope does, in a folder laid out like ``/autograder``
@@ -18,11 +18,11 @@ import sys
 import nbformat
 import pytest
 
-from coursekit.gradescope import FLAG_TAG, build_bundle
-from coursekit.grading.sandbox import Limits
-from tests import docker_like
-from tests.handins import REPO, runners_left
-from tests.student_code import BY_QUESTION
+from coursekit.commands.gradescope import FLAG_TAG, build_bundle
+from coursekit.grading.sandbox.driver import Limits
+from tests.corpora.student_code import BY_QUESTION
+from tests.helpers import docker_like
+from tests.helpers.hand_ins import REPO, runners_left
 from tests.test_gradescope import gradescope_root, student_visible
 
 pytestmark = [

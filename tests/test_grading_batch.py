@@ -10,11 +10,11 @@ import tempfile
 
 import pytest
 
-from coursekit.cli import main
+from coursekit.commands.cli import main
 from coursekit.grading.collect import collect
-from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import draw_specs
-from tests.handins import (
+from coursekit.grading.records.gradebook import Gradebook
+from tests.helpers.hand_ins import (
     ASSIGNMENT,
     IMPORTS,
     REPO,
@@ -146,7 +146,7 @@ def test_a_seed_out_of_range_is_refused_before_any_work(tmp_path, capsys):
 
 
 def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkeypatch):
-    from coursekit.grading.warm_parent import WarmParent
+    from coursekit.grading.sandbox.warm_parent import WarmParent
 
     calls = {"start": 0, "fork": 0}
     start, fork = WarmParent.start, WarmParent.fork
@@ -172,7 +172,7 @@ def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkey
 def test_a_sandbox_that_fails_mid_batch_stops_it_and_marks_no_one_down(
     tmp_path, monkeypatch, capsys
 ):
-    from coursekit.grading.warm_parent import SandboxSetupError, WarmParent
+    from coursekit.grading.sandbox.warm_parent import SandboxSetupError, WarmParent
 
     fork, calls = WarmParent.fork, []
 

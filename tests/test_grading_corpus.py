@@ -4,7 +4,8 @@ One batch, as an instructor would run it: every hand-in gets its own result and 
 student understands, correct ones keep full marks, the batch finishes, and nothing a
 hand-in did reaches the gradebook, the files outside its scratch folder, the reference,
 another process, a socket on the host, or another student's grade. When ``grade`` exits, no
-process it started is alive and no scratch folder is left (tests/hostile.py has the attacks).
+process it started is alive and no scratch folder is left (tests/corpora/hostile.py has the
+attacks).
 """
 
 import contextlib
@@ -20,10 +21,11 @@ import time
 
 import pytest
 
-from coursekit.cli import main
-from coursekit.grading.gradebook import Gradebook
-from tests.handins import ASSIGNMENT, LAYOUT, REPO, corpus, runners_left, write_corpus
-from tests.hostile import MARKERS
+from coursekit.commands.cli import main
+from coursekit.grading.records.gradebook import Gradebook
+from tests.corpora.handins import LAYOUT, corpus, write_corpus
+from tests.corpora.hostile import MARKERS
+from tests.helpers.hand_ins import ASSIGNMENT, REPO, runners_left
 
 pytestmark = [pytest.mark.grading, pytest.mark.module1]
 

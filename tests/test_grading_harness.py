@@ -1,11 +1,11 @@
 """Harness integrity and the grader without namespaces (issue 29), graded in both modes.
 
 One batch of module-1 hand-ins is graded twice: with namespaces (as root on this machine), and
-in a Docker-like mode (tests/docker_like.py: ``unshare``, ``setns`` and namespace ``clone``
+in a Docker-like mode (tests/helpers/docker_like.py: ``unshare``, ``setns`` and namespace ``clone``
 refused as Docker's default profile refuses them, ``clone3`` ENOSYS, cgroups read-only), with
 and without the Landlock system calls. In every mode: right answers keep full marks with no
-flag; every attack on the harness (tests/hostile.py HARNESS_ATTACKS, each placed before three
-WRONG answers) loses its points or is flagged; attacks that root could once make (the hand-in
+flag; every attack on the harness (tests/corpora/hostile.py HARNESS_ATTACKS, each placed before
+three WRONG answers) loses its points or is flagged; attacks that root could once make (the hand-in
 is root where no user namespace hides it) reach no grader file, no other process and no other
 student's grade; nothing is left running; the gradebook passes ``PRAGMA integrity_check``.
 """
@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from tests import docker_like
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook, runners_left
-from tests.hostile import HARNESS_ATTACKS, HONEST_HABITS
+from tests.corpora.hostile import HARNESS_ATTACKS, HONEST_HABITS
+from tests.helpers import docker_like
+from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook, runners_left
 
 pytestmark = [
     pytest.mark.grading,
@@ -129,7 +129,7 @@ def _grade(mode: str, base) -> dict:
     gradebook = base / "gradebook.sqlite"
     course = course_copy(base)
     _hand_ins(folder, course, gradebook)
-    command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder)]
+    command = [sys.executable, "-m", "coursekit.commands.cli", "grade", str(folder)]
     command += ["--assignment", ASSIGNMENT, "--json", "--workers", "2"]
     command += ["--gradebook", str(gradebook), "--root", str(course), *LIMITS]
     env = {**os.environ, "AS_USER_PATHS": str(base)}
@@ -222,7 +222,7 @@ def test_gloo_checks_keep_full_marks_without_namespaces(tmp_path, old):
     """Modules 2 and 4 run a one-process gloo group in the hand-in's process: without a network
     namespace the filter lets TCP alone through, and Landlock (where there is one) holds it
     to binding a port the kernel picks. A right answer keeps full marks either way."""
-    from tests.test_grading_modules import cells_of
+    from tests.helpers.hand_ins import cells_of
 
     os.chmod(tmp_path, 0o755)
     course = course_copy(tmp_path)
@@ -231,7 +231,7 @@ def test_gloo_checks_keep_full_marks_without_namespaces(tmp_path, old):
         folder = tmp_path / assignment
         folder.mkdir()
         (folder / "ada.ipynb").write_text(notebook(cells_of(assignment, {}), assignment))
-        command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--json"]
+        command = [sys.executable, "-m", "coursekit.commands.cli", "grade", str(folder), "--json"]
         command += ["--assignment", assignment, "--root", str(course), *LIMITS]
         command += ["--gradebook", str(tmp_path / f"{assignment}.sqlite")]
         env = {**os.environ, "AS_USER_PATHS": str(tmp_path)}

@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from coursekit.cli import main
-from coursekit.grading.gradebook import Gradebook
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
+from coursekit.commands.cli import main
+from coursekit.grading.records.gradebook import Gradebook
+from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 

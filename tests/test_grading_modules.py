@@ -8,18 +8,18 @@ import contextlib
 import io
 import json
 import shutil
-import subprocess
 
 import pytest
 
 from coursekit.authoring.demo_cells import released_demos
 from coursekit.checks import questions_of
-from coursekit.cli import main
+from coursekit.commands.cli import main
 from coursekit.grading.grader import Plan, cells_to_run, exercise_demos, recorded_demos
 from coursekit.grading.handin import read_hand_in
-from coursekit.grading.sandbox import Limits
-from tests import student_code
-from tests.handins import REPO, notebook
+from coursekit.grading.sandbox.driver import Limits
+from tests.corpora import student_code
+from tests.helpers.git_history import PREVIOUS_RELEASE, at_commit
+from tests.helpers.hand_ins import REPO, cells_of, notebook
 
 pytestmark = pytest.mark.grading
 # assignment -> student -> {question: variant}; questions not named get the right answer.
@@ -128,30 +128,6 @@ HAND_INS = {
 }
 
 
-def cells_of(assignment: str, variants: dict[str, str]) -> list[str]:
-    cells = ["import torch\nfrom torch import nn\nimport coursekit"]
-    for question in questions_of(assignment):
-        variant = variants.get(question.name, "correct")
-        source = student_code.BY_QUESTION[question.name][variant]
-        cells.append(f"# Question: {question.name}\n{source}")
-    return cells
-
-
-PREVIOUS_RELEASE = "b0932e6"  # the release before the demo cells read papermill parameters
-
-
-def previous_release(path: str) -> str | None:
-    """``path`` as the previous release held it; None without the course's git history."""
-    if shutil.which("git") is None:
-        return None
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "show", f"{PREVIOUS_RELEASE}:{path}"],
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout if done.returncode == 0 else None
-
-
 @pytest.fixture(scope="module", params=sorted(HAND_INS))
 def graded(request, tmp_path_factory):
     assignment = request.param
@@ -167,7 +143,7 @@ def graded(request, tmp_path_factory):
     shutil.copy(REPO / "solutions" / f"{assignment}.ipynb", base / "hand-ins" / "sol")
     # the previous release's solution (its demo cells did not yet read papermill parameters),
     # graded as the course is now: its demo cells are skipped all the same
-    previous = previous_release(f"solutions/{assignment}.ipynb")
+    previous = at_commit(f"solutions/{assignment}.ipynb")
     if previous is not None:
         (base / "hand-ins" / "old").mkdir()
         (base / "hand-ins" / "old" / f"{assignment}.ipynb").write_text(previous)
@@ -212,7 +188,7 @@ def test_the_solution_with_its_demo_cells_skipped_gets_full_marks(graded):
 
 def test_the_previous_release_s_solution_skips_its_demo_cells_and_gets_full_marks(graded, tmp_path):
     assignment, results = graded
-    previous = previous_release(f"solutions/{assignment}.ipynb")
+    previous = at_commit(f"solutions/{assignment}.ipynb")
     if previous is None:
         pytest.skip(f"needs the course's git history (commit {PREVIOUS_RELEASE})")
     path = tmp_path / f"{assignment}.ipynb"
@@ -222,7 +198,7 @@ def test_the_previous_release_s_solution_skips_its_demo_cells_and_gets_full_mark
     now = Plan(
         assignment, {}, {}, Limits(), demos=demos, earlier_demos=recorded_demos(REPO, assignment)
     )
-    released_then = released_demos(json.loads(previous_release(f"exercises/{assignment}.ipynb")))
+    released_then = released_demos(json.loads(at_commit(f"exercises/{assignment}.ipynb")))
     then = Plan(assignment, {}, {}, Limits(), demos=released_then)  # as that release graded it
     skipped = cells_to_run(hand_in, now)
     assert skipped == cells_to_run(hand_in, then) and None in skipped

@@ -16,9 +16,8 @@ import pytest
 
 from coursekit.checks import questions_of
 from coursekit.course import MODULES
-from tests import student_code
-from tests.handins import REPO, notebook
-from tests.test_grading_modules import cells_of
+from tests.corpora import student_code
+from tests.helpers.hand_ins import REPO, cells_of, notebook
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 GRADED = [m.name for m in MODULES if questions_of(m.name)]
@@ -41,7 +40,7 @@ def test_no_correct_style_and_no_mistake_is_flagged(assignment, tmp_path):
         (folder / f"{student}.ipynb").write_text(
             notebook(cells_of(assignment, variants), assignment)
         )
-    command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--json"]
+    command = [sys.executable, "-m", "coursekit.commands.cli", "grade", str(folder), "--json"]
     command += ["--assignment", assignment, "--workers", "2", "--root", str(REPO), *LIMITS]
     command += ["--gradebook", str(tmp_path / "gradebook.sqlite")]
     done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
+from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
 
 pytestmark = pytest.mark.grading
 
@@ -35,7 +35,7 @@ def test_a_killed_run_resumes_and_grades_each_hand_in_exactly_once(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "coursekit.cli",
+        "coursekit.commands.cli",
         "grade",
         str(folder),
         "--assignment",

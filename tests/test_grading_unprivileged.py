@@ -1,7 +1,7 @@
 """Grading as an ordinary user: the sandbox still works, through an unprivileged user
 namespace where the kernel allows one, and otherwise says exactly what is missing.
 
-Run as root (as CI is), the test grades as uid 65534 (nobody) through tests/as_user.py.
+Run as root (as CI is), the test grades as uid 65534 (nobody) through tests/helpers/as_user.py.
 """
 
 import json
@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tests.handins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
-from tests.hostile import MARKERS, payloads
+from tests.corpora.hostile import MARKERS, payloads
+from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
 
 pytestmark = [
     pytest.mark.grading,
@@ -66,7 +66,7 @@ def graded(tmp_path_factory):
     for name, cells in hand_ins.items():
         (folder / f"{name}.ipynb").write_text(notebook(cells))
     paths = [str(base)]
-    command = [sys.executable, "-m", "coursekit.cli", "grade", str(folder), "--json"]
+    command = [sys.executable, "-m", "coursekit.commands.cli", "grade", str(folder), "--json"]
     command += ["--assignment", ASSIGNMENT, "--workers", "2", "--root", str(REPO)]
     command += ["--gradebook", str(base / "gradebook.sqlite")]
     done = subprocess.run(

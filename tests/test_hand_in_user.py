@@ -16,11 +16,11 @@ import time
 
 import pytest
 
-from coursekit.grading import landlock, privileges
-from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import close_to_hand_ins
-from coursekit.grading.runner import readable_paths
-from coursekit.grading.sandbox import mode_of, unconfined_refusal
+from coursekit.grading.records.gradebook import Gradebook
+from coursekit.grading.sandbox import landlock, privileges
+from coursekit.grading.sandbox.driver import mode_of, unconfined_refusal
+from coursekit.grading.sandbox.runner import readable_paths
 
 pytestmark = [
     pytest.mark.grading,

@@ -1,6 +1,6 @@
 """Mutation testing: on every seed of the hidden draw, every plausible wrong answer loses
 points, every correct style keeps full marks, and no mistake name is attached that is not
-true (tests/mutation.py says how; benchmarks/mutation.py prints the scores)."""
+true (tests/helpers/mutation.py says how; benchmarks/mutation.py prints the scores)."""
 
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -9,7 +9,8 @@ from multiprocessing import get_context
 import pytest
 
 from coursekit.checks import QUESTIONS
-from tests import mutation, student_code
+from tests.corpora import student_code
+from tests.helpers import mutation
 
 pytestmark = [pytest.mark.grading, pytest.mark.slow]
 

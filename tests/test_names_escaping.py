@@ -15,13 +15,13 @@ import nbformat
 import pytest
 
 from coursekit.checks import questions_of
-from coursekit.cli import main
+from coursekit.commands import grade as command
+from coursekit.commands.cli import main
 from coursekit.course import MODULES
-from coursekit.grading import command
-from coursekit.grading.exports import feedback_page, gradescope_results, name_warnings
-from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import GradeResult
-from coursekit.grading.sandbox import Limits
+from coursekit.grading.records.exports import feedback_page, gradescope_results, name_warnings
+from coursekit.grading.records.gradebook import Gradebook
+from coursekit.grading.sandbox.driver import Limits
 from coursekit.grading.text import INVISIBLE, for_terminal, look_alikes, text_for_page, visible
 
 pytestmark = pytest.mark.grading

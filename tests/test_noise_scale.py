@@ -27,8 +27,8 @@ from coursekit.noise_scale import (
     true_noise_scale,
     two_batch_estimate,
 )
-from tests import mutation
-from tests import student_code_06_noise as code06
+from tests.corpora.student_code import module06_noise as code06
+from tests.helpers import mutation
 
 pytestmark = pytest.mark.module6
 
@@ -144,7 +144,7 @@ def test_ddp_estimate_from_local_and_all_reduced_gradients_equals_the_oracle():
     """Two windows of 3 micro-batches per rank, under no_sync but the last: the local window
     is the small batch, the all-reduced one the big batch, and the meter averages both."""
     results = run_workers(
-        "coursekit.noise_scale_workers.ddp_noise_estimate",
+        "coursekit.workers.noise_scale.ddp_noise_estimate",
         2,
         micro_batch_size=2,
         accum_steps=3,
@@ -308,8 +308,8 @@ def test_the_reference_itself_passes_and_a_stub_is_not_attempted():
 
 @pytest.mark.grading
 def test_mutation_on_seeds_0_to_9(monkeypatch):
-    """What tests/test_mutation.py does, for this question alone: tests.mutation reads the
-    variants from tests.student_code, which is pointed here at this module's variants."""
+    """What tests/test_mutation.py does, for this question alone: tests.helpers.mutation reads the
+    variants from tests.corpora.student_code, which is pointed here at this module's variants."""
     shim = types.SimpleNamespace(
         BY_QUESTION=code06.BY_QUESTION,
         UNNAMED=code06.UNNAMED,

@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from coursekit.notebook_run import NotebookRun, ParameterError, notebook_run
+from coursekit.parameters import NotebookRun, ParameterError, notebook_run
 
 
 def test_the_defaults_are_the_cpu_run_at_the_texts_sizes(monkeypatch):

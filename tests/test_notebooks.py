@@ -19,7 +19,8 @@ from coursekit.authoring.demo_cells import DEMO_TAG
 from coursekit.authoring.markup import question_name
 from coursekit.checks import evaluate
 from coursekit.course import MODULES
-from tests import kernels, student_code
+from tests.corpora import student_code
+from tests.helpers import kernels
 
 pytestmark = pytest.mark.notebook
 REPO = Path(__file__).resolve().parents[1]

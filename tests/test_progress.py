@@ -226,6 +226,6 @@ def test_library_loops_write_a_few_lines_to_a_log_or_nothing_when_asked(capsys, 
 
 
 def test_the_grader_runs_hand_ins_without_bars():
-    from coursekit.grading.warm_parent import clean_env
+    from coursekit.grading.sandbox.warm_parent import clean_env
 
     assert clean_env()[ENV] == "0"

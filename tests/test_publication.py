@@ -18,7 +18,7 @@ from coursekit.authoring.publication import (
     resolve,
 )
 from coursekit.authoring.readme_table import END, START, with_module_table
-from coursekit.cli import main
+from coursekit.commands.cli import main
 
 pytestmark = pytest.mark.authoring
 GOLDEN = Path(__file__).parent / "golden"

@@ -6,8 +6,8 @@ import torch
 
 from coursekit.course import MODULES
 from coursekit.models import tiny_mlp
-from coursekit.quiz import Quiz, QuizQuestion, feedback
 from coursekit.quizzes import QUIZZES, quiz
+from coursekit.quizzes.widget import Quiz, QuizQuestion, feedback
 from coursekit.widgets import memory_planner, planner_html
 
 QUESTION = QuizQuestion("2 + 2?", ("3", "4"), 1, "Because arithmetic.")

@@ -1,6 +1,6 @@
 """The quiz data files: every one loads, and a broken one names the file and the question.
 
-The questions live in ``coursekit/quiz_data/*.json`` (see ``coursekit/quizzes.py``); these
+The questions live in ``coursekit/quiz_data/*.json`` (see ``coursekit/quizzes/__init__.py``); these
 tests read the files themselves, so a question added by hand is checked like the others.
 """
 

@@ -13,11 +13,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coursekit.grading import channel, harness_seal, seccomp
-from coursekit.grading.provenance import Provenance
-from coursekit.grading.sandbox import Limits, Options, describe_confinement, run_hand_in
+from coursekit.grading.sandbox import channel, harness_seal, seccomp
+from coursekit.grading.sandbox.driver import Limits, Options, describe_confinement, run_hand_in
+from coursekit.grading.sandbox.provenance import Provenance
 from coursekit.grading.text import capped_notes, for_terminal, lossless
-from tests.docker_like import in_docker_like
+from tests.helpers.docker_like import in_docker_like
 
 pytestmark = pytest.mark.grading
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -25,7 +25,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def _in_filtered_child(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python after installing the filter."""
-    script = "from coursekit.grading import seccomp\nassert seccomp.install()\n" + textwrap.dedent(
+    script = "from coursekit.grading.sandbox import seccomp\nassert seccomp.install()\n" + textwrap.dedent(
         code
     )
     return subprocess.run(
@@ -233,7 +233,7 @@ def test_a_hand_in_sees_only_its_own_root_and_processes():
 
 @linux_only
 def test_a_sandbox_that_cannot_be_built_is_the_machines_fault_not_the_notebooks():
-    from coursekit.grading.sandbox import SandboxSetupError
+    from coursekit.grading.sandbox.driver import SandboxSetupError
 
     with pytest.raises(SandboxSetupError, match="making the hand-in's root failed"):
         run_hand_in(["x = 1"], [], Limits(scratch_bytes=-1, hand_in_timeout_s=120))

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from coursekit.grading import seccomp
+from coursekit.grading.sandbox import seccomp
 
 pytestmark = [pytest.mark.grading]
 
@@ -201,7 +201,7 @@ def syscall_fails(nr, expected, *args):
 def in_filtered_child(code: str, install: str = "", env: dict | None = None):
     """Run ``code`` in a fresh Python (a child of this one) after installing the filter
     with the keyword arguments ``install``; :data:`HELPERS` are defined for it."""
-    script = f"from coursekit.grading import seccomp\nassert seccomp.install({install})\n"
+    script = f"from coursekit.grading.sandbox import seccomp\nassert seccomp.install({install})\n"
     script += HELPERS
     return subprocess.run(
         [sys.executable, "-c", script + textwrap.dedent(code)],

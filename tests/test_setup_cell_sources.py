@@ -14,7 +14,7 @@ from coursekit import course
 from coursekit.authoring import build
 from coursekit.authoring.publication import Publication
 from coursekit.authoring.setup_cell import add_setup_cell, setup_source
-from coursekit.cli import main
+from coursekit.commands.cli import main
 
 pytestmark = pytest.mark.authoring
 GOLDEN = Path(__file__).parent / "golden"

@@ -69,7 +69,7 @@ def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes
     counts = count_steps(5, 2, 2, num_processes=2)
     for total in (counts.optimizer_steps, counts.prepared_scheduler_total):
         results = run_workers(
-            "coursekit.framework_workers.accelerate_scheduler_run",
+            "coursekit.workers.frameworks.accelerate_scheduler_run",
             world_size=2,
             progress=False,
             micro_batches_per_epoch=5,
@@ -138,7 +138,7 @@ def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does()
     from coursekit.distributed import run_workers
 
     results = run_workers(
-        "coursekit.framework_workers.accelerate_gradients_run", 2, steps=3, progress=False
+        "coursekit.workers.frameworks.accelerate_gradients_run", 2, steps=3, progress=False
     )
     for r in results:
         assert r["optimizer_steps"] == {"mean per micro-batch": 3, "global token count": 3}
@@ -154,7 +154,7 @@ def test_the_trainer_on_two_processes_moves_the_weights_as_the_course_loop_does(
     pytest.importorskip("transformers")
     from coursekit.distributed import run_workers
 
-    results = run_workers("coursekit.framework_workers.trainer_run", 2, steps=3, progress=False)
+    results = run_workers("coursekit.workers.frameworks.trainer_run", 2, steps=3, progress=False)
     on, off = "average_tokens_across_devices=True", "average_tokens_across_devices=False"
     for r in results:
         assert r["optimizer_steps"] == {on: 3, off: 3}

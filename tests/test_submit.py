@@ -20,16 +20,17 @@ import nbformat
 import pytest
 
 import coursekit
-from coursekit import hand_in
-from coursekit.cli import main
+from coursekit.commands import hand_in
+from coursekit.commands.cli import main
 from coursekit.grading.collect import student_for_file
-from coursekit.grading.gradebook import Gradebook
 from coursekit.grading.grader import _claim_notes
 from coursekit.grading.handin import HandInError, read_hand_in
 from coursekit.grading.packed import MANIFEST, PackedFileError, disagreements, unpack
+from coursekit.grading.records.gradebook import Gradebook
 from coursekit.grading.submission import SubmissionError, pack, packed_name, saved_checks
-from tests import kernels, student_code
-from tests.handins import IMPORTS, REPO, answers, notebook
+from tests.corpora import student_code
+from tests.helpers import kernels
+from tests.helpers.hand_ins import IMPORTS, REPO, answers, notebook
 
 pytestmark = pytest.mark.grading
 WELCOME = "00_welcome"

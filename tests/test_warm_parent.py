@@ -8,10 +8,15 @@ import time
 
 import pytest
 
-from coursekit.grading import sandbox
-from coursekit.grading.sandbox import Limits, Options, SandboxSetupError, run_hand_in
-from coursekit.grading.warm_parent import Child, WarmParent, become_subreaper, wait_until_reparented
-from tests.docker_like import in_docker_like
+from coursekit.grading.sandbox import driver as sandbox
+from coursekit.grading.sandbox.driver import Limits, Options, SandboxSetupError, run_hand_in
+from coursekit.grading.sandbox.warm_parent import (
+    Child,
+    WarmParent,
+    become_subreaper,
+    wait_until_reparented,
+)
+from tests.helpers.docker_like import in_docker_like
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(hand_in_timeout_s=120)
@@ -130,7 +135,7 @@ def test_without_a_pid_namespace_detached_processes_are_still_ended():
 
 
 def _descendants_running(marker: str) -> int:
-    from tests.handins import processes_below_me
+    from tests.helpers.hand_ins import processes_below_me
 
     return sum(marker in line for line in processes_below_me())
 
@@ -214,7 +219,7 @@ def test_a_parent_that_dies_while_one_hand_in_alone_runs_costs_that_hand_in_not_
     """A hand-in cannot signal the warm parent (it runs as another user), but if the parent
     dies while a hand-in runs alone, that hand-in is charged: it loses its points, is
     flagged, and the next hand-in is graded by a new parent."""
-    from coursekit.grading.sandbox import PARENT_DIED_FLAG
+    from coursekit.grading.sandbox.driver import PARENT_DIED_FLAG
 
     def kill_when_running():
         deadline = time.monotonic() + 120

@@ -10,7 +10,7 @@ from coursekit.distributed import run_workers
 
 pytestmark = pytest.mark.module4
 
-WORKERS = "coursekit.zero_no_sync_workers"
+WORKERS = "coursekit.workers.zero_no_sync"
 ACCUM_STEPS = 4
 
 

@@ -3,15 +3,11 @@
 from coursekit.checks import (  # noqa: F401, I001  (importing registers, in this order)
     module00,
     module01,
-    module02_scaling,
-    module02_scaling_ranks,
-    module02_steps,
-    module02_bf16,
+    module02,
     module03,
     module04,
     module05,
-    module06_noise,
-    module06_scaling,
+    module06,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of

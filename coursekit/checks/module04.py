@@ -23,9 +23,9 @@ from coursekit.checks.question import Failure, Question, number_list, relative_g
 from coursekit.checks.registry import register
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import CollectiveCounter, ensure_single_process_group
-from coursekit.distributed_workers import reference_ddp_window
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_mlp
+from coursekit.workers.distributed import reference_ddp_window
 from coursekit.zero import resolve_batch_config, zero_bytes_per_device
 
 MODULE = "04_distributed"

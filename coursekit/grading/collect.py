@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coursekit.course import MODULES
-from coursekit.grading.exports import file_stem
 from coursekit.grading.packed import PACKED_SUFFIX
+from coursekit.grading.records.exports import file_stem
 from coursekit.grading.text import for_terminal, lossless
 
 

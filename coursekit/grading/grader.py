@@ -32,7 +32,7 @@ from coursekit.checks import QUESTIONS, questions_of
 from coursekit.checks.question import Failure
 from coursekit.grading.handin import HandIn, HandInError, read_hand_in
 from coursekit.grading.judging import as_dict, judge_question, task_outputs
-from coursekit.grading.sandbox import (
+from coursekit.grading.sandbox.driver import (
     Limits,
     Options,
     SandboxSetupError,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from coursekit.checks.question import Failure, Question
-from coursekit.grading.channel import parse_outputs
+from coursekit.grading.sandbox.channel import parse_outputs
 
 MESSAGE_CHARS = 600  # feedback comes partly from a hand-in's outputs: keep it short
 

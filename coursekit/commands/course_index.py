@@ -1,0 +1,167 @@
+"""The course index: every module, its exercises, and which of them pass their public checks.
+
+Progress is read from what the student's notebooks show, as saved: the verdict each
+``check(...)`` cell printed the last time it ran. Nothing is executed and no state is kept
+elsewhere, so the index can never disagree with the notebooks the student sees and hands in
+(and a notebook not yet saved shows its previous state, which the index says).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from coursekit.authoring.markup import question_name
+from coursekit.course import MODULES, Module
+from coursekit.grading.submission import NOT_RUN, saved_checks
+
+INDEX_NOTEBOOK = "index.ipynb"
+
+
+def exercise_questions(path: Path) -> list[str]:
+    """The graded questions of a notebook, in order, from its ``# Question: NAME`` cells
+    (none when the file is not a readable notebook)."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [name for cell in cells if isinstance(cell, dict) and (name := _question(cell))]
+
+
+def _question(cell: dict) -> str | None:
+    try:
+        return question_name(cell)
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+@dataclass
+class ModuleProgress:
+    """One module as the student's copy shows it."""
+
+    module: Module
+    notebook: Path | None  # the student's copy; None before it exists
+    questions: list[str]
+    verdicts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> int:
+        return sum(self.verdicts.get(q) == "passed" for q in self.questions)
+
+    def status(self, question: str) -> str:
+        return self.verdicts.get(question, NOT_RUN)
+
+
+def course_progress(root: Path, work: Path) -> list[ModuleProgress]:
+    """Progress of every module: questions from ``root/exercises``, verdicts from ``work``."""
+    rows = []
+    for module in MODULES:
+        exercise = root / "exercises" / f"{module.name}.ipynb"
+        questions = exercise_questions(exercise) if exercise.exists() else []
+        copy = work / f"{module.name}.ipynb"
+        verdicts = {}
+        if copy.exists():
+            try:
+                saved = saved_checks(json.loads(copy.read_text(encoding="utf-8")))
+                verdicts = {q: status for q, status in saved.items() if status != NOT_RUN}
+            except (OSError, ValueError):
+                verdicts = {}  # a notebook being written, or damaged: shown as not run
+        rows.append(ModuleProgress(module, copy if copy.exists() else None, questions, verdicts))
+    return rows
+
+
+def summary_lines(rows: list[ModuleProgress]) -> list[str]:
+    """One plain-text line per module, for the terminal ``coursekit start`` runs in."""
+    lines = []
+    for row in rows:
+        number = row.module.name[:2]
+        if not row.questions:
+            state = "no graded exercises"
+        else:
+            state = f"{row.passed} of {len(row.questions)} exercises pass their checks"
+        lines.append(f"  {number} {row.module.title:52} {state}")
+    return lines
+
+
+# Coloured squares drawn with CSS: emoji are missing from many machines' fonts.
+_COLOUR = {
+    "passed": "#2e7d32",
+    "failed": "#c62828",
+    "error": "#c62828",
+    "not attempted": "#bdbdbd",
+    "not run": "#bdbdbd",
+}
+
+
+def _mark(status: str, title: str = "") -> str:
+    return (
+        f'<span title="{html.escape(title)}" style="display:inline-block;width:0.9em;'
+        f'height:0.9em;margin-right:2px;border-radius:2px;background:{_COLOUR[status]}">'
+        "</span>"
+    )
+
+
+def index_html(rows: list[ModuleProgress]) -> str:
+    """The index as an HTML table: module (a link to the notebook), time, exercises."""
+    body = []
+    for row in rows:
+        name = html.escape(row.module.name)
+        link = f'<a href="{name}.ipynb">{html.escape(row.module.title)}</a>'
+        marks = "".join(_mark(row.status(q), f"{q}: {row.status(q)}") for q in row.questions)
+        score = f"{row.passed} / {len(row.questions)}" if row.questions else "no exercises"
+        body.append(
+            f"<tr><td>{name[:2]}</td><td>{link}<br><small>{html.escape(row.module.learn)}"
+            f'</small></td><td style="white-space:nowrap">{row.module.minutes} min</td>'
+            f'<td style="white-space:nowrap">{marks}</td><td style="white-space:nowrap">{score}'
+            "</td></tr>"
+        )
+    return (
+        '<table style="text-align:left"><thead><tr><th></th><th>Module</th><th>Time</th>'
+        "<th>Exercises</th><th>Passed</th></tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table><p><small>"
+        + f"{_mark('passed')} passes its public checks {_mark('failed')} fails them "
+        + f"{_mark('not run')} not attempted or not run yet, as your notebooks were last saved "
+        "(hover over a square for its exercise). Hidden tests run when your notebook is graded."
+        "</small></p>"
+    )
+
+
+def show_index(root: str | Path = "..", work: str | Path = ".") -> None:
+    """Display the index in a notebook (the landing notebook's one code cell calls this)."""
+    from IPython.display import HTML, display
+
+    display(HTML(index_html(course_progress(Path(root), Path(work)))))
+
+
+def index_notebook() -> nbformat.NotebookNode:
+    """The landing notebook: a welcome, how to work, and a cell that shows progress."""
+    intro = nbformat.v4.new_markdown_cell(
+        "# Gradient accumulation, hands-on\n\n"
+        "Start with module 0 and go in order: each module builds on the one before. In each "
+        "notebook, fill in every `raise NotImplementedError`, run the cell, then the "
+        "`check(...)` below it. Run the cell below (Shift+Enter) to see which exercises pass; "
+        "save your notebooks (Ctrl+S) so it sees your latest results."
+    )
+    progress = nbformat.v4.new_code_cell(
+        'from coursekit.commands.course_index import show_index\n\nshow_index(root="..", work=".")'
+    )
+    intro["id"], progress["id"] = "index-intro", "index-progress"
+    notebook = nbformat.v4.new_notebook(cells=[intro, progress])
+    notebook.metadata["kernelspec"] = {
+        "display_name": "Python 3",
+        "language": "python",
+        "name": "python3",
+    }
+    return notebook
+
+
+def write_index(work: Path) -> Path:
+    """Write (or refresh) the landing notebook in ``work``; it holds no student work."""
+    path = work / INDEX_NOTEBOOK
+    nbformat.write(index_notebook(), path)
+    return path

@@ -1,0 +1,163 @@
+"""The instructor's commands after grading: export, certificate, verify.
+
+Whatever they print that a hand-in or a page could shape (a student's name, a file name, a
+certificate's fields) goes through :func:`~coursekit.grading.text.for_terminal`. An export
+that had to escape a name (a control, bidirectional or invisible character) names it once on
+the terminal, and says so when two students' names would read the same once escaped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from coursekit.checks import questions_of
+from coursekit.course import MODULES, TITLE
+from coursekit.grading.records import certificates, exports
+from coursekit.grading.records.gradebook import Gradebook
+from coursekit.grading.records.keys import load_or_create_key
+from coursekit.grading.text import for_terminal, shown_differently
+
+_HIDDEN = "control, bidirectional or invisible characters"
+
+
+def warn_about_names(command: str, names, look_alike_consequence: str) -> list[list[str]]:
+    """Print :func:`~coursekit.grading.records.exports.name_warnings` on stderr; return the
+    groups of look-alike names (as stored)."""
+    lines, groups = exports.name_warnings(names, look_alike_consequence)
+    for line in lines:
+        print(f"coursekit {command}: warning: {line}", file=sys.stderr)
+    return groups
+
+
+def _quoted(name: str) -> str:
+    return f"'{for_terminal(name)}'"
+
+
+def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> int:
+    if not gradebook.exists():
+        shown = for_terminal(gradebook)
+        print(f"coursekit export: no gradebook at {shown}; grade first.", file=sys.stderr)
+        return 2
+    with Gradebook(gradebook) as book:
+        grades = book.current_grades(assignment)
+    if not grades:
+        print("coursekit export: the gradebook holds no grades for that.", file=sys.stderr)
+        return 2
+    names = sorted({g.student for g in grades})
+    if fmt == "csv":
+        target = out if out.suffix == ".csv" else out / "grades.csv"
+        alike = warn_about_names(
+            "export", names, "their rows are written, but cannot be told apart by name."
+        )
+        print(f"wrote {for_terminal(exports.write_csv(grades, target))}")
+        return 1 if alike else 0
+    if fmt == "lms":
+        target = out if out.suffix == ".csv" else out / "grades-lms.csv"
+        rows = (
+            [(g.student, g.score, g.max_score) for g in grades]
+            if assignment
+            else course_totals(grades)
+        )
+        alike = warn_about_names(
+            "export",
+            names,
+            "not written (a grade import would give both grades to one name): rename one "
+            "hand-in and grade again.",
+        )
+        left_out = {name for group in alike for name in group}
+        rows = [row for row in rows if row[0] not in left_out]
+        written = exports.write_lms_csv(rows, target)
+        print(f"wrote {for_terminal(written)}: {len(rows)} students")
+        return 1 if alike else 0
+    suffix = ".json" if fmt == "gradescope" else ".html"
+    warn_about_names("export", names, "their files are apart, but show the same name.")
+    clashes = exports.clashes(grades, suffix)
+    for clash, _ in clashes:  # never one file for two students: both are left out, and named
+        print(f"coursekit export: not written, {for_terminal(clash)}.", file=sys.stderr)
+    clashing = {name for _, name in clashes}
+    grades = [g for g in grades if exports.export_name(g, suffix).casefold() not in clashing]
+    if fmt == "gradescope":
+        count = len(exports.write_gradescope(grades, out))
+        print(f"wrote {count} results files to {for_terminal(out)}/")
+    else:
+        count = len(exports.write_feedback(grades, out))
+        print(f"wrote {count} feedback pages to {for_terminal(out)}/")
+    return 1 if clashes else 0
+
+
+def _graded_modules() -> tuple[list[str], float]:
+    """(the course's graded modules, their points in all): what a course total counts."""
+    graded = [m.name for m in MODULES if questions_of(m.name)]
+    return graded, float(sum(sum(q.points for q in questions_of(a)) for a in graded))
+
+
+def course_score(book: Gradebook, student: str) -> tuple[float, float, list[str]]:
+    """(score, max score, missing assignments) over every graded module of the course."""
+    graded, maximum = _graded_modules()
+    current = {g.assignment: g for g in book.current_grades() if g.student == student}
+    score = sum(current[a].score for a in graded if a in current)
+    return score, maximum, [a for a in graded if a not in current]
+
+
+def course_totals(grades: list) -> list[tuple[str, float, float]]:
+    """(student, score, out of) for each student in ``grades``, totalled as certificates are:
+    every graded module counts, one not handed in as 0, and grades of other assignments not."""
+    graded, maximum = _graded_modules()
+    totals: dict[str, float] = {}
+    for grade in grades:
+        counted = grade.score if grade.assignment in graded else 0.0
+        totals[grade.student] = totals.get(grade.student, 0.0) + counted
+    return [(student, score, maximum) for student, score in totals.items()]
+
+
+def run_certificate(
+    gradebook: Path, student: str, pass_percent: float, out: Path | None, key_path: Path | None
+) -> int:
+    if not gradebook.exists():
+        shown = for_terminal(gradebook)
+        print(f"coursekit certificate: no gradebook at {shown}.", file=sys.stderr)
+        return 2
+    with Gradebook(gradebook) as book:
+        score, maximum, missing = course_score(book, student)
+    percent = 100 * score / maximum if maximum else 0.0
+    if percent < pass_percent:
+        extra = f" Not yet graded: {', '.join(missing)}." if missing else ""
+        print(
+            f"coursekit certificate: {for_terminal(student)} has {score:g} of {maximum:g} points "
+            f"({percent:.1f}%), below the pass mark of {pass_percent:g}%.{extra}",
+            file=sys.stderr,
+        )
+        return 1
+    page, fields = certificates.issue(student, TITLE, percent, load_or_create_key(key_path))
+    target = out or Path(f"certificate-{exports.file_stem(student)}.html")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(page, encoding="utf-8", newline="")  # the bytes signed, on every system
+    print(
+        f"wrote {for_terminal(target)}: {for_terminal(student)}, {fields['score']}, "
+        f"ID {fields['id']}"
+    )
+    if shown_differently(student):
+        print(
+            f"coursekit certificate: warning: the name {_quoted(student)} holds {_HIDDEN} "
+            "(escaped here); the certificate shows and signs it as given.",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def run_verify(page_path: Path, key_path: Path | None) -> int:
+    try:
+        with open(page_path, encoding="utf-8", newline="") as handle:  # no newline translation
+            page = handle.read()
+    except (OSError, UnicodeDecodeError):
+        shown = for_terminal(page_path)
+        print(f"coursekit verify: cannot read {shown} as a text file.", file=sys.stderr)
+        return 2
+    verdict = certificates.verify(page, load_or_create_key(key_path))
+    if verdict.genuine:
+        f = {name: for_terminal(value) for name, value in verdict.fields.items()}
+        print(f"Genuine: {f['name']}, {f['course']}, {f['score']}, {f['date']}, ID {f['id']}.")
+        return 0
+    print(f"NOT genuine: {for_terminal(verdict.reason)}.")
+    return 1

@@ -1,0 +1,281 @@
+"""The harness, sealed: what the grading code in a hand-in's process runs, recorded before any
+hand-in code runs, and compared after the cells and after every test.
+
+A question's ``run`` (the harness) calls the student's function inside the hand-in's own
+process, so a hand-in can change what the harness runs. :func:`seal` records, in the warm
+parent (once, before any hand-in is forked), every object the harness can reach by name:
+coursekit's modules (every global), their classes (every member), the question registry and
+each question's state and class; torch's main modules, numpy and a few standard modules
+(builtins, json, math...) with their public functions and classes' methods; for each plain
+function among those, its code, defaults, keyword defaults and closure's contents; and the
+import hooks (``sys.meta_path``, ``sys.path_hooks``). :func:`changes` names each difference:
+a function replaced, its ``__code__`` or defaults swapped, a method or a question's class
+replaced, a name added where it shadows one, an import hook added. In coursekit and the
+builtins every change counts; in torch, numpy and the standard library a replacement counts
+unless its code is all library code (:mod:`coursekit.grading.sandbox.provenance`: decided from code
+objects and file text, never from a file name a hand-in chose), since libraries patch torch
+too. Python's own additions (a module's warning registry, a class's ``__slotnames__`` that
+``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every
+object it recorded, so no replacement can take a recorded one's address.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+
+WATCHED_MODULES = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.init",
+    "torch.nn.utils",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch.optim.lr_scheduler",
+    "torch.autograd",
+    "torch.amp",
+    "torch.func",
+    "torch.utils.checkpoint",
+    "torch.distributed",
+    "torch.testing",
+    "numpy",
+    "numpy.testing",
+    "builtins",
+    "os",
+    "signal",
+    "struct",
+    "select",
+    "resource",
+    "json",
+    "math",
+    "random",
+    "operator",
+    "functools",
+    "copy",
+)
+_DUNDERS = ("__init__", "__call__", "__getattr__", "__getattribute__", "__setattr__")
+_DESCRIPTORS = (staticmethod, classmethod, property)
+_MISSING = object()
+
+
+@dataclass
+class Seal:
+    """What :func:`changes` compares against (built by :func:`seal`)."""
+
+    # (where, namespace, key, object, strict): strict where any replacement counts
+    entries: list = field(default_factory=list)
+    # (where, namespace, names, strict): namespaces where a new name would shadow another
+    names: list = field(default_factory=list)
+    # (where, function, code, defaults, keyword defaults, closure contents)
+    functions: list = field(default_factory=list)
+    # (where, object, class)
+    classes: list = field(default_factory=list)
+    hooks: dict = field(default_factory=dict)  # "meta_path" / "path_hooks" -> tuple
+    modules: frozenset = frozenset()  # coursekit's modules sealed
+
+
+def watched_names() -> list[str]:
+    ours = [n for n in sys.modules if n == "coursekit" or n.startswith("coursekit.")]
+    return sorted({*ours, *(m for m in WATCHED_MODULES if m in sys.modules)})
+
+
+def seal() -> Seal:
+    """Record what the harness can reach (see the module's docstring)."""
+    found = Seal()
+    names = watched_names()
+    found.modules = frozenset(n for n in names if n.startswith("coursekit"))
+    for name in names:
+        found.entries.append(("sys.modules", sys.modules, name, sys.modules[name], True))
+    seen: set[int] = set()  # classes and registries: each is recorded once
+    for module_name in names:
+        _seal_module(found, module_name, seen)
+    _seal_functions(found)
+    found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
+    return found
+
+
+def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
+    namespace = vars(sys.modules[module_name])
+    ours = module_name.startswith("coursekit")
+    strict = ours or module_name == "builtins"
+    if ours:  # a new global there shadows a builtin for coursekit's own code
+        found.names.append((module_name, namespace, frozenset(namespace), True))
+    for name, value in list(namespace.items()):
+        if not ours and (name.startswith("_") or not callable(value)):
+            continue
+        found.entries.append((f"{module_name}.{name}", namespace, name, value, strict))
+        if not (isinstance(value, type) and _same_package(value, module_name)):
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        members = vars(value)
+        found.names.append((f"{module_name}.{name}", members, frozenset(members), ours))
+        for attribute, member in list(members.items()):
+            if ours or (
+                (callable(member) or isinstance(member, _DESCRIPTORS))
+                and (not attribute.startswith("__") or attribute in _DUNDERS)
+            ):
+                where = f"{module_name}.{name}.{attribute}"
+                found.entries.append((where, members, attribute, member, ours))
+    registry = namespace.get("QUESTIONS") if ours else None
+    if isinstance(registry, dict) and id(registry) not in seen:
+        seen.add(id(registry))
+        for key, question in list(registry.items()):
+            found.entries.append(
+                (f"{module_name}.QUESTIONS[{key!r}]", registry, key, question, True)
+            )
+            state = vars(question)
+            found.names.append((f"QUESTIONS[{key!r}]", state, frozenset(state), True))
+            found.classes.append((f"QUESTIONS[{key!r}].__class__", question, type(question)))
+            for attribute, member in list(state.items()):
+                where = f"QUESTIONS[{key!r}].{attribute}"
+                found.entries.append((where, state, attribute, member, True))
+
+
+def _seal_functions(found: Seal) -> None:
+    """Each plain function among the entries (and those that methods, properties and static
+    or class methods wrap): what it runs, to compare by identity."""
+    seen: set[int] = set()
+    for where, _, _, value, _ in found.entries:
+        inner = [value, getattr(value, "__func__", None)]
+        if isinstance(value, property):
+            inner += [value.fget, value.fset, value.fdel]
+        for item in inner:
+            if isinstance(item, types.FunctionType) and id(item) not in seen:
+                seen.add(id(item))
+                found.functions.append((f"the code of {where}", item, *_state_of(item)))
+
+
+def _state_of(function) -> tuple:
+    """(code, defaults, keyword defaults, closure contents) of a function."""
+    cells = []
+    for cell in function.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(_MISSING)
+    return function.__code__, function.__defaults__, function.__kwdefaults__, tuple(cells)
+
+
+def _same_package(cls: type, module_name: str) -> bool:
+    return str(getattr(cls, "__module__", "")).split(".")[0] == module_name.split(".")[0]
+
+
+def changes(sealed: Seal, provenance=None) -> list[str]:
+    """Where the harness differs from ``sealed`` (see the module's docstring)."""
+    found = []
+    for where, namespace, key, value, strict in sealed.entries:
+        now = namespace.get(key, _MISSING)
+        if now is not value and (strict or not library_value(now, provenance)):
+            found.append(where)
+    for where, function, code, defaults, kwdefaults, cells in sealed.functions:
+        if (
+            function.__code__ is not code
+            or function.__defaults__ is not defaults
+            or function.__kwdefaults__ is not kwdefaults
+            or _changed_cells(function, cells)
+        ):
+            found.append(where)
+    for where, holder, cls in sealed.classes:
+        if type(holder) is not cls:
+            found.append(where)
+    for where, namespace, names, strict in sealed.names:
+        if len(namespace) == len(names) and namespace.keys() == names:
+            continue
+        for added in sorted(namespace.keys() - names, key=str):
+            now = namespace.get(added)
+            if _expected_addition(namespace, added):
+                continue
+            if strict or not library_value(now, provenance):
+                found.append(f"{where}.{added}")
+    for key, hooks in sealed.hooks.items():
+        now = tuple(getattr(sys, key))
+        if len(now) != len(hooks) or any(a is not b for a, b in zip(now, hooks, strict=False)):
+            added = [h for h in now if not any(h is v for v in hooks)]
+            if len(now) < len(hooks) or not all(library_value(h, provenance) for h in added):
+                found.append(f"sys.{key}")
+    if provenance is not None:
+        for name in watched_names():
+            if name.startswith("coursekit") and name not in sealed.modules:
+                found += _foreign_code(name, provenance)
+    return found
+
+
+def _changed_cells(function, cells: tuple) -> bool:
+    closure = function.__closure__ or ()
+    if len(closure) != len(cells):
+        return True
+    for cell, value in zip(closure, cells, strict=True):
+        try:
+            if cell.cell_contents is not value:
+                return True
+        except ValueError:
+            if value is not _MISSING:
+                return True
+    return False
+
+
+def library_value(value, provenance) -> bool:
+    """Could this replacement in torch or the standard library be a library's own doing?
+    Libraries patch torch too (Lightning wraps ``torch.compile`` on import), so a value
+    whose code is all library code (:mod:`coursekit.grading.sandbox.provenance`) passes, a module
+    too; data where there was a function, or a callable with no code of its own, does not."""
+    if isinstance(value, type(sys)):
+        return True
+    if provenance is None:
+        return True
+    codes = codes_of(value)
+    return bool(codes) and all(provenance.is_library(code) for code in codes)
+
+
+def codes_of(value) -> list:
+    """The code a callable runs: its own, a method's or ``partial``'s target's, and, for an
+    object of a class that is not a builtin, its class's methods (a callable object of a
+    class the notebook defined is the notebook's doing)."""
+    items = [value]
+    for attribute in ("__func__", "func", "__wrapped__"):
+        inner = getattr(value, attribute, None)
+        if callable(inner):
+            items.append(inner)
+    plain = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)
+    if not isinstance(value, plain) and type(value).__module__ not in ("builtins", "functools"):
+        items += [m for m in vars(type(value)).values() if isinstance(m, types.FunctionType)]
+    return [item.__code__ for item in items if hasattr(item, "__code__")]
+
+
+def _expected_addition(namespace, name) -> bool:
+    value = namespace.get(name)
+    if isinstance(value, type(sys)):
+        return True
+    if name == "__warningregistry__" and isinstance(value, dict):  # made by warnings.warn
+        return True
+    if name == "__slotnames__" and isinstance(value, list):  # copyreg's cache, on a copy
+        return all(isinstance(item, str) for item in value)
+    exports = namespace.get("_EXPORTS") if "__path__" in namespace else None
+    if isinstance(exports, dict) and isinstance(exports.get(name), str):
+        source = sys.modules.get(exports[name])
+        return source is not None and vars(source).get(name, _MISSING) is value
+    return False
+
+
+def _foreign_code(module_name: str, provenance) -> list[str]:
+    """``module.name`` (or ``module.Class.name``) for functions of a coursekit module imported
+    since the seal whose code is not library code (:mod:`coursekit.grading.sandbox.provenance`).
+    Code named ``<string>`` is passed over: ``dataclasses`` and ``namedtuple`` make methods
+    that way, with no file to check them against. (Such a module is no part of the harness,
+    which is sealed whole; this only names a notebook's code planted in coursekit.)"""
+    found = []
+    for name, value in list(vars(sys.modules[module_name]).items()):
+        members = list(vars(value).items()) if isinstance(value, type) else []
+        for label, item in [(name, value), *((f"{name}.{m}", v) for m, v in members)]:
+            code = getattr(item, "__code__", None)
+            if (
+                isinstance(code, types.CodeType)
+                and code.co_filename != "<string>"
+                and not provenance.is_library(code)
+            ):
+                found.append(f"{module_name}.{label}")
+    return found

@@ -1,0 +1,384 @@
+"""Seeing, from inside a hand-in's process, code that reaches into the grader's machinery.
+
+A hand-in runs in the same process as the runner that calls its functions and records
+their outputs, so code written against coursekit's grader can, with enough effort, change
+what the runner records for its own functions. This module cannot prevent that; it makes
+it visible, with instruments installed before the first cell runs:
+
+- an audit hook (PEP 578; it cannot be removed from Python) that reports, the moment they
+  happen, what reaches into the running program from the notebook's own code (``gc``,
+  frames, tracing, ``ctypes``, code made from bytes or under a library's file name, class
+  attributes of coursekit, torch or numpy), and, whoever does it, changes to the code or
+  defaults of library functions and code compiled under a library file's name with other
+  text. Whose code raised an event is decided by :mod:`coursekit.grading.sandbox.provenance`, from
+  code objects and file text, never from the file name a code object claims;
+- tripwires on coursekit's own answers (the library function of a question's name, the
+  check's ``reference()``): a call from the notebook's code while the tests run is reported.
+
+:mod:`coursekit.grading.sandbox.harness_seal` records and compares what the harness can reach.
+Reports go out at once, as frames on the grader's channel, so a hand-in cannot take one back.
+No instrument is complete (a hand-in can still obtain a frame in ways Python does not audit,
+such as a signal handler's argument): a flag is a reason for an instructor to read a
+notebook, and no flag is no proof.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import types
+from collections.abc import Callable
+
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+_CODE_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_ALWAYS = frozenset(
+    {
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys._getframe",
+        "sys._current_frames",
+        "sys.settrace",
+        "sys.setprofile",
+    }
+)
+# Standard-library helpers that hand their caller's request on: look past them.
+MAX_REPORTS = 20
+
+
+def _reopens_a_descriptor(path) -> bool:
+    """``/proc/<pid>/fd/N`` or ``/dev/fd/N``: a new handle on an open file, such as the
+    grader's channel, that the seccomp filter's pin on its numbers does not cover."""
+    text = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+    return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
+
+
+def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], provenance) -> None:
+    """Report (at most :data:`MAX_REPORTS` distinct) suspicious events of notebook code.
+
+    ``provenance`` (:class:`coursekit.grading.sandbox.provenance.Provenance`) says which code is the
+    libraries' own from what a hand-in cannot forge: code compiled under ``torch.__file__``,
+    or made from bytes, is still the notebook's. An event that reaches into the running
+    program (frames, ``gc``, ``ctypes``, tracing, new audit hooks, code made from bytes or
+    under a library file's name, class attributes of coursekit, torch or numpy) counts when
+    the code that raised it is the notebook's, looking past the library modules that pass a
+    caller's request on or hand frames back to it (:data:`HELPER_MODULES`). Changing the
+    code, defaults or keyword defaults of a library function counts whoever does it, and so
+    does compiling code under a library file's name with other text than the file's.
+    """
+    getframe = sys._getframe
+    import _thread
+    import os
+
+    get_ident = _thread.get_ident
+    is_library = provenance.is_library
+    trusted_file = provenance.is_trusted_file
+    source_matches = provenance.source_matches
+    helpers = _helper_codes()
+    busy: set[int] = set()
+    sent: set[str] = set()
+    debug = os.environ.get("COURSEKIT_AUDIT_DEBUG") == "1"
+
+    def by_notebook(depth: int) -> bool:
+        """Whether the code that raised the event (past helpers) is the notebook's."""
+        frame = getframe(depth)
+        while frame is not None and (
+            frame.f_code.co_filename.startswith("<frozen importlib") or frame.f_code in helpers
+        ):
+            frame = frame.f_back
+        return frame is not None and not is_library(frame.f_code)
+
+    def classify(event: str, args: tuple) -> tuple[str | None, bool]:
+        """(what to report, whether only when the notebook's code raised it)."""
+        if event in _ALWAYS or event.startswith("ctypes."):
+            what = f"it called {event}" if not event.startswith("ctypes.") else "it used ctypes"
+            return what, True
+        if event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
+            return f"it read a {args[1]} (a frame of the running program)", True
+        if event == "object.__setattr__" and len(args) == 3:
+            target, name = args[0], args[1]
+            if name in _CODE_ATTRIBUTES and is_library(getattr(target, "__code__", None)):
+                module = getattr(target, "__module__", "?")
+                return (
+                    f"it changed {name} of {module}.{getattr(target, '__qualname__', '?')}",
+                    False,
+                )
+            module = str(getattr(target, "__module__", ""))
+            if isinstance(target, type) and module.startswith(_WATCHED_PACKAGES):
+                return f"it changed {module}.{target.__qualname__}.{name}", True
+            owner = type(target)
+            if name == "__class__" and str(owner.__module__).startswith(_WATCHED_PACKAGES):
+                return f"it changed the class of a {owner.__module__}.{owner.__qualname__}", True
+            return None, True
+        if event == "compile" and len(args) == 2 and trusted_file(args[1]):
+            if not source_matches(args[0], args[1]):
+                return f"it compiled code under a library's file name ({args[1]})", False
+            return None, True
+        if event == "code.__new__" and len(args) >= 2 and trusted_file(args[1]):
+            return f"it made a code object under a library's file name ({args[1]})", True
+        if event in _CODE_FROM_BYTES:
+            if _from_a_trusted_pyc(getframe(2), args, trusted_file):  # 0 classify, 1 hook
+                return None, True
+            return f"it made code from bytes ({event})", True
+        if event == "os.exec":
+            return "it replaced its process with another program (os.exec)", True
+        if event == "open" and args and _reopens_a_descriptor(args[0]):
+            return "it opened an open file again through /proc or /dev/fd", True
+        return None, True
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in _EVENTS and not event.startswith("ctypes."):
+            return
+        me = get_ident()
+        if me in busy or len(sent) >= MAX_REPORTS:
+            return
+        busy.add(me)
+        try:
+            what, only_notebook = classify(event, args)
+            # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
+            if what and what not in sent and (not only_notebook or by_notebook(2)):
+                sent.add(what)
+                if debug:
+                    _print_chain(what, getframe(1))
+                report(what)
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
+
+
+# Library modules whose functions pass their caller's request on (inspect.currentframe,
+# ctypes' wrappers, code and codeop's compile) or hand frames back to it (traceback's
+# walkers, logging.currentframe, IPython's frame helpers, the debuggers): an event raised
+# inside them is judged by the code that called them. A library function elsewhere that
+# hands a frame back is not known here: its caller goes unflagged (a limit, documented).
+HELPER_MODULES = (
+    "inspect",
+    "ctypes",
+    "traceback.walk_tb",
+    "traceback.walk_stack",
+    "traceback._walk_tb_with_full_positions",
+    "logging.currentframe",
+    "code",
+    "codeop",
+    "importlib",
+    "importlib.util",
+    "importlib.abc",
+    "importlib.machinery",
+    "pdb",
+    "bdb",
+    "cgitb",
+    "faulthandler",
+    "tracemalloc",
+    "IPython.utils.frame",
+    "IPython.core.debugger",
+    "stack_data",
+    "executing",
+)
+
+
+def _helper_codes() -> frozenset:
+    """The code objects of :data:`HELPER_MODULES`' functions (and their classes' methods),
+    taken once, in the warm parent (:func:`warm_up`), before any hand-in code runs."""
+    global _HELPERS
+    if _HELPERS is not None:
+        return _HELPERS
+    import importlib
+
+    codes: set = set()
+    seen: set[int] = set()
+    for name in HELPER_MODULES:
+        try:
+            module = importlib.import_module(name)
+            stack = list(vars(module).values())
+        except ImportError:  # a function of a module, or a module not installed here
+            module_name, _, attribute = name.rpartition(".")
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            stack = [getattr(module, attribute, None)]
+        home = getattr(module, "__file__", None)
+        while stack:
+            item = stack.pop()
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, type) and str(getattr(item, "__module__", "")) == name:
+                stack += list(vars(item).values())
+                continue
+            item = getattr(item, "__func__", item)
+            code = getattr(item, "__code__", None)
+            if isinstance(code, types.CodeType) and code.co_filename == home:  # not imported
+                nested = [code]
+                while nested:
+                    one = nested.pop()
+                    codes.add(one)
+                    nested += [c for c in one.co_consts if isinstance(c, types.CodeType)]
+    _HELPERS = frozenset(codes)
+    return _HELPERS
+
+
+_HELPERS: frozenset | None = None
+
+
+def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
+    """Whether ``marshal.loads`` is importlib reading a trusted ``.pyc`` file's own bytes.
+
+    ``frame`` raised the event: importlib's ``_compile_bytecode``, whose ``bytecode_path``
+    names the file; the bytes must be that file's (past its 16-byte header), as on disk."""
+    if frame is None or frame.f_code.co_name != "_compile_bytecode" or not args:
+        return False
+    if not frame.f_code.co_filename.startswith("<frozen importlib"):
+        return False
+    path = frame.f_locals.get("bytecode_path")
+    if not isinstance(path, str) or not trusted_file(path):
+        return False
+    try:
+        with open(path, "rb") as handle:
+            on_disk = handle.read()
+        return bytes(args[0]) == on_disk[16:]
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def _print_chain(what: str, frame) -> None:
+    """For developers (COURSEKIT_AUDIT_DEBUG=1): the stack behind a flag, on the output."""
+    lines = []
+    while frame is not None and len(lines) < 30:
+        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        frame = frame.f_back
+    print(f"AUDIT {what}\n" + "\n".join(lines))
+
+
+_WATCHED_PACKAGES = ("coursekit", "torch", "numpy")
+_CODE_FROM_BYTES = frozenset({"marshal.loads", "marshal.load"})
+_EVENTS = frozenset(
+    {
+        *_ALWAYS,
+        *_CODE_FROM_BYTES,
+        "object.__getattr__",
+        "object.__setattr__",
+        "compile",
+        "code.__new__",
+        "os.exec",
+        "open",
+    }
+)
+
+
+def warm_up() -> None:
+    """Let torch make the changes it makes to itself on first use, before :func:`snapshot`.
+
+    Creating an optimizer imports ``torch._dynamo``, which wraps ``torch.manual_seed``, and
+    wraps its class's ``step`` in a profiling hook (once per class).
+    """
+    import torch
+
+    _helper_codes()
+    parameter = torch.nn.Parameter(torch.zeros(1))
+    for name in dir(torch.optim):
+        cls = getattr(torch.optim, name)
+        if isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer):
+            try:
+                cls([parameter], lr=0.01)
+            except Exception:  # an optimizer that wants other arguments: nothing to warm
+                continue
+
+
+def install_tripwires(questions: dict, reporter: list, provenance):
+    """Wrap coursekit's own answers to each question: the library function of the same name
+    (``coursekit.training.train_accumulated``...) and the check's ``reference()``. Once the
+    returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
+    them is reported (to ``reporter[0]``, set by the hand-in's process): its function hands
+    in coursekit's answer. Calls from coursekit's own code, and calls while the cells run
+    (demonstrations), are not. Installed in the warm parent, before the harness is sealed
+    (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are what the seal records."""
+
+    getframe = sys._getframe
+    is_library = provenance.is_library
+    armed: list[bool] = []
+    wrappers: dict[int, Callable] = {}
+
+    def wrap(function, question: str, where: str):
+        if id(function) in wrappers:
+            return wrappers[id(function)]
+
+        @functools.wraps(function)
+        def tripwire(*args, **kwargs):
+            if armed and reporter and not is_library(getframe(1).f_code):
+                reporter[0](f"its {question} called coursekit's own answer ({where})")
+            return function(*args, **kwargs)
+
+        del tripwire.__wrapped__  # no plain path back to the unwatched function
+        wrappers[id(function)] = tripwire
+        return tripwire
+
+    skip = ("coursekit.grading", "coursekit.authoring")
+    modules = [
+        (name, module)
+        for name, module in list(sys.modules.items())
+        if (name == "coursekit" or name.startswith("coursekit.")) and not name.startswith(skip)
+    ]
+    for question_name, question in questions.items():
+        for _, module in modules:
+            function = vars(module).get(question_name)
+            if isinstance(function, types.FunctionType) and str(function.__module__).startswith(
+                "coursekit"
+            ):
+                where = f"{function.__module__}.{question_name}"
+                setattr(module, question_name, wrap(function, question_name, where))
+        try:
+            reference = question.reference()
+        except Exception:  # a question without a reference here: nothing to wrap
+            continue
+        if callable(reference):
+            wrapped = wrap(reference, question_name, f"the check's reference for {question_name}")
+            question.reference = lambda wrapped=wrapped: wrapped
+
+    def arm() -> bool:
+        """Arm the tripwires (once) and say whether they are as they were left: the wrappers'
+        closures can be read, so a hand-in could disarm them or take their reporter away."""
+        intact = bool(armed) == bool(calls) and len(reporter) == 1
+        if not armed:
+            armed.append(True)
+        calls.append(True)
+        return intact
+
+    calls: list[bool] = []  # arm() calls so far: armed must stay armed after the first
+    return arm
+
+
+def coursekit_function(fn, provenance) -> str | None:
+    """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's):
+    a hand-in whose answer *is* coursekit's implementation, imported under its name."""
+    target = fn
+    while isinstance(target, functools.partial):  # partial(coursekit.train_accumulated)
+        target = target.func
+    target = getattr(target, "__wrapped__", target)
+    code = getattr(target, "__code__", None)
+    module = str(getattr(target, "__module__", ""))
+    if code is None or not module.startswith("coursekit"):
+        return None
+    if not provenance.is_library(code):
+        return None
+    return f"{module}.{getattr(target, '__qualname__', '?')}"
+
+
+def private_copy(module) -> types.SimpleNamespace:
+    """The module's functions, each re-made over a private copy of the module's globals and
+    of the builtins. A hand-in that later rebinds a name in the module (or in ``builtins``)
+    changes what other code sees, not what these copies run; only the copies' own
+    ``__globals__`` reach the private dict, and getting at them takes a frame or ``gc``,
+    which the audit hook reports first."""
+    import builtins
+
+    namespace = dict(vars(module))
+    namespace["__builtins__"] = dict(vars(builtins))
+    for name, value in list(namespace.items()):
+        if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
+            namespace[name] = types.FunctionType(
+                value.__code__, namespace, value.__name__, value.__defaults__, value.__closure__
+            )
+            namespace[name].__kwdefaults__ = value.__kwdefaults__
+    return types.SimpleNamespace(**namespace)

