@@ -13,8 +13,10 @@ import atexit
 import datetime
 import os
 import pickle
+import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -152,6 +154,9 @@ def ensure_single_process_group() -> None:
 
 
 _STORE_FOLDERS: dict[int, str] = {}
+# coursekit-store-PID-XXXXXXXX, as _store_folder names them, and coursekit-workers-PID-XXXXXXXX,
+# the folder run_workers shares with its processes (mkdtemp's random suffix)
+_STORE_NAME = re.compile(r"coursekit-(?:store|workers)-([0-9]{1,7})-[A-Za-z0-9_]+")
 
 
 def _store_folder() -> str:
@@ -159,10 +164,13 @@ def _store_folder() -> str:
     an importing process may hand its modules to another, e.g. a fork into a sandbox).
 
     Its name carries the process id (``coursekit-store-PID-...``), so a leftover can be traced
-    to its process, and it is removed when the process exits, not left in the temp folder.
+    to its process, and it is removed when the process exits, not left in the temp folder. A
+    process killed outright (SIGKILL) removes nothing: the next one to make a store, or to
+    start workers, removes the folders of processes that are gone (:func:`remove_dead_stores`).
     """
     pid = os.getpid()
     if pid not in _STORE_FOLDERS:
+        remove_dead_stores()
         folder = tempfile.mkdtemp(prefix=f"coursekit-store-{pid}-")
         _STORE_FOLDERS[pid] = folder
 
@@ -172,6 +180,47 @@ def _store_folder() -> str:
 
         atexit.register(remove)
     return _STORE_FOLDERS[pid]
+
+
+def remove_dead_stores(parent: str | None = None) -> list[str]:
+    """Remove the store and workers folders in ``parent`` (the temp folder) of processes that
+    are gone; return what was removed.
+
+    Only what is surely a dead process's own: a name as :func:`_store_folder` makes them, a
+    process id that no process has (one of another user's, alive, answers EPERM and is kept),
+    a real folder (read with ``lstat``: never a symbolic link, and ``rmtree`` follows none)
+    owned by this user, which in the sticky temp folder no one else can swap for another.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(parent or tempfile.gettempdir()))
+    except OSError:
+        return removed
+    for entry in entries:
+        found = _STORE_NAME.fullmatch(entry.name)
+        if found is None or not _no_process(int(found.group(1))):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
+def _no_process(pid: int) -> bool:
+    """Whether no process has the id ``pid`` (signal 0 asks without sending anything)."""
+    if not 0 < pid < 2**22:  # 0 would name this process group; past the kernel's limit: none
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 _TIMEOUT = datetime.timedelta(seconds=120)  # a stuck collective fails in minutes, not 30
@@ -229,10 +278,11 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
             f"worker must name a function in an importable module, as 'package.module.function' "
             f"(spawned processes cannot import a function defined in a notebook); got {worker!r}."
         )
+    remove_dead_stores()  # what killed runs left in the temp folder
     interface = _loopback_if_needed()
     label = f"{world_size} processes: {worker.rpartition('.')[2]}"
     with (
-        tempfile.TemporaryDirectory(prefix="coursekit-workers-") as folder,
+        tempfile.TemporaryDirectory(prefix=f"coursekit-workers-{os.getpid()}-") as folder,
         Progress(world_size, label, enabled=progress) as bar,
     ):
         started = time.perf_counter()

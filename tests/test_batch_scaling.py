@@ -20,7 +20,8 @@ from coursekit.batch_scaling import (
     train_with_plan,
 )
 from coursekit.checks import Status, evaluate
-from coursekit.checks import module06_scaling as checks
+from coursekit.checks.module06.ramp_plan import RampPlan
+from coursekit.checks.module06.scaled_hyperparameters import ScaledHyperparameters
 from coursekit.checks.question import Failure
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
@@ -323,9 +324,7 @@ def test_the_mutation_sets_name_existing_mutants_and_non_textbook_ones_per_quest
 
 
 def _judge(question_name, spec, outputs):
-    question = (
-        checks.ScaledHyperparameters() if question_name == QUESTIONS[0] else checks.RampPlan()
-    )
+    question = ScaledHyperparameters() if question_name == QUESTIONS[0] else RampPlan()
     expected = json.loads(json.dumps(question.run(question.reference(), spec)))
     question.judge(spec, outputs, expected)
 
@@ -365,7 +364,7 @@ def test_a_plan_of_the_wrong_shape_is_refused_with_a_message(outputs):
 
 @pytest.mark.grading
 def test_ramp_plan_reads_any_sequence_types_and_refuses_non_integers():
-    question = checks.RampPlan()
+    question = RampPlan()
     spec = {"total": 10, "micro": 5, "schedule": [[0, 2]]}
     expected = question.run(ramp_plan, spec)
 
@@ -395,7 +394,7 @@ def test_a_mistake_is_not_named_where_two_mistakes_give_the_same_output():
         plan["scales"] = [[1 / 3] * len(w) for w in plan["windows"]]
         return plan
 
-    question = checks.RampPlan()
+    question = RampPlan()
     with pytest.raises(Failure) as failure:
         question.judge(spec, question.run(one_over_n, spec), question.run(ramp_plan, spec))
     assert failure.value.mistake is None and "add up to 1" in failure.value.message

@@ -4,9 +4,11 @@ get it.
 What only a browser shows: each widget renders (no "Error displaying widget"), each module's
 closing quiz appears as options and buttons, and the notebooks run to the end in JupyterLab
 itself with no error output. A screenshot of each notebook is kept in artifacts/browser/ for
-a person to look at. The solutions hold the same widgets and run whole under nbval; set
-``COURSEKIT_BROWSER_SOLUTIONS=1`` to run them here too (under strict checks), for a look at
-their plots.
+a person to look at. The exercises run at the smallest scale (their parameters cell says
+``scale = 0.25``, the one edit made to the student's notebook): what is checked here does not
+depend on the sizes, and nbval runs the same demonstrations whole at the defaults in
+solutions/. The solutions hold the same widgets; set ``COURSEKIT_BROWSER_SOLUTIONS=1`` to run
+them here too (under strict checks, at the defaults), for a look at their plots.
 
 Skipped, with the reason, where playwright or Debian's chromium is missing (./scripts/setup
 --browser, run by ./scripts/test, installs both where it can).
@@ -50,6 +52,8 @@ REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "artifacts" / "browser"
 FOLDERS = ["exercises"] + (["solutions"] if os.environ.get("COURSEKIT_BROWSER_SOLUTIONS") else [])
 NOTEBOOKS = [(folder, m.name) for folder in FOLDERS for m in MODULES]
+#: The scale each folder runs at: a solution opened for a look shows the text's figures.
+SCALE = {"exercises": 0.25, "solutions": 1}
 #: The slowest notebook (module 4) takes under a minute on two cores; a hang shows long before.
 RUN_TIMEOUT_S = 900  # a backstop for a hung notebook, generous for a busy machine
 OPEN_TIMEOUT_S = 300
@@ -66,7 +70,12 @@ def lab(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("jupyterlab")
     for folder, name in NOTEBOOKS:
         source = REPO / folder / f"{name}.ipynb"
-        copy_notebook(source, workdir / "root" / folder / source.name, kernel_for(folder))
+        copy_notebook(
+            source,
+            workdir / "root" / folder / source.name,
+            kernel_for(folder),
+            parameters={"scale": SCALE[folder]},
+        )
     with running_lab(workdir) as running:
         yield running
 
@@ -116,6 +125,18 @@ def quiz_cell(notebook: dict) -> int:
     )
 
 
+def run_settings(notebook: dict) -> str:
+    """The ``Run: device ..., scale ...`` line the notebook printed, or "" if none."""
+    lines = [
+        line
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+        if output["output_type"] == "stream"
+        for line in "".join(output["text"]).splitlines()
+    ]
+    return next((line for line in lines if line.startswith("Run: ")), "")
+
+
 def unrendered_widgets(result: RunResult) -> list[str]:
     """Cells whose widget output shows no widget view, with what they show instead."""
     return [f"cell {w['index'] + 1}: {w['text']!r}" for w in result.widgets if not w["views"]]
@@ -132,6 +153,8 @@ def test_the_notebook_runs_in_jupyterlab_and_its_widgets_render(folder, name, la
     assert result.kernel == kernel_for(folder), f"{path} ran on {result.kernel}"
     assert not error_outputs(notebook), f"{path}: error outputs: {error_outputs(notebook)}"
     assert not unexecuted_cells(notebook), f"{path}: cells never ran: {unexecuted_cells(notebook)}"
+    settings = run_settings(notebook)
+    assert f", scale {SCALE[folder]:g}," in settings, f"{path}: not at its scale: {settings!r}"
     assert result.rendered_cells == len(notebook["cells"]), f"{path}: cells missing from the page"
     assert not result.widget_errors, f"{path}: {result.widget_errors}"
     assert not unrendered_widgets(result), (

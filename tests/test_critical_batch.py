@@ -192,21 +192,21 @@ def test_measure_throughput_counts_samples_per_second():
 
 
 def test_measure_throughput_waits_for_cuda_kernels_only_on_a_gpu(monkeypatch):
-    from coursekit import critical_batch
+    from coursekit.critical_batch import throughput
 
     waited = []
     monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
-    critical_batch._synchronize(torch.device("cpu"))
+    throughput._synchronize(torch.device("cpu"))
     assert waited == []
-    critical_batch._synchronize(torch.device("cuda", 0))
+    throughput._synchronize(torch.device("cuda", 0))
     assert waited == [torch.device("cuda", 0)]
 
 
 def test_measure_throughput_waits_before_and_after_every_timed_pass(monkeypatch):
-    from coursekit import critical_batch
+    from coursekit.critical_batch import throughput
 
     events = []
-    monkeypatch.setattr(critical_batch, "_synchronize", lambda device: events.append("wait"))
+    monkeypatch.setattr(throughput, "_synchronize", lambda device: events.append("wait"))
     model = torch.nn.Linear(4, 1)
     forward = model.forward
     monkeypatch.setattr(model, "forward", lambda x: events.append("pass") or forward(x))

@@ -4,14 +4,21 @@ Each test that starts processes pays for their start-up once (about 3 s on 2 cor
 communication experiment runs all its setups in one start.
 """
 
+import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from coursekit.distributed import CollectiveCounter, ensure_single_process_group, run_workers
+from coursekit.distributed import (
+    CollectiveCounter,
+    ensure_single_process_group,
+    remove_dead_stores,
+    run_workers,
+)
 from coursekit.pipeline import (
     bubble_fraction,
     gpipe_schedule,
@@ -42,6 +49,50 @@ def ddp_window(model, loss_fn, micro_batches):
 def test_workers_meet_in_one_group_and_return_their_results_in_rank_order():
     results = run_workers("coursekit.workers.distributed.hello", world_size=2)
     assert results == [{"rank": 0, "sum_of_ranks": 1}, {"rank": 1, "sum_of_ranks": 1}]
+
+
+def _ended_pids(count: int) -> list[int]:
+    """Ids of processes that have just ended: no process has them now."""
+    ended = [subprocess.Popen(["true"]) for _ in range(count)]
+    for process in ended:
+        process.wait()
+    return [process.pid for process in ended]
+
+
+def _store(path, uid: int | None = None):
+    path.mkdir()
+    (path / "single-1").write_text("a FileStore's file")
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+def test_the_next_run_removes_the_stores_of_killed_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (dead,) = _ended_pids(1)
+    _store(tmp_path / f"coursekit-store-{dead}-abc_1234")  # killed: nothing removed it
+    _store(tmp_path / f"coursekit-workers-{dead}-abc_1234")  # its run_workers' folder too
+    live = _store(tmp_path / f"coursekit-store-{os.getpid()}-xyz_5678")  # in use
+    run_workers("coursekit.workers.distributed.hello", world_size=2, progress=False)
+    # this run's own workers folder (named with this pid) is gone too, as it ends
+    assert os.listdir(tmp_path) == [live.name]
+
+
+def test_only_real_store_folders_of_this_user_are_removed(tmp_path):
+    dead, other = _ended_pids(2)
+    gone = [_store(tmp_path / f"coursekit-store-{dead}-abc_1234").name]
+    elsewhere = _store(tmp_path / "elsewhere")
+    (tmp_path / f"coursekit-store-{dead}-link0000").symlink_to(elsewhere)
+    (tmp_path / f"coursekit-store-{dead}-file0000").write_text("a file, not a folder")
+    _store(tmp_path / f"coursekit-store-{dead}")  # not a name of ours
+    _store(tmp_path / f"coursekit-store-{os.getpid()}-live0000")  # its process is alive
+    if os.geteuid() == 0:
+        _store(tmp_path / f"coursekit-store-{other}-nobody00", uid=65534)  # another user's
+    removed = remove_dead_stores(str(tmp_path))
+    assert [os.path.basename(path) for path in removed] == gone
+    assert not (tmp_path / gone[0]).exists()
+    assert (elsewhere / "single-1").exists()  # nothing followed the link
+    assert len(os.listdir(tmp_path)) == 5 + (os.geteuid() == 0)
 
 
 def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank():

@@ -6,6 +6,7 @@ import json
 import os
 import random
 import sqlite3
+import subprocess
 import tempfile
 
 import pytest
@@ -102,7 +103,10 @@ def _runners() -> int:
 
 
 def _scratch() -> set[str]:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("coursekit-hand-in-")}
+    """This run's host scratch folders: named after the grader, this process (another run's
+    on the machine, live or left behind, are not this test's)."""
+    mine = f"coursekit-hand-in-{os.getpid()}-"
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(mine)}
 
 
 def test_a_gradebook_that_fails_mid_batch_stops_cleanly(tmp_path, monkeypatch, capsys):
@@ -117,6 +121,34 @@ def test_a_gradebook_that_fails_mid_batch_stops_cleanly(tmp_path, monkeypatch, c
     assert _runners() == 0 and _scratch() == scratch
     with Gradebook(gradebook) as book:
         assert book.integrity() == "ok" and len(book.current_grades()) == 1
+
+
+def _ended_pids(count: int) -> list[int]:
+    """Ids of processes that have just ended: no process has them now."""
+    ended = [subprocess.Popen(["true"]) for _ in range(count)]
+    for process in ended:
+        process.wait()
+    return [process.pid for process in ended]
+
+
+def test_the_next_run_removes_what_a_killed_run_left_and_nothing_else(tmp_path, monkeypatch):
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    grader, runner, other = _ended_pids(3)
+    left = [f"coursekit-hand-in-{grader}-{runner}", f"coursekit-hand-in-{other}"]  # and old names
+    kept = [
+        f"coursekit-hand-in-{os.getpid()}-{runner}",  # its grader is alive: that run's to remove
+        f"coursekit-hand-in-{other}-{os.getpid()}",  # its owner is alive
+    ]
+    for name in left + kept:
+        (temporary / name / "deep" / "er").mkdir(parents=True)
+        (temporary / name / "deep" / "er" / "file").write_text("x")
+    _write(tmp_path / "hand-ins" / "ada.ipynb")
+    unusable = tmp_path / "a-folder"  # a gradebook that cannot be opened: grade stops there,
+    unusable.mkdir()  # after it has removed the leftovers, first thing
+    assert _grade([tmp_path / "hand-ins"], unusable) == 2
+    assert sorted(os.listdir(temporary)) == sorted(kept)
 
 
 def test_every_run_records_the_seed_that_draws_its_hidden_tests_again(tmp_path, capsys):

@@ -45,19 +45,13 @@ LIMITS = ["--cell-timeout", "6", "--test-timeout", "2", "--timeout", "150", "--w
 
 
 def _scratch_folders() -> set[str]:
-    """Hand-in scratch folders, and one-process store folders except those of another live
-    process (``coursekit-store-PID-...``: another test run on the machine, which removes its
-    own at exit); a store folder whose process is gone was left behind."""
-    found = set()
-    for name in os.listdir(tempfile.gettempdir()):
-        if name.startswith("coursekit-hand-in-"):
-            found.add(name)
-        elif name.startswith("coursekit-store-"):
-            pid = name.removeprefix("coursekit-store-").split("-", 1)[0]
-            alive = pid.isdigit() and os.path.exists(f"/proc/{pid}") and int(pid) != os.getpid()
-            if not alive:
-                found.add(name)
-    return found
+    """What this run can leave in the temporary folder: host scratch folders named after its
+    grader (``coursekit-hand-in-<this process>-<runner or warm parent>``), and one-process
+    store folders of this process (``coursekit-store-<this process>-...``). A hand-in's own
+    stores live in its scratch. Another run's on the machine (another test run's, live or
+    killed) are not this run's: that run, or the next, removes them."""
+    mine = (f"coursekit-hand-in-{os.getpid()}-", f"coursekit-store-{os.getpid()}-")
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(mine)}
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import pytest
 from coursekit.grading.grader import close_to_hand_ins
 from coursekit.grading.records.gradebook import Gradebook
 from coursekit.grading.sandbox import landlock, privileges
-from coursekit.grading.sandbox.driver import mode_of, unconfined_refusal
-from coursekit.grading.sandbox.runner import readable_paths
+from coursekit.grading.sandbox.confinement import readable_paths
+from coursekit.grading.sandbox.modes import mode_of, unconfined_refusal
 
 pytestmark = [
     pytest.mark.grading,

@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-import coursekit.checks.module06_noise  # noqa: F401  (registers the question)
+import coursekit.checks.module06.noise_scale  # noqa: F401  (registers the question)
 from coursekit.checks import QUESTIONS, evaluate
 from coursekit.checks.result import Status
 from coursekit.data import make_classification, make_regression, split_micro_batches

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from coursekit.grading.sandbox import channel, harness_seal, seccomp
+from coursekit.grading.sandbox import channel, harness_seal, privileges, scratch, seccomp
 from coursekit.grading.sandbox.driver import Limits, Options, describe_confinement, run_hand_in
 from coursekit.grading.sandbox.provenance import Provenance
 from coursekit.grading.text import capped_notes, for_terminal, lossless
@@ -25,8 +25,9 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Li
 
 def _in_filtered_child(code: str) -> subprocess.CompletedProcess:
     """Run ``code`` in a fresh Python after installing the filter."""
-    script = "from coursekit.grading.sandbox import seccomp\nassert seccomp.install()\n" + textwrap.dedent(
-        code
+    script = (
+        "from coursekit.grading.sandbox import seccomp\nassert seccomp.install()\n"
+        + textwrap.dedent(code)
     )
     return subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
@@ -174,7 +175,7 @@ def test_the_seal_names_what_a_notebook_replaced_whatever_file_its_code_claims()
         assert set(harness_seal.changes(sealed, provenance)) >= {
             "torch.allclose",
             "QUESTIONS['accumulate_window'].run",
-            "the code of coursekit.checks.module01.AccumulateWindow.run",
+            f"the code of {run.__module__}.{run.__qualname__}",  # wherever the checks live
         }
     finally:
         torch.allclose = original
@@ -229,6 +230,54 @@ def test_a_hand_in_sees_only_its_own_root_and_processes():
     statuses = [c["status"] for c in run.cells]
     assert statuses == ["ok", "ok", "ok", "error", "error"], run.cells
     assert "Read-only file system" in run.cells[3]["error"] or "Permission" in run.cells[3]["error"]
+
+
+def _ended_pids(count: int) -> list[int]:
+    """Ids of processes that have just ended: no process has them now."""
+    ended = [subprocess.Popen(["true"]) for _ in range(count)]
+    for process in ended:
+        process.wait()
+    return [process.pid for process in ended]
+
+
+def _folder(path, uid: int | None = None):
+    (path / "deep").mkdir(parents=True)
+    (path / "deep" / "file").write_text("x")
+    if uid is not None:
+        os.chown(path, uid, uid)
+    return path
+
+
+@linux_only
+def test_a_sweep_removes_only_real_folders_of_ours_whose_processes_are_gone(tmp_path):
+    grader, runner, other = _ended_pids(3)
+    me = os.getpid()
+    gone = [f"coursekit-hand-in-{grader}-{runner}", f"coursekit-hand-in-{other}"]  # old name too
+    kept = [
+        f"coursekit-hand-in-{me}-{runner}",  # its grader (this process) is alive
+        f"coursekit-hand-in-{grader}-{me}",  # its owner is alive
+        f"coursekit-hand-in-{grader}-{runner}-x",  # not a name of ours
+        f"coursekit-hand-in-0-{runner}",
+    ]
+    for name in gone + kept:
+        _folder(tmp_path / name)
+    elsewhere = _folder(tmp_path / "elsewhere")
+    (tmp_path / f"coursekit-hand-in-{other}-{runner}").symlink_to(elsewhere)
+    (tmp_path / f"coursekit-hand-in-{runner}-{other}").write_text("a file, not a folder")
+    kept += [
+        "elsewhere",
+        f"coursekit-hand-in-{other}-{runner}",
+        f"coursekit-hand-in-{runner}-{other}",
+    ]
+    if os.geteuid() == 0:
+        _folder(tmp_path / f"coursekit-hand-in-{runner}-{grader}", uid=65534)  # another user's
+        kept.append(f"coursekit-hand-in-{runner}-{grader}")
+        # the scratch a root grader's runner gave its hand-in's own user: that runner's
+        gone.append(f"coursekit-hand-in-{other}-{grader}")
+        _folder(tmp_path / gone[-1], uid=privileges.hand_in_ids(grader)[0])
+    assert sorted(scratch.sweep(tmp_path)) == sorted(str(tmp_path / name) for name in gone)
+    assert sorted(os.listdir(tmp_path)) == sorted(kept)
+    assert (elsewhere / "deep" / "file").exists()  # nothing followed the link
 
 
 @linux_only

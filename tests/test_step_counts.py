@@ -61,22 +61,40 @@ def test_where_each_counter_steps():
 # ---------------------------------------------------------------- the real frameworks
 
 
+def scheduler_runs(rank: int, world_size: int, *, totals: list[int], **settings) -> dict:
+    """``accelerate_scheduler_run`` once per scheduler length, in the same gloo processes.
+
+    Starting two processes that import torch and Accelerate takes seconds, the runs
+    themselves a fraction of one, so both lengths share one start. Each run builds its own
+    Accelerator, model and scheduler; what Accelerate keeps per process (its state
+    singletons) is the same for both, as when ``accelerate_gradients_run`` builds two.
+    """
+    from coursekit.workers.frameworks import accelerate_scheduler_run
+
+    return {
+        total: accelerate_scheduler_run(rank, world_size, scheduler_total=total, **settings)
+        for total in totals
+    }
+
+
 @pytest.mark.frameworks
 def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes():
     pytest.importorskip("accelerate")
     from coursekit.distributed import run_workers
 
     counts = count_steps(5, 2, 2, num_processes=2)
-    for total in (counts.optimizer_steps, counts.prepared_scheduler_total):
-        results = run_workers(
-            "coursekit.workers.frameworks.accelerate_scheduler_run",
-            world_size=2,
-            progress=False,
-            micro_batches_per_epoch=5,
-            accum_steps=2,
-            epochs=2,
-            scheduler_total=total,
-        )
+    totals = [counts.optimizer_steps, counts.prepared_scheduler_total]
+    per_rank = run_workers(
+        f"{__name__}.scheduler_runs",  # spawned processes import this module by its name
+        world_size=2,
+        progress=False,
+        micro_batches_per_epoch=5,
+        accum_steps=2,
+        epochs=2,
+        totals=totals,
+    )
+    for total in totals:
+        results = [runs[total] for runs in per_rank]
         for result in results:
             assert result["distributed_type"] == "MULTI_CPU"
             assert result["micro_batches_per_epoch"] == 5

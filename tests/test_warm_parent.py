@@ -2,21 +2,19 @@
 grader, and hands a hand-in nothing of the grader's nor of another hand-in's."""
 
 import os
-import tempfile
 import threading
 import time
 
 import pytest
 
 from coursekit.grading.sandbox import driver as sandbox
+from coursekit.grading.sandbox import scratch
 from coursekit.grading.sandbox.driver import Limits, Options, SandboxSetupError, run_hand_in
-from coursekit.grading.sandbox.warm_parent import (
-    Child,
-    WarmParent,
-    become_subreaper,
-    wait_until_reparented,
-)
+from coursekit.grading.sandbox.fork_server import wait_until_reparented
+from coursekit.grading.sandbox.reaping import Child, become_subreaper
+from coursekit.grading.sandbox.warm_parent import WarmParent
 from tests.helpers.docker_like import in_docker_like
+from tests.helpers.hand_ins import runners_left
 
 pytestmark = pytest.mark.grading
 LIMITS = Limits(hand_in_timeout_s=120)
@@ -46,6 +44,7 @@ def test_a_runner_is_forked_as_the_graders_own_child(warm):
         with open(f"/proc/{child.pid}/stat") as handle:
             parent = int(handle.read().rsplit(")", 1)[1].split()[1])
         assert parent == os.getpid()
+        assert runners_left() >= 2  # the parent and this runner, as the tests count them
     finally:
         for read, write in ends:
             os.close(read)
@@ -236,5 +235,6 @@ def test_a_parent_that_dies_while_one_hand_in_alone_runs_costs_that_hand_in_not_
     assert run.failure and "parent process died" in run.failure
     assert PARENT_DIED_FLAG in run.flags
     _printed(run_hand_in(["print('the next one')"], [], LIMITS, warm=warm))
-    # what the killed parent left (its font cache) is removed with it
-    assert not os.path.exists(os.path.join(tempfile.gettempdir(), f"coursekit-hand-in-{killed}"))
+    # what the killed parent left (its font cache) is removed by the grader, which outlived it
+    assert not scratch.folder(os.getpid(), killed).exists()
+    assert scratch.folder(os.getpid(), warm.process.pid).is_dir()  # the new parent's: in use

@@ -97,5 +97,8 @@ def processes_below_me() -> list[str]:
 
 
 def runners_left() -> int:
-    """Grading processes (warm parents, runners, their forks) still alive below this test."""
-    return sum("coursekit.grading.sandbox.runner" in line for line in processes_below_me())
+    """Grading processes (warm parents, runners, their forks) still alive below this test:
+    forks of the warm parent carry its command line, which names its entry module."""
+    from coursekit.grading.sandbox.warm_parent import ENTRY_MODULE
+
+    return sum(ENTRY_MODULE in line for line in processes_below_me())

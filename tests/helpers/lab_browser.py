@@ -14,6 +14,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
@@ -94,12 +95,39 @@ def strict_kernelspec(jupyter_path: Path) -> None:
     (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-def copy_notebook(source: Path, target: Path, kernel: str) -> None:
-    """Copy a notebook for JupyterLab to run, naming the kernel it should start."""
+def copy_notebook(
+    source: Path, target: Path, kernel: str, parameters: dict[str, object] | None = None
+) -> None:
+    """Copy a notebook for JupyterLab to run, naming the kernel it should start.
+
+    ``parameters``: values written into the copy's own parameters cell (see
+    :func:`set_parameters`), so the student's flow, that cell included, stays as it is.
+    """
     nb = json.loads(source.read_text())
     nb["metadata"]["kernelspec"]["name"] = kernel
+    if parameters:
+        set_parameters(nb, parameters)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(nb))
+
+
+def set_parameters(nb: dict, values: dict[str, object]) -> None:
+    """Change the assignments of the notebook's cell tagged ``parameters`` in place.
+
+    The value is rewritten where the student would edit it (``scale = 1  # ...`` becomes
+    ``scale = 0.25  # ...``, its comment kept) rather than set in a cell papermill-style
+    after it: the browser test runs the notebook as a student sees it. A parameter the cell
+    does not assign exactly once is an error, so a renamed parameter cannot leave the run
+    quietly at its default.
+    """
+    (cell,) = [c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", [])]
+    source = "".join(cell["source"])
+    for name, value in values.items():
+        assignment = re.compile(rf"^({re.escape(name)} = )\S+", flags=re.MULTILINE)
+        source, count = assignment.subn(lambda m, v=value: f"{m.group(1)}{v!r}", source)
+        if count != 1:
+            raise ValueError(f"the parameters cell assigns {name} {count} times, not once")
+    cell["source"] = source
 
 
 @dataclass

@@ -1,24 +1,21 @@
-"""A warm parent: one process per grading run that imports torch and coursekit once, then
-forks one sandboxed runner per hand-in.
+"""The grader's handle on the warm parent: one process per grading run that imports torch and
+coursekit once, then forks one sandboxed runner per hand-in.
 
 Starting Python and importing torch, IPython and coursekit (and torch's lazy imports, which
 the first optimizer triggers) costs seconds; the graded work of a hand-in costs a fraction of
-one. So the grader starts this parent once, before the reference run, and asks it for a
-fresh process per hand-in (and per retry). The parent is started from a clean environment and
-is never told anything of the grader's: no gradebook, no key, no specs. It receives only
-the three pipe ends of one hand-in's channel, forks a process that takes them, and closes
-them. That process re-parents to the grader (a subreaper), which waits for it, kills it and
-reads how it ended exactly as it would a process of its own; it applies the whole sandbox
-(:func:`coursekit.grading.sandbox.runner.run_sandbox`) before any hand-in code runs.
-
-Both sides live here: :class:`WarmParent` in the grader, :func:`serve` in the parent.
+one. So the grader starts the warm parent once, before the reference run, and asks it for a
+fresh process per hand-in (and per retry). The parent is started from a clean environment as
+``python -P -m coursekit.grading.sandbox.fork_server`` (its own side is
+:mod:`coursekit.grading.sandbox.fork_server`) and is never told anything of the grader's: no
+gradebook, no key, no specs. It receives only the three pipe ends of one hand-in's channel,
+forks a process that takes them, and closes them. That process re-parents to the grader (a
+subreaper, :mod:`coursekit.grading.sandbox.reaping`), which waits for it, kills it and reads how
+it ended exactly as it would a process of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import gc
 import os
 import select
 import shutil
@@ -30,51 +27,20 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
-from coursekit.grading.sandbox import channel
-from coursekit.grading.sandbox.runner import SCRATCH_PREFIX, SETUP_FAILED
+from coursekit.grading.sandbox import channel, scratch
+from coursekit.grading.sandbox.errors import SandboxSetupError
+from coursekit.grading.sandbox.reaping import Child, become_subreaper, children
 from coursekit.progress import ENV as PROGRESS_ENV
 
-_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
+ENTRY_MODULE = "coursekit.grading.sandbox.fork_server"  # what python -m runs: the warm parent
 START_TIMEOUT_S = 300.0  # importing torch on a very busy machine
 FORK_TIMEOUT_S = 60.0
-
-
 MAX_RESTARTS = 3
-
-
-class SandboxSetupError(RuntimeError):
-    """The sandbox could not be built (before any hand-in code ran): the machine's fault."""
 
 
 class _Broken(Exception):
     """The warm parent answered wrongly or not at all: it is ended and started again."""
-
-
-def _prctl(option: int, value: int) -> int:
-    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-def become_subreaper() -> None:
-    """Orphans of our descendants re-parent to us: the warm parent's forks (so the grader can
-    wait for them), and daemons a hand-in starts where no PID namespace ends them."""
-    if sys.platform.startswith("linux") and _prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
-        code = ctypes.get_errno()
-        raise SandboxSetupError(f"the grader could not become a subreaper: {os.strerror(code)}")
-
-
-def children() -> set[int]:
-    """Process ids of this process's live children."""
-    me, found = str(os.getpid()), set()
-    for status in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = status.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[1] == me:
-            found.add(int(status.parent.name))
-    return found
 
 
 def clean_env() -> dict[str, str]:
@@ -93,60 +59,6 @@ def clean_env() -> dict[str, str]:
     )
     env[PROGRESS_ENV] = "0"  # no progress bars from the hand-in's long cells: nobody watches
     return env
-
-
-class Child:
-    """A process the warm parent forked, now a child of the grader: wait, kill, status."""
-
-    def __init__(self, pid: int):
-        self.pid = pid
-        self.returncode: int | None = None
-        self.generation = self.sequence = 0  # which parent forked it, as its fork number
-        self.alone = False  # no other runner was live when it was forked
-        try:
-            self._pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):  # before Linux 5.3: poll instead
-            self._pidfd = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            try:
-                pid, status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:  # not ours (any more): nothing to wait for
-                self.returncode = SETUP_FAILED
-                return self.returncode
-            if pid == self.pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Its exit status (as ``Popen.returncode``), or None if it still runs at ``timeout``."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            if self._pidfd is not None:
-                select.select([self._pidfd], [], [], left)
-            else:
-                time.sleep(0.01 if left is None else min(0.01, left))
-        return self.returncode
-
-    def kill(self) -> None:
-        """SIGKILL its process group (the runner is a session leader), and it."""
-        if self.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-        if self._pidfd is not None:
-            with contextlib.suppress(ProcessLookupError, OSError):
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-
-    def release(self) -> None:
-        if self._pidfd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._pidfd)
-            self._pidfd = None
 
 
 class WarmParent:
@@ -216,14 +128,7 @@ class WarmParent:
         try:
             self.process = subprocess.Popen(
                 # -P: no current folder ("/") on sys.path, so none reaches the trusted paths
-                [
-                    sys.executable,
-                    "-P",
-                    "-m",
-                    "coursekit.grading.sandbox.runner",
-                    "--warm",
-                    str(theirs.fileno()),
-                ],
+                [sys.executable, "-P", "-m", ENTRY_MODULE, "--warm", str(theirs.fileno())],
                 cwd="/",
                 env=clean_env(),
                 stdin=subprocess.DEVNULL,
@@ -382,167 +287,8 @@ class WarmParent:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-            folder = Path(tempfile.gettempdir()) / f"{SCRATCH_PREFIX}{self.process.pid}"
+            # its caches: it removes them as it ends, unless it was killed
+            folder = scratch.folder(os.getpid(), self.process.pid)
             if folder.is_dir() and not folder.is_symlink():
                 shutil.rmtree(folder, ignore_errors=True)
             self.process = None
-
-
-# ------------------------------------------------------------------- the parent's own side
-
-
-def serve(control_fd: int) -> None:
-    """The warm parent: import once, then fork a runner for each set of pipes received."""
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # if the grader dies, so does this
-    grader = os.getppid()
-    if grader == 1:  # the grader died before the line above
-        os._exit(1)
-    control = socket.socket(fileno=control_fd)
-    caches = os.path.join(tempfile.gettempdir(), f"{SCRATCH_PREFIX}{os.getpid()}")
-    try:
-        os.mkdir(caches, 0o700)
-        os.environ["MPLCONFIGDIR"] = caches  # matplotlib's font cache, built once here
-        from coursekit.grading.sandbox import runner
-
-        gc.disable()  # no collection while everything is imported and recorded
-        runner.preload()
-        _preload_course()
-        runner.prepare_instruments()  # after every import: their code is the libraries' own
-        # What is imported now lives as long as grading: out of the collector's sight, so no
-        # hand-in's process spends its time traversing torch, nor copies its pages doing so
-        # (as CPython's docs advise before forking workers).
-        gc.freeze()
-        gc.enable()
-    except BaseException as error:  # noqa: BLE001 - said to the grader, then this ends
-        channel.send(control_fd, {"kind": "failed", "why": f"{type(error).__name__}: {error}"})
-        shutil.rmtree(caches, ignore_errors=True)
-        os._exit(SETUP_FAILED)
-    _prctl(_PR_SET_DUMPABLE, 0)  # no process of the same user may read or write its memory
-    channel.send(control_fd, {"kind": "ready"})
-    while True:
-        try:
-            data, fds, _, _ = socket.recv_fds(control, 8, 3)
-        except OSError:
-            break
-        if not data:  # the grader closed its end: grading is over
-            for fd in fds:
-                os.close(fd)
-            break
-        if len(fds) == 3 and len(data) == 8:
-            reply = _fork_runner(tuple(fds), control_fd, grader)
-        else:
-            reply = {"kind": "failed", "why": f"{len(fds)} pipes and {len(data)} bytes came"}
-        reply["sequence"] = struct.unpack(">Q", data)[0] if len(data) == 8 else None
-        for fd in fds:
-            os.close(fd)
-        channel.send(control_fd, reply)
-    shutil.rmtree(caches, ignore_errors=True)
-    os._exit(0)
-
-
-def _preload_course() -> None:
-    """What the course's notebooks import, loaded once (a hand-in imports it again for free).
-
-    Nothing here runs notebook code, and torch's random state is left as a fresh process has it.
-    """
-    import importlib
-
-    import torch
-
-    state = torch.random.get_rng_state()
-    import matplotlib.pyplot  # noqa: F401
-
-    for name in (
-        "coursekit",
-        "coursekit.plots",
-        "coursekit.widgets",
-        "coursekit.quizzes",
-        "coursekit.batch_norm",
-        "coursekit.contrastive",
-        "coursekit.distributed",
-        "coursekit.pipeline",
-        "coursekit.zero",
-        "coursekit.text",
-        "coursekit.gpu",
-    ):
-        importlib.import_module(name)
-    torch.random.set_rng_state(state)
-
-
-def _fork_runner(fds: tuple[int, int, int], control_fd: int, grader: int) -> dict:
-    """Fork twice, so that the runner re-parents to the grader; its pid, or why not."""
-    read_pid, write_pid = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        middle = os.fork()
-    except OSError as error:
-        os.close(read_pid)
-        os.close(write_pid)
-        return {"kind": "failed", "why": f"fork: {error}"}
-    if middle == 0:
-        try:
-            os.close(read_pid)
-            middle_pid = os.getpid()
-            child = os.fork()
-            if child == 0:
-                os.close(write_pid)
-                _become_runner(fds, control_fd, grader, middle_pid)
-            os.write(write_pid, struct.pack(">q", child))
-        finally:
-            os._exit(0)
-    os.close(write_pid)
-    data = b""
-    with contextlib.suppress(OSError):
-        while len(data) < 8 and (chunk := os.read(read_pid, 8 - len(data))):
-            data += chunk
-    os.close(read_pid)
-    os.waitpid(middle, 0)  # once it has ended, the runner is the grader's child
-    if len(data) != 8:
-        return {"kind": "failed", "why": "the runner's process could not be forked"}
-    return {"kind": "forked", "pid": struct.unpack(">q", data)[0]}
-
-
-def wait_until_reparented(middle: int, grader: int) -> bool:
-    """Wait until the process ``middle`` (which forked this one, and ends at once) is gone,
-    so that this process is the ``grader``'s child; whether it is.
-
-    ``middle`` must be known from before the fork. Read afterwards with ``os.getppid()`` it
-    can already be the grader's pid (the middle process ended before this one first ran),
-    and a wait for the parent to change would never end: a hang seen on a loaded machine."""
-    while os.getppid() == middle:
-        time.sleep(0.0005)
-    return os.getppid() == grader
-
-
-def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int, middle: int) -> None:
-    """In the forked process: drop the parent's channel, take the hand-in's, wait to be the
-    grader's child, then build the sandbox and serve (never returns). ``middle``: the pid of
-    the process that forked this one, taken before the fork (see wait_until_reparented)."""
-    runner_in, runner_out, output = fds
-    try:
-        os.close(control_fd)  # nothing of another hand-in's, nor a way to ask for forks
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.dup2(output, 1)
-        os.dup2(output, 2)
-        os.close(output)
-        reparented = wait_until_reparented(middle, grader)
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if not reparented or os.getppid() != grader:  # the grader is gone, or no subreaper
-            os._exit(SETUP_FAILED)
-        _prctl(_PR_SET_DUMPABLE, 1)  # as a process started afresh is (user namespaces need it)
-        import random
-
-        random.seed()  # not the parent's state: as a fresh process would have it
-        from coursekit.grading.sandbox import runner
-
-        runner.run_sandbox(runner_in, runner_out)
-    except BaseException:  # noqa: BLE001 - its output reaches the grader's tail
-        import traceback
-
-        traceback.print_exc()
-        os._exit(SETUP_FAILED)
-    os._exit(0)

@@ -1,0 +1,290 @@
+"""``global_token_scale``: the loss scale from the token count of every data-parallel rank.
+
+``global_token_scale`` runs in one process, in a one-process gloo group, but the check plays
+the other ranks: while the student's function runs, ``torch.distributed.all_reduce`` adds the
+other ranks' token counts (their totals, or their per-micro-batch counts for a tensor of
+those) and ``get_world_size`` answers their number. The scale it returns is then compared
+with ``world_size / global_count``; a wrong one is matched against the known mistakes, the
+transformers #34242 one (each rank's own count) first.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.distributed as dist
+
+from coursekit.checks.module02.common import MODULE
+from coursekit.checks.question import Failure, Question
+from coursekit.checks.registry import register
+from coursekit.distributed import ensure_single_process_group
+from coursekit.tokens import global_token_scale
+
+TOLERANCE = 1e-6  # counts in float32 are exact below 2**24, but an average of them rounds
+
+RANK_MISTAKES = {
+    "token_count_not_summed_across_ranks": (
+        "that is world_size / this rank's own count ({local} tokens). Each rank would weight "
+        "its tokens by its own count: the mean of means again, across ranks "
+        "(transformers #34242). all_reduce this rank's count first, so every rank divides by "
+        "all {total} tokens of the window."
+    ),
+    "world_size_not_multiplied": (
+        "that is 1 / the global count. DDP then averages the {world} ranks' gradients, "
+        "dividing by {world} once more: multiply by dist.get_world_size() to undo that."
+    ),
+    "divided_by_world_size": (
+        "that divides by the world size where it should multiply: DDP's averaging already "
+        "divides by {world}, so the scale is world_size / global count."
+    ),
+    "averaged_not_summed": (
+        "the count was averaged over the ranks (ReduceOp.AVG, or the sum divided by the world "
+        "size), and then multiplied by the world size too: divide by the summed count, "
+        "{total}, and multiply by {world} once."
+    ),
+    "own_count_alone": (
+        "that is 1 / this rank's own count ({local} tokens): the other ranks' tokens are "
+        "missing (transformers #34242), and DDP's averaging over {world} ranks is not undone. "
+        "all_reduce the count, then return world_size / the global count."
+    ),
+    "scale_per_micro_batch": (
+        "that uses one micro-batch's count. Every micro-batch of the window is divided by the "
+        "same count, the whole window's on all ranks."
+    ),
+}
+
+
+def _combine(op_name: str, every: torch.Tensor, world: int) -> torch.Tensor:
+    if op_name in ("SUM", "AVG"):
+        return every.sum(0) / (world if op_name == "AVG" else 1)
+    if op_name == "MAX":
+        return every.max(0).values
+    if op_name == "MIN":
+        return every.min(0).values
+    return every.prod(0)
+
+
+class _Done:
+    """What ``all_reduce(..., async_op=True)`` returns here: the work is already done."""
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+    def is_completed(self) -> bool:
+        return True
+
+
+class _PlayedRanks:
+    """Stands in for ``all_reduce`` and ``get_world_size`` while the student's code runs.
+
+    The other ranks run the same function on their own counts: first each of them, with an
+    ``all_reduce`` that records what it contributes, then this rank, whose k-th
+    ``all_reduce`` combines its tensor with the others' k-th contributions. (A function whose
+    second collective depends on the first's result is played approximately.)
+    """
+
+    def __init__(self, world: int):
+        self.world = world
+        self.recorded: list[list[torch.Tensor]] = []  # per other rank, per call
+        self.calls: list[str] = []  # this rank's all_reduce ops, in order
+        self.sent: list[list[float]] = []  # and what this rank contributed to each
+        self._recording: list[torch.Tensor] | None = None
+
+    def record(self, function, counts: list[int]) -> None:
+        self._recording = []
+        try:
+            function(list(counts))
+        except Exception:  # the same code on this rank's counts will say what is wrong
+            pass
+        finally:
+            self.recorded.append(self._recording)
+            self._recording = None
+
+    def all_reduce(self, tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        if not torch.is_tensor(tensor):
+            raise TypeError(
+                f"all_reduce needs a tensor (it changes it in place); got {type(tensor).__name__}."
+            )
+        mine = tensor.detach().to(torch.float64).clone()
+        done = _Done() if async_op else None
+        if self._recording is not None:
+            self._recording.append(mine)
+            return done
+        index = len(self.calls)
+        self.calls.append(str(op).rpartition(".")[2])
+        self.sent.append(mine.flatten().tolist())
+        theirs = [calls[index] for calls in self.recorded if index < len(calls)]
+        if len(theirs) < len(self.recorded) or any(t.shape != mine.shape for t in theirs):
+            raise RuntimeError(
+                "The ranks disagree about this all_reduce: with the other ranks' counts your "
+                "function made different collectives (every rank must make the same calls, "
+                "with tensors of the same shape, or the job hangs)."
+            )
+        every = torch.stack([mine, *theirs])
+        with torch.no_grad():
+            tensor.copy_(_combine(self.calls[-1], every, self.world).to(tensor.dtype))
+        return done
+
+    def get_world_size(self, group=None):
+        return self.world
+
+
+def _scale_patterns(counts: list[int], others: list[list[int]]) -> list[tuple[str, str, float]]:
+    """(message, mistake name, the scale it gives) for each known slip."""
+    world = 1 + len(others)
+    local = sum(counts)
+    total = local + sum(sum(c) for c in others)
+    patterns = [
+        ("world_size_not_multiplied", "world_size_not_multiplied", 1 / total),
+        ("divided_by_world_size", "divided_by_world_size", 1 / (total * world)),
+        ("averaged_not_summed", "averaged_not_summed", world * world / total),
+    ]
+    if local:
+        mistake = "token_count_not_summed_across_ranks"
+        patterns.append((mistake, mistake, world / local))
+        patterns.append(("own_count_alone", mistake, 1 / local))
+    for index in range(len(counts) if len(counts) > 1 else 0):  # one micro-batch's count
+        one = counts[index] + sum(c[index] for c in others if index < len(c))
+        if one:
+            patterns.append(("scale_per_micro_batch", "scale_per_micro_batch", world / one))
+    return patterns
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= TOLERANCE * max(abs(b), 1e-300)
+
+
+@register
+class GlobalTokenScale(Question):
+    name = "global_token_scale"
+    module = MODULE
+    points = 2
+
+    def public_specs(self):
+        return [
+            {"counts": [30, 14], "others": [[50, 26]]},  # 2 ranks, 44 and 76 tokens
+            {"counts": [12, 9, 3], "others": [[40, 41, 39]]},  # short sequences here
+            {"counts": [5, 7], "others": [[9, 1], [3, 3], [8, 8]]},  # 4 ranks
+            {"counts": [16], "others": []},  # one process: the world is one rank
+            {"counts": [1501, 1702], "others": [[900, 2100]]},  # 6203: too many for 16 bits
+        ]
+
+    def hidden_specs(self, rng):
+        specs = [{"counts": [0, 6], "others": [[11, 3]]}]  # a micro-batch of padding only
+        for _ in range(3):
+            n = rng.randint(1, 5)
+            world = rng.choice([2, 3, 4, 8])
+            specs.append(
+                {
+                    "counts": [rng.randint(1, 500) for _ in range(n)],
+                    "others": [[rng.randint(1, 500) for _ in range(n)] for _ in range(world - 1)],
+                }
+            )
+        return specs
+
+    def run(self, fn, spec):
+        ensure_single_process_group()
+        others = spec["others"]
+        played = _PlayedRanks(1 + len(others)) if others else None
+        # The same two functions, under both names a hand-in may call them by.
+        modules = (dist, dist.distributed_c10d)
+        real = [(m, m.all_reduce, m.get_world_size) for m in modules]
+        if played is not None:
+            for module in modules:
+                module.all_reduce, module.get_world_size = played.all_reduce, played.get_world_size
+        try:
+            for counts in others:
+                played.record(fn, counts)
+            try:
+                returned = fn(list(spec["counts"]))
+            except Exception as error:
+                if played is None or played.calls or isinstance(error, NotImplementedError):
+                    raise  # a stub stays "not attempted"
+                said = (
+                    str(error)
+                    if type(error) is RuntimeError
+                    else f"{type(error).__name__}: {error}"
+                )
+                raise RuntimeError(
+                    f"{said}. (The check plays the other ranks behind "
+                    "dist.all_reduce and dist.get_world_size only: sum the count with one "
+                    "all_reduce.)"
+                ) from None
+        finally:
+            for module, all_reduce, get_world_size in real:
+                module.all_reduce, module.get_world_size = all_reduce, get_world_size
+        if torch.is_tensor(returned) and returned.numel() == 1:
+            returned = returned.item()
+        numeric = isinstance(returned, numbers.Real) and not isinstance(returned, bool)
+        if (
+            not numeric
+            and type(returned).__module__ == "numpy"
+            and getattr(returned, "size", 0) == 1
+        ):
+            numeric = True  # a NumPy scalar or 0-d array: np.float32 is not a numbers.Real
+        scale = float(returned) if numeric else None
+        return {
+            "scale": scale if scale is not None else repr(returned)[:120],
+            "all_reduces": played.calls if played is not None else [],
+            "all_reduced": played.sent if played is not None else [],
+        }
+
+    def reference(self):
+        return global_token_scale
+
+    def judge(self, spec, outputs, expected):
+        counts, others = spec["counts"], spec["others"]
+        world = 1 + len(others)
+        local = sum(counts)
+        total = local + sum(sum(c) for c in others)
+        setting = (
+            f"(this rank's micro-batches hold {counts} real tokens; {world} rank"
+            f"{'s' if world > 1 else ''}, {total} tokens in all)"
+        )
+        scale = outputs.get("scale")
+        if not isinstance(scale, float):
+            raise Failure(f"Return the scale as a number; got {scale} {setting}.")
+        calls = outputs.get("all_reduces")
+        wanted = expected["scale"]
+        if _close(scale, wanted):
+            if isinstance(calls, list) and len(calls) > 1:
+                sent = outputs.get("all_reduced")
+                per_micro_batch = sent == [[float(count)] for count in counts]
+                raise Failure(
+                    f"The scale is right, but you called all_reduce {len(calls)} times"
+                    f"{' (once per micro-batch)' if per_micro_batch else ''}: one all_reduce of "
+                    "a tensor (this rank's total, its per-micro-batch counts, or every number you "
+                    f"need in one tensor) sums them over the ranks in one collective {setting}.",
+                    "all_reduce_per_micro_batch" if per_micro_batch else "several_all_reduces",
+                )
+            return
+        other_ops = sorted({op for op in calls or [] if op not in ("SUM", "AVG")})
+        if other_ops:
+            raise Failure(
+                f"Your scale is {scale:.6g}, but it should be {wanted:.6g}: all_reduce with "
+                f"ReduceOp.{other_ops[0]} does not add the ranks' counts up. Use the default, "
+                f"ReduceOp.SUM {setting}.",
+                "all_reduce_not_sum",
+            )
+        details = {"local": local, "total": total, "world": world}
+        found = {
+            (message, mistake)
+            for message, mistake, value in _scale_patterns(counts, others)
+            if _close(scale, value) and not _close(value, wanted)
+        }
+        unseen = ""
+        if world > 1 and calls == []:  # e.g. `from torch.distributed import all_reduce`
+            unseen = (
+                " (The check saw no dist.all_reduce call. It plays the other ranks behind "
+                "dist.all_reduce and dist.get_world_size: call them through "
+                "`import torch.distributed as dist`.)"
+            )
+        if len({mistake for _, mistake in found}) == 1:
+            message, mistake = sorted(found)[0]
+            why = RANK_MISTAKES[message].format(**details)
+            raise Failure(f"Your scale is {scale:.6g} {setting}: {why}{unseen}", mistake)
+        raise Failure(
+            f"Your scale is {scale:.6g}, but it should be world_size / global count = "
+            f"{world} / {total} = {wanted:.6g} {setting}.{unseen}"
+        )

@@ -1,0 +1,265 @@
+"""``grad_cache_step``: one contrastive step with GradCache, micro-batch by micro-batch.
+
+GradCache gives the full batch's InfoNCE gradient with one micro-batch's activations in
+memory: embed every micro-batch without a graph, compute the loss over all embeddings, then
+push each slice of the embeddings' gradient back through its micro-batch. Like module 1's
+window check, this compares the gradient with the full batch's (float64) and watches the
+forward passes: their sizes, and how many forward graphs are alive at once (through
+saved-tensor hooks), so keeping every micro-batch's graph until a late backward is named
+though the gradient is right. Plain accumulation of per-micro-batch losses, and a second
+pass over the queries only, are named by re-running them.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import nn
+
+from coursekit.checks.instruments import (
+    as_float,
+    judge_micro_batches_and_weights,
+    require_gradient,
+    tensor_list,
+    weights_of,
+)
+from coursekit.checks.module03.common import MODULE
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.registry import register
+from coursekit.contrastive import (
+    grad_cache_step,
+    info_nce,
+    make_pairs,
+    naive_accumulation,
+)
+from coursekit.gradients import flat_gradient
+
+TOLERANCE = 1e-10  # float64
+
+
+def _encoder(seed: int) -> nn.Module:
+    """``tiny_encoder(6, 4, seed, float64)``, seeding the CPU generator only (the checks run
+    it hundreds of times; ``torch.manual_seed`` also queues every accelerator's seeding)."""
+    generator = torch.default_generator
+    state = generator.get_state()
+    try:
+        generator.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(6, 32), nn.Tanh(), nn.Linear(32, 4))
+    finally:
+        generator.set_state(state)
+    return model.to(torch.float64)
+
+
+def _pairs_problem(spec):
+    encoder = _encoder(spec["seed"])
+    queries, keys = make_pairs(
+        spec["n_pairs"], in_features=6, seed=spec["seed"] + 1, dtype=torch.float64
+    )
+    return encoder, queries, keys
+
+
+class _Box:
+    """What autograd stores for a saved tensor while the counter below watches it."""
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+
+class _LiveGraphs:
+    """Counts the encoder's forward graphs that are alive at once (their saved activations).
+
+    Each forward run with autograd on gets an id; every tensor autograd saves during it is
+    boxed, and a finaliser notices when autograd lets go of the box (after backward, or when
+    the graph is dropped, e.g. by ``.detach()``). ``peak`` is the most graphs alive at once:
+    1 or 2 for GradCache's second pass (a query and a key micro-batch may share one
+    backward), many when micro-batches' graphs are kept until a late backward.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.current: int | None = None
+        self.next_id = 0
+        self.live: dict[int, int] = {}
+        self.peak = 0
+        self.largest_forward = 0
+        model.register_forward_pre_hook(self._start)
+        model.register_forward_hook(self._end)
+
+    def _start(self, _module, args) -> None:
+        if args and torch.is_tensor(args[0]):
+            self.largest_forward = max(self.largest_forward, len(args[0]))
+        if torch.is_grad_enabled():
+            self.current, self.next_id = self.next_id, self.next_id + 1
+
+    def _end(self, _module, _args, _output) -> None:
+        self.current = None
+
+    def pack(self, tensor: torch.Tensor) -> _Box:
+        box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph alive
+        if self.current is not None:
+            forward = self.current
+            self.live[forward] = self.live.get(forward, 0) + 1
+            self.peak = max(self.peak, len(self.live))
+            weakref.finalize(box, self._release, forward)
+        return box
+
+    def _release(self, forward: int) -> None:
+        self.live[forward] -= 1
+        if not self.live[forward]:
+            del self.live[forward]
+
+    @staticmethod
+    def unpack(box: _Box) -> torch.Tensor:
+        return box.tensor
+
+
+def _variant_gradients(spec):
+    """Each named slip and the gradient it leaves, computed one after the other (lazily) on
+    one encoder whose .grad is cleared in between."""
+    encoder, queries, keys = _pairs_problem(spec)
+    micro, temperature = spec["micro_batch_size"], spec["temperature"]
+    naive_accumulation(encoder, queries, keys, micro, temperature)
+    yield "negatives_per_micro_batch", flat_gradient(encoder.parameters()).tolist()
+    encoder.zero_grad(set_to_none=True)
+    with torch.no_grad():
+        query_cache = torch.cat([encoder(q) for q in queries.split(micro)])
+        key_cache = torch.cat([encoder(k) for k in keys.split(micro)])
+    query_cache.requires_grad_(True)
+    info_nce(query_cache, key_cache, temperature).backward()
+    for chunk, gradient in zip(queries.split(micro), query_cache.grad.split(micro), strict=True):
+        encoder(chunk).backward(gradient)
+    yield "keys_not_backpropagated", flat_gradient(encoder.parameters()).tolist()
+
+
+GRAD_CACHE_MESSAGES = {
+    "negatives_per_micro_batch": (
+        "Your gradient is plain accumulation of each micro-batch's own InfoNCE loss: every "
+        "query met only its micro-batch's keys as negatives. That is another, easier loss. "
+        "Embed all micro-batches first (no graph), compute the loss over all embeddings, then "
+        "push each slice of the embeddings' gradient back through its micro-batch."
+    ),
+    "keys_not_backpropagated": (
+        "Only the queries' cached gradients were pushed back through the encoder: the keys "
+        "are embedded by the same encoder, and their gradient counts too. Run the second "
+        "pass over the keys' micro-batches as well."
+    ),
+}
+
+
+@register
+class GradCacheStep(Question):
+    name = "grad_cache_step"
+    module = MODULE
+    points = 4
+
+    def public_specs(self):
+        return [
+            {"seed": 1, "n_pairs": 16, "micro_batch_size": 4, "temperature": 0.1},
+            {"seed": 2, "n_pairs": 12, "micro_batch_size": 3, "temperature": 0.5},
+            {"seed": 3, "n_pairs": 10, "micro_batch_size": 4, "temperature": 0.1},  # 4, 4, 2
+            {"seed": 4, "n_pairs": 8, "micro_batch_size": 8, "temperature": 0.2},  # one chunk
+        ]
+
+    def hidden_specs(self, rng):
+        specs = []
+        for _ in range(2):
+            micro = rng.randint(2, 6)
+            specs.append(
+                {
+                    "seed": rng.randrange(10**6),
+                    "n_pairs": micro * rng.randint(2, 4) + rng.randint(0, micro - 1),
+                    "micro_batch_size": micro,
+                    "temperature": rng.choice([0.05, 0.1, 0.3]),
+                }
+            )
+        # Fixed: micro-batches 6, 4. Split by count (chunk(2): 5, 5) or balanced (5, 5), it
+        # is another partition than split(6): inputs and cached gradients sliced in two ways
+        # no longer line up (the public uneven case, 10 by 4, happens to agree with chunk(3)).
+        specs.append({"seed": 5, "n_pairs": 10, "micro_batch_size": 6, "temperature": 0.1})
+        return specs
+
+    def run(self, fn, spec):
+        encoder, queries, keys = _pairs_problem(spec)
+        graphs = _LiveGraphs(encoder)
+        start = weights_of(encoder)
+        with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
+            returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+        loss = as_float(returned)
+        return {
+            "grad": tensor_list(flat_gradient(encoder.parameters())),
+            "loss": loss,
+            "largest_forward": graphs.largest_forward,
+            "peak_live_graphs": graphs.peak,
+            "weights_moved": weights_of(encoder) != start,
+        }
+
+    def reference(self):
+        return grad_cache_step
+
+    def judge(self, spec, outputs, expected):
+        micro, n = spec["micro_batch_size"], spec["n_pairs"]
+        setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
+        judge_micro_batches_and_weights(
+            outputs,
+            micro,
+            setting,
+            unit="inputs",
+            hint=" Both passes count: embed queries and keys in separate calls.",
+        )
+        require_gradient(outputs)
+        actual = number_list(outputs, "grad", "a gradient for every parameter")
+        wanted = expected["grad"]
+        if relative_gap(actual, wanted) > TOLERANCE:
+            self._diagnose(spec, actual, wanted, setting)
+        peak = outputs.get("peak_live_graphs")
+        if isinstance(peak, int) and peak > 2:
+            raise Failure(
+                f"The gradient is right, but at one point the graphs (saved activations) of "
+                f"{peak} encoder forward passes were alive at once {setting}: as much memory "
+                "as the micro-batches together, which GradCache exists to avoid. Compute the "
+                "first pass under torch.no_grad(), and in the second pass call backward on "
+                "each micro-batch's embeddings before embedding the next.",
+                "graph_kept_for_all_micro_batches",
+            )
+        loss = outputs.get("loss")
+        if not isinstance(loss, float) or abs(loss - expected["loss"]) > 1e-9 * abs(
+            expected["loss"]
+        ):
+            raise Failure(
+                f"The gradient is right, but return the full-batch InfoNCE loss as a float: "
+                f"expected {expected['loss']:.6g}, got {loss} {setting}.",
+                "loss_wrong",
+            )
+
+    def _diagnose(self, spec, actual, wanted, setting):
+        # A multiple of the right gradient, or one off by rounding only, is none of the named
+        # slips' gradients: those are checked (two more runs) only when neither holds.
+        gap = relative_gap(actual, wanted)
+        k = scale_of(actual, wanted)
+        if k is not None and abs(k - 1) > 1e-3:  # not a float32 slip's rounding
+            raise Failure(
+                f"Your gradient is {k:.4g} times the full-batch gradient {setting}: the cached "
+                "gradients are already the full loss's; push them back unscaled.",
+                "wrong_scale",
+            )
+        if gap >= 1e-5 and spec["n_pairs"] > spec["micro_batch_size"]:
+            for mistake, gradient in _variant_gradients(spec):
+                if relative_gap(actual, gradient) <= 1e-9:
+                    raise Failure(f"{GRAD_CACHE_MESSAGES[mistake]} {setting}", mistake)
+        hint = ""
+        if gap < 1e-5:
+            hint = (
+                " That is close, but not float64-exact: is there a float32 step (a .float(), "
+                "or a torch.tensor without dtype) in your computation?"
+            )
+        elif spec["n_pairs"] % spec["micro_batch_size"]:
+            last = spec["n_pairs"] % spec["micro_batch_size"]
+            hint = (
+                f" Here the last micro-batch is shorter ({last} pairs): check that every pair "
+                "is pushed back, and that each micro-batch's inputs and the slice of cached "
+                "gradients pushed through them are the same rows."
+            )
+        raise Failure(
+            f"Your gradient differs from the full-batch InfoNCE gradient by {gap:.2e} "
+            f"(relative) {setting}.{hint}"
+        )

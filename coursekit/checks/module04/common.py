@@ -1,0 +1,3 @@
+"""What module 4's questions share: the notebook they are checked in."""
+
+MODULE = "04_distributed"

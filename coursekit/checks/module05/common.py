@@ -1,0 +1,3 @@
+"""What module 5's questions share: the notebook they are checked in."""
+
+MODULE = "05_capstone"

@@ -1,0 +1,55 @@
+"""What the warm parent imports once, while it is still trusted, before any hand-in arrives.
+
+Every hand-in's process is forked from the warm parent, so what is imported here costs a
+hand-in nothing, and is recorded by the seal of the harness (made after these imports, by
+:func:`coursekit.grading.sandbox.instruments.prepare`) as the libraries' own.
+"""
+
+from __future__ import annotations
+
+
+def preload() -> None:
+    """Import (and warm) all that a hand-in's process needs: torch, IPython, the questions'
+    code and the sandbox's own modules (confinement runs in the hand-in's process)."""
+    import torch  # noqa: F401
+    from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
+
+    import coursekit.checks  # noqa: F401  (the questions' code)
+    import coursekit.grading.sandbox.confinement  # noqa: F401  (in the hand-in's process)
+    import coursekit.grading.sandbox.landlock  # noqa: F401  (for confine)
+    import coursekit.grading.sandbox.namespaces  # noqa: F401
+    import coursekit.grading.sandbox.privileges  # noqa: F401
+    import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
+    import coursekit.grading.sandbox.seccomp  # noqa: F401
+    from coursekit.grading.sandbox import tampering
+
+    tampering.warm_up()
+
+
+def preload_course() -> None:
+    """What the course's notebooks import, loaded once (a hand-in imports it again for free).
+
+    Nothing here runs notebook code, and torch's random state is left as a fresh process has it.
+    """
+    import importlib
+
+    import torch
+
+    state = torch.random.get_rng_state()
+    import matplotlib.pyplot  # noqa: F401
+
+    for name in (
+        "coursekit",
+        "coursekit.plots",
+        "coursekit.widgets",
+        "coursekit.quizzes",
+        "coursekit.batch_norm",
+        "coursekit.contrastive",
+        "coursekit.distributed",
+        "coursekit.pipeline",
+        "coursekit.zero",
+        "coursekit.text",
+        "coursekit.gpu",
+    ):
+        importlib.import_module(name)
+    torch.random.set_rng_state(state)

@@ -1,0 +1,102 @@
+"""The grader as a subreaper, and its handle on each runner the warm parent forks.
+
+The warm parent forks each runner twice over, so that it re-parents to the grader: the grader
+then waits for it, kills it and reads how it ended exactly as it would a process of its own
+(:class:`Child`), and daemons a hand-in starts where no PID namespace ends them re-parent to
+the grader too, where they are found (:func:`children`) and killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+
+from coursekit.grading.sandbox.errors import SandboxSetupError
+from coursekit.grading.sandbox.exit_codes import SETUP_FAILED
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> int:
+    return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Orphans of our descendants re-parent to us: the warm parent's forks (so the grader can
+    wait for them), and daemons a hand-in starts where no PID namespace ends them."""
+    if sys.platform.startswith("linux") and _prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
+        code = ctypes.get_errno()
+        raise SandboxSetupError(f"the grader could not become a subreaper: {os.strerror(code)}")
+
+
+def children() -> set[int]:
+    """Process ids of this process's live children."""
+    me, found = str(os.getpid()), set()
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = status.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[1] == me:
+            found.add(int(status.parent.name))
+    return found
+
+
+class Child:
+    """A process the warm parent forked, now a child of the grader: wait, kill, status."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+        self.generation = self.sequence = 0  # which parent forked it, as its fork number
+        self.alone = False  # no other runner was live when it was forked
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):  # before Linux 5.3: poll instead
+            self._pidfd = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # not ours (any more): nothing to wait for
+                self.returncode = SETUP_FAILED
+                return self.returncode
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Its exit status (as ``Popen.returncode``), or None if it still runs at ``timeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [], left)
+            else:
+                time.sleep(0.01 if left is None else min(0.01, left))
+        return self.returncode
+
+    def kill(self) -> None:
+        """SIGKILL its process group (the runner is a session leader), and it."""
+        if self.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        if self._pidfd is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+
+    def release(self) -> None:
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None

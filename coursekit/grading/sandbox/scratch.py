@@ -1,0 +1,104 @@
+"""Host scratch folders: named after their grading run and their owner, removed by whoever
+outlives the owner.
+
+Where a hand-in has no root of its own (no mount namespace: Docker, Gradescope), its scratch
+is a folder in the host's temporary folder; the warm parent keeps its caches (matplotlib's
+font cache) in one too. Each is named ``coursekit-hand-in-<grader pid>-<owner pid>``: the
+grader's process, which is the grading run (so a run, and a test of it, can count only its
+own while another run works on the same machine), and the process the folder belongs to (a
+runner, or the warm parent).
+
+Whoever outlives the owner removes the folder: the grader, once it has reaped a runner or a
+warm parent (killed or not); the warm parent, its caches as it ends. A grader killed outright
+(SIGKILL) takes its warm parent and runners along (PR_SET_PDEATHSIG) and removes nothing:
+the next run's :func:`sweep` does, for the folders whose grader and owner are both gone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tempfile
+from pathlib import Path
+
+from coursekit.grading.sandbox.privileges import hand_in_ids
+
+PREFIX = "coursekit-hand-in-"
+# grader-owner; or one pid, as coursekit named them before grading runs were told apart
+_NAME = re.compile(r"coursekit-hand-in-([0-9]{1,7})(?:-([0-9]{1,7}))?")
+_PID_LIMIT = 2**22  # the kernel's PID_MAX_LIMIT
+
+
+def folder(grader: int, owner: int) -> Path:
+    """The host scratch folder of ``owner`` (a runner or a warm parent) in ``grader``'s run."""
+    return Path(tempfile.gettempdir()) / f"{PREFIX}{grader}-{owner}"
+
+
+def pids_of(name: str) -> tuple[int, ...] | None:
+    """The process ids a scratch folder's name holds (grader, owner), or None: not one of
+    ours."""
+    found = _NAME.fullmatch(name)
+    if found is None:
+        return None
+    pids = tuple(int(pid) for pid in found.groups() if pid is not None)
+    return pids if all(0 < pid < _PID_LIMIT for pid in pids) else None
+
+
+def is_dead(pid: int) -> bool:
+    """Whether no process has the id ``pid``. Signal 0 asks without sending anything; a
+    process that may not be signalled (another user's) answers EPERM, and is alive."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def sweep(parent: str | os.PathLike | None = None) -> list[str]:
+    """Remove the scratch folders that grading runs killed outright left in ``parent`` (the
+    temporary folder); returns what was removed.
+
+    Only a folder named as ours (:func:`pids_of`) whose every process is gone is removed:
+    another run's, live, is left alone, whatever its age. Only a real folder (its entry
+    read with ``lstat``: never a symbolic link, and :func:`remove` follows none), owned by
+    this user or, for a root grader, by the hand-in user of the runner it is named after.
+    In a sticky temporary folder no other user can rename such an entry or put another in
+    its place.
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(parent or tempfile.gettempdir()))
+    except OSError:
+        return removed
+    for entry in entries:
+        pids = pids_of(entry.name)
+        if pids is None or not all(is_dead(pid) for pid in pids):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and _ours(info.st_uid, owner=pids[-1]):
+            remove(entry.path)
+            removed.append(entry.path)
+    return removed
+
+
+def _ours(uid: int, owner: int) -> bool:
+    """Whether a folder of ``uid`` is this user's to remove: its own, or (as root) that of
+    the hand-in user the runner ``owner`` gave its hand-in."""
+    me = os.geteuid()
+    return uid == me or (me == 0 and uid == hand_in_ids(owner)[0])
+
+
+def remove(folder: str | os.PathLike) -> None:
+    """Remove a scratch folder however deep a hand-in nested it (``rm`` does; ``rmtree``
+    recurses, and is the fallback). Neither follows a symbolic link: one given as
+    ``folder`` is left alone by ``rmtree`` and removed as a link by ``rm``."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(folder)], check=False)
+    shutil.rmtree(folder, ignore_errors=True)

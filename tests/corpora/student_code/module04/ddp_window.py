@@ -1,0 +1,120 @@
+"""``ddp_window`` hand-ins: the right answer and each known mistake, as source."""
+
+_DDP = """
+import contextlib
+def ddp_window(model, loss_fn, micro_batches):
+    n = len(micro_batches)
+    for i, (inputs, targets) in enumerate(micro_batches):
+        {body}
+"""
+_INSIDE = """sync = {sync}
+        with contextlib.nullcontext() if sync else model.no_sync():
+            ({loss}).backward()"""
+
+
+def _ddp(sync="i == n - 1", loss="loss_fn(model(inputs), targets) / n"):
+    return _DDP.format(body=_INSIDE.format(sync=sync, loss=loss))
+
+
+DDP_WINDOW = {
+    "correct": _ddp(),
+    "correct_with_if_else": """
+def ddp_window(model, loss_fn, micro_batches):
+    for i, (x, y) in enumerate(micro_batches):
+        if i < len(micro_batches) - 1:
+            with model.no_sync():
+                (loss_fn(model(x), y) / len(micro_batches)).backward()
+        else:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+""",
+    "no_sync_missing": _DDP.format(body="(loss_fn(model(inputs), targets) / n).backward()"),
+    "forward_outside_no_sync": _DDP.format(
+        body="""loss = loss_fn(model(inputs), targets) / n
+        with contextlib.nullcontext() if i == n - 1 else model.no_sync():
+            loss.backward()"""
+    ),
+    "off_by_one_boundary": _ddp(sync="i % n == 0"),
+    "never_synced": _ddp(sync="False"),
+    "loss_not_divided": _ddp(loss="loss_fn(model(inputs), targets)"),
+    "divided_by_world_size": "import torch.distributed as dist\n"
+    + _ddp(loss="loss_fn(model(inputs), targets) / (n * dist.get_world_size())"),
+    "ddp_bypassed": """
+def ddp_window(model, loss_fn, micro_batches):
+    for i, (x, y) in enumerate(micro_batches):
+        net = model if i == len(micro_batches) - 1 else model.module
+        (loss_fn(net(x), y) / len(micro_batches)).backward()
+""",
+    "synced_by_hand": """
+import torch.distributed as dist
+def ddp_window(model, loss_fn, micro_batches):
+    with model.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / len(micro_batches)).backward()
+    for p in model.parameters():
+        dist.all_reduce(p.grad)
+        p.grad /= dist.get_world_size()
+""",
+    "correct_with_one_no_sync_block": """
+def ddp_window(model, loss_fn, micro_batches):
+    n = len(micro_batches)
+    *first, (last_x, last_y) = micro_batches
+    with model.no_sync():
+        for x, y in first:
+            (loss_fn(model(x), y) / n).backward()
+    (loss_fn(model(last_x), last_y) / n).backward()
+""",
+    "synced_twice": _ddp(sync="i >= n - 2"),
+    "enumerate_from_one": _ddp().replace("enumerate(micro_batches)", "enumerate(micro_batches, 1)"),
+    "float32_scale": "import torch\n"
+    + _ddp(loss="loss_fn(model(inputs), targets) * torch.tensor(1 / n)"),
+    "zero_grad_inside_loop": _DDP.format(
+        body="model.zero_grad()\n        "
+        + _INSIDE.format(sync="i == n - 1", loss="loss_fn(model(inputs), targets) / n")
+    ),
+    "popped_last_micro_batch": """
+def ddp_window(model, loss_fn, micro_batches):
+    n = len(micro_batches)
+    last_x, last_y = micro_batches.pop()
+    with model.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / n).backward()
+    (loss_fn(model(last_x), last_y) / n).backward()
+""",
+    "divided_by_count_after_pop": """
+def ddp_window(model, loss_fn, micro_batches):
+    last_x, last_y = micro_batches.pop()
+    with model.no_sync():
+        for x, y in micro_batches:
+            (loss_fn(model(x), y) / (len(micro_batches) + 1)).backward()
+    (loss_fn(model(last_x), last_y) / len(micro_batches)).backward()
+""",
+}
+
+# Variants whose mistake is named after another one that shows first.
+NAMED_AS = {
+    "synced_twice": "off_by_one_boundary",
+    "enumerate_from_one": "off_by_one_boundary",
+    "popped_last_micro_batch": "inputs_changed",
+}
+
+# Mutation-testing sets (tests/helpers/mutation.py; tests/corpora/student_code/__init__.py
+# says what each means).
+NON_TEXTBOOK = {
+    ("ddp_window", "float32_scale"),  # precision slip: torch.tensor(1 / n) is float32
+    ("ddp_window", "popped_last_micro_batch"),  # in-place change to the input list
+    ("ddp_window", "divided_by_count_after_pop"),  # in-place change, then a stale length
+    ("ddp_window", "synced_twice"),  # boundary: the last two micro-batches
+}
+# Only the grader's fixed spec catches this one (a window of 3).
+HIDDEN_ONLY = {("ddp_window", "float32_scale")}
+# No name fits these (the message says what differs: the scale).
+UNNAMED = {
+    ("ddp_window", "float32_scale"),
+    ("ddp_window", "divided_by_count_after_pop"),
+}
+ALSO_NAMED = {
+    # With 2 micro-batches, "the last two" is every one: no_sync() is never used.
+    ("ddp_window", "synced_twice"): {"no_sync_missing"},
+    # With 1 micro-batch, index 1 is never n - 1 = 0: no synchronisation at all.
+    ("ddp_window", "enumerate_from_one"): {"never_synced"},
+}
