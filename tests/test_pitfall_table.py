@@ -31,7 +31,7 @@ def named_mistakes() -> set[str]:
     """Every mistake name in coursekit/checks: the second argument of each ``Failure(...)``
     given as a string, and the keys of the ``*_MISTAKES`` and ``*_MESSAGES`` tables."""
     names = set()
-    for path in (REPO / "coursekit" / "checks").glob("*.py"):
+    for path in (REPO / "coursekit" / "checks").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if (
                 isinstance(node, ast.Call)

@@ -157,7 +157,8 @@ def test_a_fast_loop_is_not_slowed_by_its_bar(monkeypatch):
     assert stream.getvalue().count("\r") <= 25
 
 
-def test_a_bar_in_a_terminal_or_a_log_that_raises_says_so(clock):
+def test_a_bar_in_a_terminal_or_a_log_that_raises_says_so(clock, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")  # wide enough for the whole line, on any terminal
     for stream in (io.StringIO(), Terminal()):
         with pytest.raises(KeyboardInterrupt), Progress(10, "training", stream=stream) as bar:
             run(bar, clock, 3, 1.0)

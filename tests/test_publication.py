@@ -21,7 +21,7 @@ from coursekit.authoring.readme_table import END, START, with_module_table
 from coursekit.commands.cli import main
 
 pytestmark = pytest.mark.authoring
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent / "corpora" / "golden"
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 

@@ -17,7 +17,7 @@ from coursekit.authoring.setup_cell import add_setup_cell, setup_source
 from coursekit.commands.cli import main
 
 pytestmark = pytest.mark.authoring
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parent / "corpora" / "golden"
 WHEEL_URL = "https://course.example.org/files/coursekit-0.1.0-py3-none-any.whl"
 DRIVE_WHEEL = "/content/drive/MyDrive/grad-accum/coursekit-0.1.0-py3-none-any.whl"
 HEAD = [
