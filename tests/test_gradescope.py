@@ -163,7 +163,9 @@ def test_the_zip_holds_gradescopes_two_scripts_at_its_root_executable(bundle):
     # the source notebook (the reference the grader runs) travels as it is, students never
     # see the zip; and so does coursekit's source, which setup.sh installs
     assert source == (REPO / "notebooks" / f"{ASSIGNMENT}.ipynb").read_bytes()
-    assert {"coursekit-src/pyproject.toml", "coursekit-src/coursekit/commands/gradescope.py"} <= set(modes)
+    source_files = {"pyproject.toml", "coursekit/commands/gradescope.py"}
+    source_files = {f"coursekit-src/{name}" for name in source_files}
+    assert source_files <= set(modes)
     assert not any("__pycache__" in name for name in modes)
     assert settings["limits"]["cell_timeout_s"] == CELL_TIMEOUT_S
     assert "seed" not in settings  # each submission draws its own

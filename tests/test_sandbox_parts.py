@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 from hypothesis import given
@@ -278,6 +279,18 @@ def test_a_sweep_removes_only_real_folders_of_ours_whose_processes_are_gone(tmp_
     assert sorted(scratch.sweep(tmp_path)) == sorted(str(tmp_path / name) for name in gone)
     assert sorted(os.listdir(tmp_path)) == sorted(kept)
     assert (elsewhere / "deep" / "file").exists()  # nothing followed the link
+
+
+@linux_only
+def test_a_folder_named_after_this_process_but_older_than_it_is_an_earlier_ones(
+    tmp_path, monkeypatch
+):
+    # a restarted container, or pids wrapping round, gives this grader an earlier one's pid
+    (runner,) = _ended_pids(1)
+    earlier = _folder(tmp_path / f"coursekit-hand-in-{os.getpid()}-{runner}")
+    assert scratch.sweep(tmp_path) == []  # made after this process began: this run's
+    monkeypatch.setattr(scratch, "_LOADED_AT", time.time() + 60)  # now it predates it
+    assert scratch.sweep(tmp_path) == [str(earlier)]
 
 
 @linux_only

@@ -34,14 +34,16 @@ def _prctl(option: int, value: int) -> int:
     return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def serve(control_fd: int) -> None:
-    """The warm parent: import once, then fork a runner for each set of pipes received."""
+def serve(control_fd: int, temp: str | None = None) -> None:
+    """The warm parent: import once, then fork a runner for each set of pipes received.
+    ``temp`` is the grader's temporary folder, where its caches go."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # if the grader dies, so does this
     grader = os.getppid()
     if grader == 1:  # the grader died before the line above
         os._exit(1)
     control = socket.socket(fileno=control_fd)
-    caches = str(scratch.folder(grader, os.getpid()))  # if this is killed, the grader removes it
+    # if this is killed, the grader removes it
+    caches = str(scratch.folder(grader, os.getpid(), parent=temp))
     try:
         os.mkdir(caches, 0o700)
         os.environ["MPLCONFIGDIR"] = caches  # matplotlib's font cache, built once here
@@ -158,9 +160,11 @@ def _become_runner(fds: tuple[int, int, int], control_fd: int, grader: int, midd
     os._exit(0)
 
 
-if __name__ == "__main__":  # python -P -m coursekit.grading.sandbox.fork_server --warm FD
+if __name__ == "__main__":  # python -P -m ...fork_server [--temp FOLDER] --warm FD
     # run from the module imported by its name, which the harness's seal records with every
     # other coursekit module, rather than from __main__
     from coursekit.grading.sandbox import fork_server
 
-    fork_server.serve(int(sys.argv[-1]))
+    arguments = sys.argv[1:]
+    temp = arguments[arguments.index("--temp") + 1] if "--temp" in arguments else None
+    fork_server.serve(int(arguments[-1]), temp)

@@ -22,9 +22,15 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from coursekit.grading.sandbox.privileges import hand_in_ids
+
+# Folders are made only while grading, after this module is loaded: one named after this
+# process but changed (ctime, which no one can set) before then is an earlier process's whose
+# pid this one has been given again (a restarted container, pids wrapping round).
+_LOADED_AT = time.time()
 
 PREFIX = "coursekit-hand-in-"
 # grader-owner; or one pid, as coursekit named them before grading runs were told apart
@@ -32,9 +38,10 @@ _NAME = re.compile(r"coursekit-hand-in-([0-9]{1,7})(?:-([0-9]{1,7}))?")
 _PID_LIMIT = 2**22  # the kernel's PID_MAX_LIMIT
 
 
-def folder(grader: int, owner: int) -> Path:
-    """The host scratch folder of ``owner`` (a runner or a warm parent) in ``grader``'s run."""
-    return Path(tempfile.gettempdir()) / f"{PREFIX}{grader}-{owner}"
+def folder(grader: int, owner: int, parent: str | None = None) -> Path:
+    """The host scratch folder of ``owner`` (a runner or a warm parent) in ``grader``'s run,
+    in ``parent`` (the temporary folder)."""
+    return Path(parent or tempfile.gettempdir()) / f"{PREFIX}{grader}-{owner}"
 
 
 def pids_of(name: str) -> tuple[int, ...] | None:
@@ -64,11 +71,12 @@ def sweep(parent: str | os.PathLike | None = None) -> list[str]:
     temporary folder); returns what was removed.
 
     Only a folder named as ours (:func:`pids_of`) whose every process is gone is removed:
-    another run's, live, is left alone, whatever its age. Only a real folder (its entry
-    read with ``lstat``: never a symbolic link, and :func:`remove` follows none), owned by
-    this user or, for a root grader, by the hand-in user of the runner it is named after.
-    In a sticky temporary folder no other user can rename such an entry or put another in
-    its place.
+    another run's, live, is left alone, whatever its age. A folder named after this process
+    but older than it is an earlier process's that had the same pid: its owner gone, it goes.
+    Only a real folder (its entry read with ``lstat``: never a symbolic link, and
+    :func:`remove` follows none), owned by this user or, for a root grader, by the hand-in
+    user of the runner it is named after. In a sticky temporary folder no other user can
+    rename such an entry or put another in its place.
     """
     removed = []
     try:
@@ -77,13 +85,17 @@ def sweep(parent: str | os.PathLike | None = None) -> list[str]:
         return removed
     for entry in entries:
         pids = pids_of(entry.name)
-        if pids is None or not all(is_dead(pid) for pid in pids):
+        if pids is None:
             continue
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if stat.S_ISDIR(info.st_mode) and _ours(info.st_uid, owner=pids[-1]):
+        grader, owner = pids[0], pids[-1]
+        earlier_me = grader == os.getpid() and info.st_ctime < _LOADED_AT
+        if not is_dead(owner) or not (is_dead(grader) or earlier_me):
+            continue
+        if stat.S_ISDIR(info.st_mode) and _ours(info.st_uid, owner=owner):
             remove(entry.path)
             removed.append(entry.path)
     return removed

@@ -128,7 +128,10 @@ class WarmParent:
         try:
             self.process = subprocess.Popen(
                 # -P: no current folder ("/") on sys.path, so none reaches the trusted paths
-                [sys.executable, "-P", "-m", ENTRY_MODULE, "--warm", str(theirs.fileno())],
+                # --temp: the grader's temporary folder (the clean environment drops TMPDIR),
+                # where the grader and the next run's sweep look for the parent's caches
+                [sys.executable, "-P", "-m", ENTRY_MODULE, "--temp", tempfile.gettempdir()]
+                + ["--warm", str(theirs.fileno())],
                 cwd="/",
                 env=clean_env(),
                 stdin=subprocess.DEVNULL,
