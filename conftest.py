@@ -63,9 +63,35 @@ SLOW_FILES = {
 }
 
 
+# Seconds each of the longest files took in one run on 2 cores (``--durations``), roughly.
+# With test processes side by side (scripts/test: pytest-xdist, whole files to one process),
+# the longest files start first, so no process is left alone with one at the end. Only the
+# order of whole files changes; the tests of a file (a notebook's cells) keep theirs.
+LONGEST_FILES = {
+    "test_browser.py": 250,
+    "test_notebooks.py": 200,
+    "05_capstone.ipynb": 130,
+    "test_notebook_parameters.py": 125,
+    "04_distributed.ipynb": 95,
+    "test_mutation.py": 90,
+    "test_sandbox_parts.py": 65,
+    "06_batch_size.ipynb": 60,
+    "test_grading_no_false_flags.py": 60,
+    "test_grading_corpus.py": 55,
+    "test_grading_harness.py": 55,
+    "test_warm_parent.py": 50,
+    "test_step_counts.py": 50,
+    "03_batch_dependence.ipynb": 40,
+    "02_loss_scaling.ipynb": 30,
+    "test_submit.py": 30,
+    "test_grading_modules.py": 30,
+}
+
+
 def pytest_collection_modifyitems(config, items):
     import pytest
 
     for item in items:
         if item.path.name in SLOW_FILES or item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.path.name, 0))  # stable: files whole

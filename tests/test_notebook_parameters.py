@@ -63,6 +63,18 @@ EVIDENCE = {
 }
 
 
+# How the tests run a solution under papermill. The kernel is killed once the last cell has
+# answered (every output is in by then), not asked to shut down: a kernel that has started a
+# multiprocessing child (run_workers does) does not exit on that request, and is stopped only
+# after 2.5 s (half of its shutdown_wait_time).
+PAPERMILL = {
+    "cwd": str(REPO / "solutions"),
+    "kernel_name": "python3",
+    "progress_bar": False,
+    "shutdown_kernel": "immediate",
+}
+
+
 def code_cells(notebook):
     return [c for c in notebook.cells if c.cell_type == "code"]
 
@@ -135,10 +147,8 @@ def test_a_solution_run_by_papermill_with_other_parameters_uses_them(name, tmp_p
         str(REPO / "solutions" / f"{name}.ipynb"),
         str(tmp_path / f"{name}.ipynb"),
         parameters=parameters,
-        cwd=str(REPO / "solutions"),
-        kernel_name="python3",
-        progress_bar=False,
         execution_timeout=1200,
+        **PAPERMILL,
     )
     cells = {c.get("id"): c for c in executed.cells}
     settings = [line for c in executed.cells for line in printed(c).splitlines()]
@@ -163,9 +173,7 @@ def test_cuda_asked_for_on_a_machine_without_one_stops_before_any_demonstration(
             str(REPO / "solutions" / "01_accumulation.ipynb"),
             str(out),
             parameters={"device": "cuda"},
-            cwd=str(REPO / "solutions"),
-            kernel_name="python3",
-            progress_bar=False,
+            **PAPERMILL,
         )
     assert failure.value.ename == "ParameterError"
     why = failure.value.evalue  # a CPU build of torch, or a CUDA one that sees no GPU

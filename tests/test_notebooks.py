@@ -1,11 +1,11 @@
 """Notebooks, executed: hidden tests pass on the reference, stubs run to the end as
 "not attempted", and a hand-in with known mistakes has each one named in the notebook.
 
-nbval runs solutions/ whole (see pyproject.toml), and the untouched exercises run whole here,
-at a quarter of the default sizes (their notebook parameter ``scale``; the browser test runs
-them whole at the defaults); the hidden-test and mistake runs skip the demonstration cells
-(tagged ``demo``: they define nothing a question or its check needs, which
-``coursekit build --check`` enforces).
+nbval runs solutions/ whole at the defaults (see pyproject.toml), and the untouched exercises
+run whole here, at the smallest scale (their notebook parameter ``scale``, 0.25, as in the
+browser test): they hold the same demonstrations, and what is asserted of them does not depend
+on the sizes. The hidden-test and mistake runs skip the demonstration cells (tagged ``demo``:
+they define nothing a question or its check needs, which ``coursekit build --check`` enforces).
 """
 
 from pathlib import Path
@@ -52,7 +52,10 @@ def execute(
         name = question_name(cell)
         if replace and name in replace:
             cell.source = f"# Question: {name}\n{replace[name]}"
-    kernels.execute(nb, timeout_s=1200, cwd=path.parent)
+    # Killed once the last cell has answered (every output is in by then), not asked to shut
+    # down: a kernel that has started a multiprocessing child (run_workers does) does not exit
+    # on that request, and is stopped only after 2.5 s (half of its shutdown_wait_time).
+    kernels.execute(nb, timeout_s=1200, cwd=path.parent, shutdown_kernel="immediate")
     return nb
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -61,40 +63,63 @@ def test_where_each_counter_steps():
 # ---------------------------------------------------------------- the real frameworks
 
 
-def scheduler_runs(rank: int, world_size: int, *, totals: list[int], **settings) -> dict:
-    """``accelerate_scheduler_run`` once per scheduler length, in the same gloo processes.
+# The scheduler run: 5 micro-batches per epoch and process, N = 2, 2 epochs, 2 processes.
+SCHEDULER = {"micro_batches_per_epoch": 5, "accum_steps": 2, "epochs": 2}
+SCHEDULER_COUNTS = count_steps(5, 2, 2, num_processes=2)
 
-    Starting two processes that import torch and Accelerate takes seconds, the runs
-    themselves a fraction of one, so both lengths share one start. Each run builds its own
-    Accelerator, model and scheduler; what Accelerate keeps per process (its state
-    singletons) is the same for both, as when ``accelerate_gradients_run`` builds two.
+
+def framework_runs(
+    rank: int, world_size: int, *, scheduler_totals: list[int], with_trainer: bool
+) -> dict:
+    """Every two-process framework run of this file, in one pair of gloo processes.
+
+    Starting two processes that import torch, Accelerate and transformers takes seconds,
+    under load tens of seconds; the runs themselves take a fraction of one, so the tests
+    share one start. Each run builds its own Accelerator, model and data, and the results
+    are the ones each run gives in processes of its own (compared when this was written).
+    The Trainer runs last: it resets the state Accelerate keeps per process when it starts.
     """
-    from coursekit.workers.frameworks import accelerate_scheduler_run
+    from coursekit.workers import frameworks
 
-    return {
-        total: accelerate_scheduler_run(rank, world_size, scheduler_total=total, **settings)
-        for total in totals
+    runs = {
+        ("scheduler", total): frameworks.accelerate_scheduler_run(
+            rank, world_size, scheduler_total=total, **SCHEDULER
+        )
+        for total in scheduler_totals
     }
+    runs["gradients"] = frameworks.accelerate_gradients_run(rank, world_size, steps=3)
+    if with_trainer:
+        runs["trainer"] = frameworks.trainer_run(rank, world_size, steps=3)
+    return runs
 
 
-@pytest.mark.frameworks
-def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes():
+@pytest.fixture(scope="module")
+def two_process_runs() -> list[dict]:
+    """What :func:`framework_runs` returned, one dict per rank (the Trainer's run only
+    where transformers is installed: the Accelerate tests need only Accelerate)."""
     pytest.importorskip("accelerate")
     from coursekit.distributed import run_workers
 
-    counts = count_steps(5, 2, 2, num_processes=2)
-    totals = [counts.optimizer_steps, counts.prepared_scheduler_total]
-    per_rank = run_workers(
-        f"{__name__}.scheduler_runs",  # spawned processes import this module by its name
+    return run_workers(
+        f"{__name__}.framework_runs",  # spawned processes import this module by its name
         world_size=2,
         progress=False,
-        micro_batches_per_epoch=5,
-        accum_steps=2,
-        epochs=2,
-        totals=totals,
+        scheduler_totals=[
+            SCHEDULER_COUNTS.optimizer_steps,
+            SCHEDULER_COUNTS.prepared_scheduler_total,
+        ],
+        with_trainer=importlib.util.find_spec("transformers") is not None,
     )
-    for total in totals:
-        results = [runs[total] for runs in per_rank]
+
+
+@pytest.mark.frameworks
+def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes(
+    two_process_runs,
+):
+    pytest.importorskip("accelerate")
+    counts = SCHEDULER_COUNTS
+    for total in (counts.optimizer_steps, counts.prepared_scheduler_total):
+        results = [runs["scheduler", total] for runs in two_process_runs]
         for result in results:
             assert result["distributed_type"] == "MULTI_CPU"
             assert result["micro_batches_per_epoch"] == 5
@@ -148,16 +173,12 @@ def test_the_hf_trainer_takes_the_loops_step_count(micro, accum, epochs, tmp_pat
 
 
 @pytest.mark.frameworks
-def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does():
+def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does(two_process_runs):
     """Real Accelerate, 2 gloo processes with different token counts: the mean loss per
     micro-batch misses the course's loop (a mean of means across micro-batches and ranks);
     the summed loss times global_token_scale * accum_steps matches it to float64 rounding."""
     pytest.importorskip("accelerate")
-    from coursekit.distributed import run_workers
-
-    results = run_workers(
-        "coursekit.workers.frameworks.accelerate_gradients_run", 2, steps=3, progress=False
-    )
+    results = [runs["gradients"] for runs in two_process_runs]
     for r in results:
         assert r["optimizer_steps"] == {"mean per micro-batch": 3, "global token count": 3}
         assert r["weight_gaps"]["global token count"] < 1e-12
@@ -165,14 +186,12 @@ def test_accelerate_on_two_processes_moves_the_weights_as_the_course_loop_does()
 
 
 @pytest.mark.frameworks
-def test_the_trainer_on_two_processes_moves_the_weights_as_the_course_loop_does():
+def test_the_trainer_on_two_processes_moves_the_weights_as_the_course_loop_does(two_process_runs):
     """The real HF Trainer on 2 gloo processes: with average_tokens_across_devices (its
     default) its num_items_in_batch makes the run the course's loop; without, each process
     divides by its own count and the ranks' means are averaged (transformers #34242)."""
     pytest.importorskip("transformers")
-    from coursekit.distributed import run_workers
-
-    results = run_workers("coursekit.workers.frameworks.trainer_run", 2, steps=3, progress=False)
+    results = [runs["trainer"] for runs in two_process_runs]
     on, off = "average_tokens_across_devices=True", "average_tokens_across_devices=False"
     for r in results:
         assert r["optimizer_steps"] == {on: 3, off: 3}

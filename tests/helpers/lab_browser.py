@@ -181,6 +181,10 @@ def running_lab(workdir: Path, wait_s: float = 90) -> Iterator[Lab]:
         f"--LabApp.workspaces_dir={workdir / 'workspaces'}",
         # Lets the test read the notebook model (outputs as saved) without saving it.
         "--LabApp.expose_app_in_browser=True",
+        # A kernel that has started a multiprocessing child (run_workers does) does not exit on
+        # the shutdown request; the server stops it when half of this wait (5 s by default) is
+        # over. The test has read all it needs by the time it shuts a kernel down.
+        "--KernelManager.shutdown_wait_time=1",
     ]
     log_path = workdir / "jupyterlab.log"
     log = log_path.open("w")
