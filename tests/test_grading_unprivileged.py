@@ -25,7 +25,8 @@ NOBODY = 65534
 def _as_user(command: list[str], paths: list[str]) -> list[str]:
     if os.getuid() != 0:
         return command
-    return [sys.executable, str(REPO / "tests" / "as_user.py"), str(NOBODY), "--", *command]
+    as_user = REPO / "tests" / "helpers" / "as_user.py"
+    return [sys.executable, str(as_user), str(NOBODY), "--", *command]
 
 
 def _user_namespaces_work(paths: list[str]) -> bool:

@@ -16,8 +16,10 @@ import json
 import os
 import re
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -174,7 +176,10 @@ def running_lab(workdir: Path, wait_s: float = 90) -> Iterator[Lab]:
         filter(None, [str(jupyter_path), env.get("JUPYTER_PATH")])
     )
     env["JUPYTER_CONFIG_DIR"] = str(workdir / "config")
-    env["JUPYTER_RUNTIME_DIR"] = str(workdir / "runtime")
+    # Kernels talk over Unix sockets in the runtime folder, whose paths may not pass 107
+    # bytes: a folder of pytest's (longer under pytest-xdist) gave "File name too long".
+    runtime = Path(tempfile.mkdtemp(prefix="coursekit-lab-"))
+    env["JUPYTER_RUNTIME_DIR"] = str(runtime)
     command = [
         *lab_command(root, port, token, open_browser=False),  # the student's server, and:
         f"--LabApp.user_settings_dir={workdir / 'settings'}",
@@ -205,6 +210,7 @@ def running_lab(workdir: Path, wait_s: float = 90) -> Iterator[Lab]:
             process.kill()
             process.wait()
         log.close()
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def _answers(lab: Lab) -> bool:
