@@ -63,28 +63,31 @@ SLOW_FILES = {
 }
 
 
-# Seconds each of the longest files took in one run on 2 cores (``--durations``), roughly.
+# Seconds each of the longest files took in one run on 2 cores with 2 test processes
+# (``--junitxml``'s times summed per file), roughly.
 # With test processes side by side (scripts/test: pytest-xdist, whole files to one process),
 # the longest files start first, so no process is left alone with one at the end. Only the
 # order of whole files changes; the tests of a file (a notebook's cells) keep theirs.
 LONGEST_FILES = {
-    "test_browser.py": 250,
-    "test_notebooks.py": 200,
-    "05_capstone.ipynb": 130,
-    "test_notebook_parameters.py": 125,
-    "04_distributed.ipynb": 95,
-    "test_mutation.py": 90,
+    "test_mutation.py": 165,
+    "test_notebooks.py": 160,
+    "test_browser.py": 155,
+    "test_notebook_parameters.py": 150,
+    "test_grading_no_false_flags.py": 85,
+    "test_grading_harness.py": 80,
+    "test_grading_corpus.py": 70,
     "test_sandbox_parts.py": 65,
-    "06_batch_size.ipynb": 60,
-    "test_grading_no_false_flags.py": 60,
-    "test_grading_corpus.py": 55,
-    "test_grading_harness.py": 55,
-    "test_warm_parent.py": 50,
-    "test_step_counts.py": 50,
-    "03_batch_dependence.ipynb": 40,
-    "02_loss_scaling.ipynb": 30,
-    "test_submit.py": 30,
+    "05_capstone.ipynb": 40,
+    "test_distributed.py": 40,
+    "test_gradescope_docker_like.py": 35,
+    "04_distributed.ipynb": 35,
     "test_grading_modules.py": 30,
+    "test_warm_parent.py": 25,
+    "test_grading_batch.py": 25,
+    "test_gradescope.py": 25,
+    "06_batch_size.ipynb": 17,
+    "test_seccomp_allow_list.py": 15,
+    "test_gradebook_and_exports.py": 15,
 }
 
 

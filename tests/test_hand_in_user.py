@@ -8,6 +8,7 @@ permissions taken off the grader's files, and the gradebook's mode.
 
 import errno
 import os
+import select
 import signal
 import socket
 import stat
@@ -50,6 +51,7 @@ def _as_user(uid: int, then) -> int:
 @as_root
 def test_every_process_of_a_hand_ins_user_is_ended_however_it_hides():
     uid = privileges.hand_in_ids(os.getpid() % 4_000_000)[0]
+    read, write = os.pipe()
 
     def fork_and_hide():
         for _ in range(5):  # daemons in sessions of their own, which outlive their parent
@@ -57,15 +59,22 @@ def test_every_process_of_a_hand_ins_user_is_ended_however_it_hides():
                 os.setsid()
                 if os.fork() == 0:
                     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                    os.write(write, b"+")  # hidden and running
                     time.sleep(600)
                 os._exit(0)
         time.sleep(600)
 
     leader = _as_user(uid, fork_and_hide)
-    deadline = time.monotonic() + 60
-    while len(privileges.processes_of(uid)) < 6 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert len(privileges.processes_of(uid)) >= 6
+    os.close(write)
+    # wait for the five to say they run (counting processes instead could catch the moment
+    # the leader and its five short-lived children were six, before any daemon had started)
+    started = b""
+    while len(started) < 5 and select.select([read], [], [], 120)[0]:
+        started += os.read(read, 5) or b"!"
+        assert not started.endswith(b"!"), "a daemon ended before it started"
+    os.close(read)
+    assert started == b"+++++"
+    assert len(privileges.processes_of(uid)) >= 6  # the leader and the five daemons
     assert privileges.end_processes_of(uid)
     os.waitpid(leader, 0)
     assert privileges.processes_of(uid) == []
