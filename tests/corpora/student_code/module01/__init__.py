@@ -13,6 +13,7 @@ from tests.corpora.student_code.module01 import (
 from tests.corpora.student_code.module01.accumulate_window import ACCUMULATE_WINDOW
 from tests.corpora.student_code.module01.plan_micro_batch import PLAN_MICRO_BATCH
 from tests.corpora.student_code.module01.train_accumulated import TRAIN_ACCUMULATED
+from tests.corpora.student_code.sets import MAPS, SETS, merged
 
 BY_QUESTION = {
     "accumulate_window": ACCUMULATE_WINDOW,
@@ -21,8 +22,8 @@ BY_QUESTION = {
 }
 
 _QUESTIONS = (accumulate_window, train_accumulated, plan_micro_batch)
-NON_TEXTBOOK = set().union(*(q.NON_TEXTBOOK for q in _QUESTIONS))
-HIDDEN_ONLY = set().union(*(getattr(q, "HIDDEN_ONLY", set()) for q in _QUESTIONS))
-UNNAMED = set().union(*(getattr(q, "UNNAMED", set()) for q in _QUESTIONS))
-ALSO_NAMED = {k: v for q in _QUESTIONS for k, v in getattr(q, "ALSO_NAMED", {}).items()}
-NAMED_AS = {k: v for q in _QUESTIONS for k, v in getattr(q, "NAMED_AS", {}).items()}
+_SETS = merged(_QUESTIONS)
+# The mutation-testing sets (tests/corpora/student_code/__init__.py says what each means),
+# and NAMED_AS: variants whose mistake is named after another one that shows first.
+NON_TEXTBOOK, HIDDEN_ONLY, UNNAMED = (_SETS[name] for name in SETS)
+ALSO_NAMED, NAMED_AS = (_SETS[name] for name in MAPS)

@@ -19,6 +19,7 @@ from tests.corpora.student_code.module02.amp_window import AMP_WINDOW
 from tests.corpora.student_code.module02.global_token_scale import GLOBAL_TOKEN_SCALE
 from tests.corpora.student_code.module02.loss_scales import LOSS_SCALES
 from tests.corpora.student_code.module02.train_scheduled import TRAIN_SCHEDULED
+from tests.corpora.student_code.sets import MAPS, SETS, merged
 
 BY_QUESTION = {
     "loss_scales": LOSS_SCALES,
@@ -37,11 +38,9 @@ _QUESTIONS = (
     amp_window,
     train_scheduled,
 )
-NON_TEXTBOOK = set().union(*(q.NON_TEXTBOOK for q in _QUESTIONS))
-HIDDEN_ONLY: set[tuple[str, str]] = set()
-UNNAMED = set().union(*(getattr(q, "UNNAMED", set()) for q in _QUESTIONS))
-ALSO_NAMED = {k: v for q in _QUESTIONS for k, v in getattr(q, "ALSO_NAMED", {}).items()}
-# Variants whose mistake is named after another one that shows first (or that is the same
-# mistake seen from outside), keyed by variant.
-NAMED_AS = {k: v for q in _QUESTIONS for k, v in getattr(q, "NAMED_AS", {}).items()}
+_SETS = merged(_QUESTIONS)
+# The mutation-testing sets (tests/corpora/student_code/__init__.py says what each means),
+# and NAMED_AS: variants whose mistake is named after another one that shows first.
+NON_TEXTBOOK, HIDDEN_ONLY, UNNAMED = (_SETS[name] for name in SETS)
+ALSO_NAMED, NAMED_AS = (_SETS[name] for name in MAPS)
 AMP_WINDOW_NAMED_AS = NAMED_AS  # the old module's name for it, kept importable

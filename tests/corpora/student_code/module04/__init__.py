@@ -12,6 +12,7 @@ from tests.corpora.student_code.module04 import (
 from tests.corpora.student_code.module04.ddp_window import DDP_WINDOW
 from tests.corpora.student_code.module04.resolve_batch_config import RESOLVE_BATCH_CONFIG
 from tests.corpora.student_code.module04.zero_memory import ZERO_MEMORY
+from tests.corpora.student_code.sets import MAPS, SETS, merged
 
 BY_QUESTION = {
     "resolve_batch_config": RESOLVE_BATCH_CONFIG,
@@ -20,16 +21,12 @@ BY_QUESTION = {
 }
 
 _QUESTIONS = (resolve_batch_config, ddp_window, zero_memory)
+_SETS = merged(_QUESTIONS)
+# The mutation-testing sets (tests/corpora/student_code/__init__.py says what each means),
+# and NAMED_AS: variants whose mistake is named after another one that shows first.
+NON_TEXTBOOK, HIDDEN_ONLY, UNNAMED = (_SETS[name] for name in SETS)
+ALSO_NAMED, NAMED_AS = (_SETS[name] for name in MAPS)
 
-# Variants whose mistake is named after another one that shows first.
-NAMED_AS = {k: v for m in _QUESTIONS for k, v in getattr(m, "NAMED_AS", {}).items()}
-
-# Mutation-testing sets (tests/helpers/mutation.py; tests/corpora/student_code/__init__.py
-# says what each means).
-NON_TEXTBOOK = set().union(*(getattr(m, "NON_TEXTBOOK", set()) for m in _QUESTIONS))
-HIDDEN_ONLY = set().union(*(getattr(m, "HIDDEN_ONLY", set()) for m in _QUESTIONS))
-UNNAMED = set().union(*(getattr(m, "UNNAMED", set()) for m in _QUESTIONS))
-ALSO_NAMED = {k: v for m in _QUESTIONS for k, v in getattr(m, "ALSO_NAMED", {}).items()}
 
 __all__ = [
     "ALSO_NAMED",

@@ -12,6 +12,7 @@ from tests.corpora.student_code.module05 import (
 from tests.corpora.student_code.module05.count_steps import COUNT_STEPS
 from tests.corpora.student_code.module05.plan_accumulation import PLAN_ACCUMULATION
 from tests.corpora.student_code.module05.recipe_window import RECIPE_WINDOW
+from tests.corpora.student_code.sets import MAPS, SETS, merged
 
 BY_QUESTION = {
     "plan_accumulation": PLAN_ACCUMULATION,
@@ -20,16 +21,12 @@ BY_QUESTION = {
 }
 
 _QUESTIONS = (plan_accumulation, recipe_window, count_steps)
+_SETS = merged(_QUESTIONS)
+# The mutation-testing sets (tests/corpora/student_code/__init__.py says what each means),
+# and NAMED_AS: variants whose mistake is named after another one that shows first.
+NON_TEXTBOOK, HIDDEN_ONLY, UNNAMED = (_SETS[name] for name in SETS)
+ALSO_NAMED, NAMED_AS = (_SETS[name] for name in MAPS)
 
-# Variants whose mistake is named after another one that shows first.
-NAMED_AS = {k: v for m in _QUESTIONS for k, v in getattr(m, "NAMED_AS", {}).items()}
-
-# Mutation-testing sets (tests/helpers/mutation.py; tests/corpora/student_code/__init__.py
-# says what each means).
-NON_TEXTBOOK = set().union(*(getattr(m, "NON_TEXTBOOK", set()) for m in _QUESTIONS))
-HIDDEN_ONLY = set().union(*(getattr(m, "HIDDEN_ONLY", set()) for m in _QUESTIONS))
-UNNAMED = set().union(*(getattr(m, "UNNAMED", set()) for m in _QUESTIONS))
-ALSO_NAMED = {k: v for m in _QUESTIONS for k, v in getattr(m, "ALSO_NAMED", {}).items()}
 
 __all__ = [
     "ALSO_NAMED",
