@@ -1,7 +1,7 @@
 """Mutation scores of every graded question: mutants killed and correct styles passed.
 
 Run: .venv/bin/python benchmarks/mutation.py [--seeds 50] [--question NAME ...]
-For each question it runs every mutant and correct style in tests/student_code*.py on the
+For each question it runs every mutant and correct style in tests/corpora/student_code/ on the
 grader's tests of each seed (public specs plus the hidden draw), and prints:
 - mutants killed on every seed / all mutants (the mutation score; aim 100%);
 - correct styles with full marks on every seed / all styles (aim 100%);
@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402
 
 from coursekit.checks import QUESTIONS  # noqa: E402
-from tests import mutation  # noqa: E402
+from tests.helpers import mutation  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,12 @@ to move the hyperparameters so that training follows about the same path per sam
   with a gradual warm-up (theirs lasts a fixed number of epochs, that is of samples).
 - Adam, the square-root scaling rule (Malladi et al. 2022, arXiv:2205.10287): batch x k,
   lr x sqrt(k), 1 - beta1 -> k(1 - beta1), 1 - beta2 -> k(1 - beta2), eps -> eps / sqrt(k).
+- Weight decay: where it is part of the loss's gradient (SGD's and Adam's ``weight_decay``,
+  an L2 term) the rules above already cover it, unchanged. AdamW's is decoupled: each step
+  shrinks the weights by lr x weight_decay (``param.mul_(1 - lr * weight_decay)`` in
+  torch/optim/adam.py). With lr x sqrt(k) and k times fewer steps over the same samples, the
+  shrinking per sample falls by sqrt(k); weight_decay x sqrt(k) keeps it (lr x weight_decay
+  x k per k-times-larger step, the same per sample).
 
 Both are approximations that hold while k is not too large. :func:`scaled_hyperparameters`
 applies them by these rules, which the notebook states word for word:
@@ -19,9 +25,12 @@ applies them by these rules, which the notebook states word for word:
 3. The warm-up keeps its length in samples: warmup_steps_new =
    ceil(warmup_steps * base_batch / new_batch), in exact integer arithmetic, so a warm-up of
    more than 0 steps never rounds to 0 steps.
-4. The result is {"lr", "warmup_steps"} for SGD, plus "betas" and "eps" for Adam(W).
+4. The result is {"lr", "warmup_steps"} for SGD, plus "betas" and "eps" for Adam(W), plus
+   "weight_decay" when one is given: unchanged for "sgd" and "adam", times sqrt(k) for
+   "adamw" (decoupled weight decay, above).
 5. A ValueError refuses base_batch or new_batch below 1, base_lr <= 0, warmup_steps < 0,
-   and a scaled beta outside [0, 1): where k(1 - beta) > 1 the rule does not apply.
+   weight_decay < 0, and a scaled beta outside [0, 1): where k(1 - beta) > 1 the rule does
+   not apply.
 
 GPT-3 (Brown et al. 2020, appendix B) grows the batch from small to full over the first few
 billion tokens. With accumulation that means changing the number of micro-batches per window
@@ -56,6 +65,7 @@ def scaled_hyperparameters(
     warmup_steps: int,
     betas: tuple[float, float] = (0.9, 0.999),
     eps: float = 1e-8,
+    weight_decay: float | None = None,
 ) -> dict:
     """The hyperparameters for ``new_batch`` from ones tuned at ``base_batch`` (rules 1-5 in
     the module's docstring: linear scaling for SGD, square-root scaling for Adam and AdamW).
@@ -66,6 +76,8 @@ def scaled_hyperparameters(
         >>> adam = scaled_hyperparameters(1e-3, 64, 256, "adam", warmup_steps=100)
         >>> adam["lr"], adam["warmup_steps"], [round(beta, 9) for beta in adam["betas"]]
         (0.002, 25, [0.6, 0.996])
+        >>> scaled_hyperparameters(1e-3, 64, 256, "adamw", 100, weight_decay=0.1)["weight_decay"]
+        0.2
     """
     base_lr = real("base_lr", base_lr, 0, low_open=True)
     base_batch, new_batch = whole("base_batch", base_batch), whole("new_batch", new_batch)
@@ -75,6 +87,11 @@ def scaled_hyperparameters(
     # The same number of samples: the ceiling of a ratio of integers, computed exactly
     # (a float ratio first can land one step off, math.ceil(245 / (98 / 96)) == 241).
     scaled = {"warmup_steps": -(-warmup_steps * base_batch // new_batch)}
+    if weight_decay is not None:
+        weight_decay = real("weight_decay", weight_decay, 0)
+        # decoupled (AdamW): lr x weight_decay per step; in the loss (SGD, Adam): unchanged
+        root = math.sqrt(k) if optimizer_kind == "adamw" else 1.0
+        scaled["weight_decay"] = weight_decay * root
     if optimizer_kind == "sgd":
         return {"lr": base_lr * k, **scaled}
     if len(betas) != 2:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from coursekit.checks import QUESTIONS, Status, check, evaluate
+from coursekit.checks import QUESTIONS, Failure, Status, check, evaluate
 from coursekit.checks.loop_variants import MISTAKES
 from tests.corpora import student_code
 
@@ -155,3 +155,100 @@ def test_a_warning_raised_by_the_students_code_does_not_clutter_the_verdict(
     )
     assert "scheduler.step() ran before optimizer.step()" in capsys.readouterr().out
     assert not [w for w in recwarn if "lr_scheduler.step()" in str(w.message)]
+
+
+# ------------------------------------------------ messages that name the mistake (issue 33)
+
+
+def _verdict(question: str, variant: str, spec: dict):
+    """The Failure (or None) one spec gives a variant, as the grader judges it: run, then
+    judge against the reference's outputs."""
+    checked = QUESTIONS[question]
+    expected = checked.run(checked.reference(), spec)
+    try:
+        checked.judge(spec, checked.run(student_code.load(question, variant), spec), expected)
+    except Failure as failure:
+        return failure
+    return None
+
+
+@pytest.mark.parametrize(
+    ("question", "variant", "says", "never"),
+    [
+        ("noise_scale", "mean_over_k_minus_1", "divided by k - 1", "differs from"),
+        ("noise_scale", "batch_size_from_pair", "len(micro_batches[0][0])", "differs from"),
+        ("noise_scale", "eval_mode_left", "eval mode", "hook"),
+        ("accumulate_in_float32", "divided_by_micro_batch_size", "micro-batch size, 8", "once"),
+        ("accumulate_in_float32", "buffers_kept_between_calls", "twice the sums", "accumulated"),
+        ("global_token_scale", "count_cached", "made no all_reduce", "own count"),
+        ("global_token_scale", "async_not_awaited", "wait()", "own count"),
+        ("count_steps", "extra_step_per_epoch", "one step too many in every epoch", "Accelerate"),
+        ("ramp_plan", "schedule_popped", "changed schedule", "never trained"),
+        ("ramp_plan", "windows_in_default_argument", "Called twice", "window 1"),
+        ("recipe_window", "labels_shifted_again", "shifted once more", "differ from the recipe"),
+        ("scaled_hyperparameters", "weight_decay_not_scaled", "decoupled", "by the rules"),
+    ],
+)
+def test_a_recognisable_mistake_is_named_in_its_message(question, variant, says, never):
+    result = evaluate(question, student_code.load(question, variant))
+    assert result.mistake == student_code.mistake_of(variant), result.render()
+    assert says in result.message and never not in result.message, result.message
+
+
+def test_a_schedule_read_in_micro_batches_is_named_where_it_shows_and_never_said_ignored():
+    spec = {"total": 40, "micro": 2, "schedule": [[0, 4], [8, 1], [20, 2]]}
+    failure = _verdict("ramp_plan", "schedule_in_micro_batches", spec)
+    assert failure.mistake == "schedule_in_micro_batches", failure.message
+    assert "micro-batch 4 or later" in failure.message
+    public = evaluate("ramp_plan", student_code.load("ramp_plan", "schedule_in_micro_batches"))
+    assert "never took effect" not in public.message  # they did, counted in micro-batches
+    assert "within these 100 samples" in public.message
+
+
+def test_unscaled_betas_have_one_name_where_the_rule_must_refuse_too():
+    spec = {"base_lr": 1e-3, "base_batch": 32, "new_batch": 512, "kind": "adam", "warmup": 10}
+    failure = _verdict("scaled_hyperparameters", "betas_not_scaled_nor_checked", spec)
+    assert failure.mistake == "betas_not_scaled", failure.message
+    assert "with k = 16, k(1 - beta1)" in failure.message and "K(1" not in failure.message
+    refusal = _verdict("scaled_hyperparameters", "beta_range_not_checked", spec)
+    assert refusal.mistake == "bad_input_accepted", refusal.message
+    assert refusal.message.startswith("With k = 16, k(1 - beta1)") and "K(1" not in refusal.message
+
+
+def test_adamw_weight_decay_scales_by_the_root_and_adam_s_stays():
+    spec = {"base_lr": 3e-4, "base_batch": 32, "new_batch": 128, "kind": "adam", "warmup": 50}
+    spec["weight_decay"] = 0.01
+    failure = _verdict("scaled_hyperparameters", "weight_decay_scaled_in_the_loss", spec)
+    assert failure.mistake == "weight_decay_scaled_in_the_loss", failure.message
+    assert _verdict("scaled_hyperparameters", "correct", spec) is None
+
+
+def test_one_process_is_not_processes():
+    spec = {"micro": 12, "accum": 4, "epochs": 2, "procs": 1}
+    failure = _verdict("count_steps", "epochs_ignored", spec)
+    assert "1 process)" in failure.message and "1 processes" not in failure.message
+
+
+def test_a_frozen_parameter_left_out_is_named_and_one_handled_passes():
+    spec = {"seed": 5, "accum_steps": 6, "micro_batch_size": 4, "frozen": True}
+    failure = _verdict("accumulate_in_float32", "frozen_parameter_skipped", spec)
+    assert failure.mistake == "frozen_parameter_skipped" and "3 tensors" in failure.message
+    assert _verdict("accumulate_in_float32", "correct", spec) is None
+
+
+def test_a_side_effect_report_from_the_hand_in_is_read_only_as_known_codes():
+    """judge() trusts nothing: an unknown code or a path of another shape says nothing."""
+    from coursekit.checks.side_effects import judge_left_behind
+
+    judge_left_behind({"left_changed": ["rm -rf", 3], "input_changed": "x\n<script>"}, "()")
+    with pytest.raises(Failure) as failure:
+        judge_left_behind({"left_changed": ["grad_mode"]}, "(here)")
+    assert failure.value.mistake == "state_left_changed"
+    assert "gradient recording off" in failure.value.message
+
+
+def test_the_checks_put_torch_s_switches_back_after_a_hand_in_that_leaves_them():
+    before = torch.is_grad_enabled(), torch.get_default_dtype()
+    evaluate("to_group_norm", student_code.load("to_group_norm", "default_dtype_left"))
+    evaluate("accumulate_window", student_code.load("accumulate_window", "grad_mode_left"))
+    assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before

@@ -55,3 +55,19 @@ def test_the_sets_name_existing_mutants():
         for question, variant in pairs:
             assert variant in student_code.BY_QUESTION[question], (question, variant)
             assert not variant.startswith("correct"), (question, variant)
+
+
+def test_a_variant_name_means_the_same_mistake_in_every_module():
+    """NAMED_AS is keyed by variant name alone: a name that one module maps to a mistake and
+    another uses for its own would make ``mistake_of`` wrong for one of them."""
+    clashes = {
+        (question, variant): (
+            module.NAMED_AS.get(variant, variant),
+            student_code.mistake_of(variant),
+        )
+        for module in student_code._MODULES
+        for question, variants in module.BY_QUESTION.items()
+        for variant in variants
+        if module.NAMED_AS.get(variant, variant) != student_code.mistake_of(variant)
+    }
+    assert clashes == {}, "rename one of each clashing variant (module's own name, merged one)"

@@ -293,6 +293,9 @@ def test_every_correct_style_passes_the_public_checks(variant):
 @pytest.mark.parametrize("variant", [v for v in code06.NOISE_SCALE if not v.startswith("correct")])
 def test_each_mistake_is_named_by_the_public_checks(variant):
     result = evaluate("noise_scale", _load(variant))
+    if ("noise_scale", variant) in code06.UNNAMED:  # a crash, or a slip no name fits
+        assert result.status in (Status.FAILED, Status.ERROR) and result.mistake is None
+        return
     assert result.status is Status.FAILED, result.render()
     assert result.mistake == code06.NAMED_AS.get(variant, variant), result.render()
 

@@ -14,6 +14,7 @@ import operator
 
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import judge_repeated, repeated
 
 
 @register
@@ -30,6 +31,10 @@ class EffectiveBatchSize(Question):
         ]
 
     def run(self, fn, spec):
+        return repeated(lambda spec: self._answer(fn, spec), spec)
+
+    @staticmethod
+    def _answer(fn, spec):
         answer = fn(spec["micro_batch_size"], spec["accum_steps"], spec["world_size"])
         try:  # a NumPy or torch integer is as good as a Python one
             return {"answer": operator.index(answer)}
@@ -43,6 +48,9 @@ class EffectiveBatchSize(Question):
 
     def judge(self, spec, outputs, expected):
         answer, wanted = outputs.get("answer"), expected["answer"]
+        judge_repeated(
+            outputs, f"({spec['micro_batch_size']}, {spec['accum_steps']}, {spec['world_size']})"
+        )
         if type(answer) is int and answer == wanted:
             return
         m, a, w = spec["micro_batch_size"], spec["accum_steps"], spec["world_size"]

@@ -32,6 +32,12 @@ from coursekit.checks.question import (
     scale_of,
 )
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import (
+    Kept,
+    gradient_again,
+    judge_again,
+    judge_left_behind,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.gradients import flat_gradient, full_batch_gradient
 from coursekit.models import tiny_mlp
@@ -44,6 +50,8 @@ def _window_problem(spec):
     model = tiny_mlp(in_features=5, hidden=7, depth=2, seed=spec["seed"], dtype=dtype)
     size = spec["micro_batch_size"] * spec["accum_steps"]
     inputs, targets = make_regression(size, in_features=5, seed=spec["seed"], dtype=dtype)
+    if spec.get("frozen"):  # the first bias frozen, as in fine-tuning: it gets no gradient
+        list(model.parameters())[1].requires_grad_(False)
     return model, inputs, targets, split_micro_batches(inputs, targets, spec["micro_batch_size"])
 
 
@@ -75,25 +83,42 @@ class AccumulateWindow(Question):
                 "dtype": dtype,
             }
             for dtype in ("float64", "float64", "float32")
+        ] + [
+            {
+                "seed": rng.randrange(10**6),
+                "accum_steps": 3,
+                "micro_batch_size": 4,
+                "dtype": "float64",
+                "frozen": True,
+            }
         ]
 
     def run(self, fn, spec):
         model, _, _, micro_batches = _window_problem(spec)
         watch = Watch(model)
+        kept = Kept((model,), micro_batches=micro_batches)
         fn(model, nn.MSELoss(), micro_batches)
-        return {
+        outputs = {
+            **kept.report(),
             "grad": tensor_list(flat_gradient(model.parameters())),
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
             "weights_moved": weights_of(model) != watch.start,
         }
+        if outputs["input_changed"] is None and not outputs["weights_moved"]:
+            call = lambda: fn(model, nn.MSELoss(), micro_batches)  # noqa: E731
+            outputs["again_gap"] = gradient_again(outputs["grad"], call, model.parameters())
+        return outputs
 
     def reference(self):
         return _reference_window
 
     def judge(self, spec, outputs, expected):
         micro, n = spec["micro_batch_size"], spec["accum_steps"]
-        setting = f"({n} micro-batches of {micro})"
+        frozen = ", the first bias frozen" if spec.get("frozen") else ""
+        setting = f"({n} micro-batches of {micro}{frozen})"
+        judge_left_behind(outputs, setting)
+        judge_again(outputs, TOLERANCE[spec["dtype"]], setting)
         judge_micro_batches_and_weights(outputs, micro, setting)
         passes = outputs.get("backward_passes")
         grad = outputs.get("grad")

@@ -17,6 +17,7 @@ from coursekit.checks.instruments import Watch
 from coursekit.checks.module01.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.memory import activation_bytes
 from coursekit.models import tiny_mlp
 
@@ -114,8 +115,13 @@ class PlanMicroBatch(Question):
     def run(self, fn, spec):
         model, make_inputs = _memory_model(spec)
         watch = Watch(model)  # the batch sizes run forward: the sizes the search measured
+        kept = Kept((model,))
         outputs = self._answer(fn, model, make_inputs, spec)
-        return {**outputs, "measured": sorted(set(watch.forward_sizes))[:_MEASURED_SIZES]}
+        return {
+            **outputs,
+            **kept.report(),
+            "measured": sorted(set(watch.forward_sizes))[:_MEASURED_SIZES],
+        }
 
     @staticmethod
     def _answer(fn, model, make_inputs, spec):
@@ -138,6 +144,7 @@ class PlanMicroBatch(Question):
     def judge(self, spec, outputs, expected):
         budget, effective = spec["budget_bytes"], spec["effective_batch_size"]
         where = f"({spec['label']}: budget {budget} bytes, effective batch {effective})"
+        judge_left_behind(outputs, where)
         bytes_of = _Bytes(spec)
         raised = outputs.get("raised")
         measured = outputs.get("measured")

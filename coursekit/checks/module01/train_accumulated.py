@@ -29,6 +29,7 @@ from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module01.common import MODULE, TOLERANCE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.training import train_accumulated
@@ -158,9 +159,11 @@ class TrainAccumulated(Question):
 
         optimizer.register_step_post_hook(record)
         given = [(x, y, x.clone(), y.clone()) for x, y in micro_batches]
-        modified, grads_left, logged = False, False, None
+        modified, grads_left, logged, left = False, False, None, []
         for epoch in range(spec.get("epochs", 1)):
+            kept = Kept((model,))  # per call: a switch left on is put back before the next
             logged = fn(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
+            left += [code for code in kept.report()["left_changed"] if code not in left]
             modified = modified or not _same_data(given, micro_batches)
             if epoch == 0:
                 grads_left = any(
@@ -176,6 +179,7 @@ class TrainAccumulated(Question):
             "step_weights": step_weights,
             "grads_left": grads_left,
             "inputs_modified": modified,
+            "left_changed": left,
         }
 
     def reference(self):
@@ -252,6 +256,7 @@ class TrainAccumulated(Question):
                 f"it in place {setting}.",
                 "micro_batches_modified",
             )
+        judge_left_behind(outputs, setting)
         weights = number_list(outputs, "weights", "the model's weights")
         if relative_gap(weights, expected["weights"]) > TOLERANCE["float64"]:
             self._diagnose(spec, outputs, expected, weights, n_micro, per_call, setting)

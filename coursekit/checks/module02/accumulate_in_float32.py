@@ -13,6 +13,8 @@ almost never is, so that signature names the mistake whatever route the rounding
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -26,6 +28,7 @@ from coursekit.checks.instruments import (
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind, switches_kept
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 
@@ -42,17 +45,21 @@ def _problem(spec):
     size = spec["micro_batch_size"] * spec["accum_steps"]
     inputs, targets = make_regression(size, in_features=6, seed=spec["seed"] + 1)
     batches = split_micro_batches(inputs.bfloat16(), targets.bfloat16(), spec["micro_batch_size"])
+    if spec.get("frozen"):  # the first bias frozen, as in fine-tuning: its sum stays zero
+        list(model.parameters())[1].requires_grad_(False)
     return model, batches
 
 
 def accumulate_in_float32(model, loss_fn, micro_batches):
-    """The reference: each micro-batch's bf16 gradient added into a float32 sum, then cleared."""
+    """The reference: each micro-batch's bf16 gradient added into a float32 sum, then cleared
+    (a frozen parameter has none: its sum stays zero)."""
     sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]
     for inputs, targets in micro_batches:
         (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
         for total, parameter in zip(sums, model.parameters(), strict=True):
-            total += parameter.grad
-            parameter.grad = None
+            if parameter.grad is not None:
+                total += parameter.grad
+                parameter.grad = None
     return sums
 
 
@@ -65,7 +72,11 @@ class _Incoming:
         self.parameters = parameters
         self.arrived: list[list[torch.Tensor]] = [[] for _ in parameters]
         self.dtypes: set[str] = set()
-        self.handles = [p.register_hook(self._recorder(i)) for i, p in enumerate(parameters)]
+        self.handles = [
+            p.register_hook(self._recorder(i))
+            for i, p in enumerate(parameters)
+            if p.requires_grad  # a frozen parameter takes no hook, and gets no gradient
+        ]
 
     def _recorder(self, index):
         def record(gradient):
@@ -101,6 +112,21 @@ class _Incoming:
         return tensor_list(torch.cat(sums))
 
 
+def _read_sums(returned, parameters) -> dict:
+    """The returned sums as plain data: dtypes and one flat list, or what was returned."""
+    shapes = [tuple(p.shape) for p in parameters]
+    if isinstance(returned, torch.Tensor) or not isinstance(returned, list | tuple):
+        return {"returned": type(returned).__name__}
+    tensors = [t for t in returned if isinstance(t, torch.Tensor)]
+    if len(tensors) != len(returned) or [tuple(t.shape) for t in tensors] != shapes:
+        got = [tuple(getattr(t, "shape", ())) for t in returned]
+        return {"returned": f"shapes {got}", "shapes": [list(shape) for shape in got]}
+    return {
+        "dtypes": sorted({str(t.dtype) for t in tensors}),
+        "grad": tensor_list(torch.cat([t.detach().flatten() for t in tensors])),
+    }
+
+
 def _projection(actual: list[float], basis: list[float] | None) -> float | None:
     """The factor k that brings ``basis`` closest to ``actual`` (least squares)."""
     if not isinstance(basis, list) or len(basis) != len(actual):
@@ -114,6 +140,67 @@ def _projection(actual: list[float], basis: list[float] | None) -> float | None:
 def _bf16_representable(values: list[float]) -> bool:
     exact = torch.tensor(values, dtype=torch.float64)
     return bool(torch.equal(exact.to(torch.bfloat16).double(), exact))
+
+
+# the parameters' shapes of every spec's model (tiny_mlp(6, 12, depth=2))
+_SHAPES = [[12, 6], [12], [1, 12], [1]]
+
+
+def _frozen_words(spec) -> str:
+    return ", its first bias frozen" if spec.get("frozen") else ""
+
+
+def _judge_again(outputs, setting) -> None:
+    """Fail when a second call on the same model (``.grad`` cleared) gave other sums."""
+    gap, times = outputs.get("again_gap"), outputs.get("again_times")
+    if not isinstance(gap, float) or gap <= TOLERANCE:
+        return
+    doubled = isinstance(times, float) and abs(times - 2) < 1e-3
+    raise Failure(
+        "Your sums are right the first time, but called again on the same model (its .grad "
+        "cleared, as before the next window) your function returned "
+        + ("twice the sums: the first call's sums were added to. " if doubled else "other sums. ")
+        + "Buffers kept between calls (in a global, on the model, in a default argument) and "
+        f"never zeroed carry one window into the next {setting}. Make new float32 buffers "
+        "(torch.zeros_like(p, dtype=torch.float32)) in every call.",
+        "state_across_calls",
+    )
+
+
+def _judge_scale(times: float | None, n: int, micro: int, setting: str) -> None:
+    """The sums add up the hand-in's own gradients but at another scale: name the divisor
+    when it is one we know, else say by how much they are off."""
+    if times is not None and abs(times - n) < 0.05 * n and n > 1:
+        raise Failure(
+            f"Your sums are {n} times the window's gradient: divide each micro-batch's "
+            f"loss by the number of micro-batches {setting}.",
+            "loss_not_divided",
+        )
+    divisors = {
+        "divided_by_micro_batch_size": (
+            n / micro,
+            f"each loss was divided by the micro-batch size, {micro}, where the number of "
+            f"micro-batches, {n}, belongs (MSELoss already averages over a micro-batch's "
+            "samples)",
+        ),
+        "divided_by_samples": (
+            1 / micro,
+            f"each loss was divided by the window's {n * micro} samples, but MSELoss already "
+            f"averages over a micro-batch's {micro}: divide by the number of micro-batches, {n}",
+        ),
+    }
+    for mistake, (factor, why) in divisors.items():
+        if times is not None and n != micro and abs(times - factor) < 0.05 * factor:
+            raise Failure(
+                f"Your sums are {times:.3g} times the window's mean gradient: {why} {setting}.",
+                mistake,
+            )
+    size = f"{times:.3g} times" if times is not None else "far from"
+    raise Failure(
+        f"Your sums add up your micro-batches' gradients in float32, but they are {size} the "
+        f"window's mean gradient {setting}: the mean is each micro-batch's mean loss divided "
+        f"by the number of micro-batches, {n}, before backward (or the sums divided by {n})."
+    )
 
 
 @register
@@ -137,19 +224,22 @@ class AccumulateInFloat32(Question):
                 "micro_batch_size": rng.randint(2, 8),
             }
             for _ in range(3)
+        ] + [
+            {"seed": rng.randrange(10**6), "accum_steps": 6, "micro_batch_size": 4, "frozen": True}
         ]
 
     def run(self, fn, spec):
         model, micro_batches = _problem(spec)
         parameters = list(model.parameters())
-        shapes = [tuple(p.shape) for p in parameters]
         watch = Watch(model)
         incoming = _Incoming(parameters)
+        kept = Kept((model,), micro_batches=micro_batches)
         try:
             returned = fn(model, nn.MSELoss(), micro_batches)
         finally:
             incoming.remove()
         outputs = {
+            **kept.report(),
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
             "forward_samples": sum(watch.forward_sizes),  # seen once or twice, by two hooks
@@ -159,16 +249,20 @@ class AccumulateInFloat32(Question):
             "own_sums": incoming.float32_sums(),
             "own_never_cleared": incoming.never_cleared_sums(),
         }
-        if isinstance(returned, torch.Tensor) or not isinstance(returned, list | tuple):
-            outputs["returned"] = type(returned).__name__
-            return outputs
-        tensors = [t for t in returned if isinstance(t, torch.Tensor)]
-        if len(tensors) != len(returned) or [tuple(t.shape) for t in tensors] != shapes:
-            got = [tuple(getattr(t, "shape", ())) for t in returned]
-            outputs["returned"] = f"shapes {got}"
-            return outputs
-        outputs["dtypes"] = sorted({str(t.dtype) for t in tensors})
-        outputs["grad"] = tensor_list(torch.cat([t.detach().flatten() for t in tensors]))
+        outputs.update(_read_sums(returned, parameters))
+        if "grad" in outputs and outputs["input_changed"] is None:
+            # the same window again, on the same model with .grad cleared, as the caller's
+            # next window: sums kept from the first call (buffers never zeroed) show here
+            for parameter in parameters:
+                parameter.grad = None
+            try:
+                with switches_kept():
+                    again = _read_sums(fn(model, nn.MSELoss(), micro_batches), parameters)
+            except Exception:  # a second call that raises: compared as no sums at all
+                again = {}
+            gap = relative_gap(again.get("grad") or [], outputs["grad"])
+            outputs["again_gap"] = gap if math.isfinite(gap) else 1.0  # 1.0: no sums
+            outputs["again_times"] = _projection(again.get("grad") or [], outputs["grad"])
         return outputs
 
     def reference(self):
@@ -176,7 +270,21 @@ class AccumulateInFloat32(Question):
 
     def judge(self, spec, outputs, expected):
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
-        setting = f"({n} micro-batches of {micro}, a bf16 model)"
+        frozen = [1] if spec.get("frozen") else []  # the index _problem freezes
+        setting = f"({n} micro-batches of {micro}, a bf16 model{_frozen_words(spec)})"
+        judge_left_behind(outputs, setting)
+        shapes = outputs.get("shapes")
+        if frozen and isinstance(shapes, list):
+            trainable = [s for i, s in enumerate(_SHAPES) if i not in frozen]
+            if shapes == trainable:
+                raise Failure(
+                    f"You returned {len(shapes)} tensors for the model's {len(_SHAPES)} "
+                    f"parameters {setting}: the frozen one (requires_grad False) was left out. "
+                    "Return one float32 tensor per parameter, in the order of "
+                    "model.parameters(): a frozen parameter gets no gradient, so its sum stays "
+                    "zero (and its .grad stays None: add only a .grad that is not None).",
+                    "frozen_parameter_skipped",
+                )
         if "returned" in outputs:
             raise Failure(
                 "Return a list with one float32 tensor per parameter, in the order of "
@@ -241,20 +349,9 @@ class AccumulateInFloat32(Question):
             # rounds bf16 gradients a little differently, by ~1e-3, far below the slips.
             scaled = [k * v for v in own]
             if relative_gap(scaled, wanted) <= SCALE_TOLERANCE:
+                _judge_again(outputs, setting)
                 return
-            times = _projection(scaled, wanted)
-            if times is not None and abs(times - n) < 0.05 * n and n > 1:
-                raise Failure(
-                    f"Your sums are {n} times the window's gradient: divide each micro-batch's "
-                    f"loss by the number of micro-batches {setting}.",
-                    "loss_not_divided",
-                )
-            size = f"{times:.3g} times" if times is not None else "far from"
-            raise Failure(
-                f"Your sums add up your micro-batches' gradients in float32, but they are "
-                f"{size} the window's mean gradient: divide each micro-batch's loss by the "
-                f"number of micro-batches, once {setting}."
-            )
+            _judge_scale(_projection(scaled, wanted), n, micro, setting)
         if n > 1 and relative_gap(actual, outputs.get("own_never_cleared")) <= TOLERANCE:
             raise Failure(
                 "Your sums count the early micro-batches again and again: .grad was never "

@@ -31,6 +31,12 @@ from coursekit.checks.question import (
     scale_of,
 )
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import (
+    Kept,
+    gradient_again,
+    judge_again,
+    judge_left_behind,
+)
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_lm
 from coursekit.tokens import (
@@ -176,9 +182,11 @@ class AccumulateTokens(Question):
     def run(self, fn, spec):
         model, micro_batches = _token_problem(spec)
         watch = Watch(model)
+        kept = Kept((model,), micro_batches=micro_batches)
         returned = fn(model, micro_batches)
         loss = as_float(returned)
-        return {
+        outputs = {
+            **kept.report(),
             "grad": tensor_list(flat_gradient(model.parameters())),
             "loss": loss,
             "loss_keeps_graph": torch.is_tensor(returned) and returned.requires_grad,
@@ -186,6 +194,10 @@ class AccumulateTokens(Question):
             "backward_passes": watch.backward_passes,
             "weights_moved": weights_of(model) != watch.start,
         }
+        if outputs["input_changed"] is None and not outputs["weights_moved"]:
+            call = lambda: fn(model, micro_batches)  # noqa: E731
+            outputs["again_gap"] = gradient_again(outputs["grad"], call, model.parameters())
+        return outputs
 
     def reference(self):
         return accumulate_tokens
@@ -194,6 +206,8 @@ class AccumulateTokens(Question):
         sizes = spec["sizes"]
         counts = _token_counts(spec)
         setting = f"(micro-batches of {sizes} sequences holding {counts} real tokens)"
+        judge_left_behind(outputs, setting)
+        judge_again(outputs, TOLERANCE, setting)
         judge_micro_batches_and_weights(outputs, max(sizes), setting, unit="sequences")
         require_gradient(outputs)
         actual = number_list(outputs, "grad", "a gradient for every parameter")

@@ -20,6 +20,7 @@ from coursekit.checks.instruments import SINGLE_BACKWARD, StepCounter, Watch, we
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.mixed_precision import amp_window
 from coursekit.models import tiny_mlp
@@ -247,6 +248,7 @@ class AmpWindow(Question):
         model, optimizer, scaler, micro_batches = _amp_problem(spec)
         counter = StepCounter(model, optimizer)
         watch = Watch(model)
+        kept = Kept((model,), micro_batches=micro_batches)
         raised = None
         try:
             fn(model, optimizer, scaler, nn.MSELoss(), micro_batches, spec["max_norm"])
@@ -258,6 +260,7 @@ class AmpWindow(Question):
             p.grad is not None and bool(p.grad.ne(0).any()) for p in model.parameters()
         )
         return {
+            **kept.report(),
             "weights": weights_of(model),
             "scale": float(scaler.get_scale()),
             "calls": dict(scaler.calls),
@@ -282,6 +285,7 @@ class AmpWindow(Question):
                 else ")"
             )
         )
+        judge_left_behind(outputs, setting)
         mistake = (
             self._refused(outputs, spec)
             or self._repeated_call(outputs)

@@ -3,7 +3,9 @@
 ``global_token_scale`` runs in one process, in a one-process gloo group, but the check plays
 the other ranks: while the student's function runs, ``torch.distributed.all_reduce`` adds the
 other ranks' token counts (their totals, or their per-micro-batch counts for a tensor of
-those) and ``get_world_size`` answers their number. The scale it returns is then compared
+those) and ``get_world_size`` answers their number. An ``async_op=True`` all_reduce returns
+work whose sum lands in the tensor only when it is waited for, as on real ranks, so a tensor
+read without ``wait()`` still holds this rank's own count. The scale it returns is compared
 with ``world_size / global_count``; a wrong one is matched against the known mistakes, the
 transformers #34242 one (each rank's own count) first.
 """
@@ -18,6 +20,7 @@ import torch.distributed as dist
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.distributed import ensure_single_process_group
 from coursekit.tokens import global_token_scale
 
@@ -65,8 +68,47 @@ def _combine(op_name: str, every: torch.Tensor, world: int) -> torch.Tensor:
     return every.prod(0)
 
 
+class _Work:
+    """What ``all_reduce(..., async_op=True)`` returns here. As on real ranks, the sum is in
+    the tensor only once the work is waited for (``wait``, ``get_future().wait()``, or
+    ``is_completed()`` polled until True): read before that, the tensor still holds this
+    rank's own value, so a collective never awaited shows."""
+
+    def __init__(self, tensor: torch.Tensor, result: torch.Tensor):
+        self.tensor, self.result, self.done = tensor, result, False
+
+    def _complete(self) -> None:
+        if not self.done:
+            self.done = True
+            with torch.no_grad():
+                self.tensor.copy_(self.result.to(self.tensor.dtype))
+
+    def wait(self, timeout=None) -> bool:
+        self._complete()
+        return True
+
+    synchronize = wait
+
+    def is_completed(self) -> bool:
+        self._complete()  # a rank polling until done reads the sum after this
+        return True
+
+    def is_success(self) -> bool:
+        return self.is_completed()
+
+    def result(self) -> list[torch.Tensor]:
+        self._complete()
+        return [self.tensor]
+
+    def get_future(self) -> torch.futures.Future:
+        future: torch.futures.Future = torch.futures.Future()
+        self._complete()
+        future.set_result([self.tensor])
+        return future
+
+
 class _Done:
-    """What ``all_reduce(..., async_op=True)`` returns here: the work is already done."""
+    """What ``all_reduce(..., async_op=True)`` returns to a played rank: nothing to wait for."""
 
     def wait(self, timeout=None) -> bool:
         return True
@@ -90,6 +132,7 @@ class _PlayedRanks:
         self.calls: list[str] = []  # this rank's all_reduce ops, in order
         self.sent: list[list[float]] = []  # and what this rank contributed to each
         self._recording: list[torch.Tensor] | None = None
+        self.works: list[_Work] = []  # this rank's async works, to see which were awaited
 
     def record(self, function, counts: list[int]) -> None:
         self._recording = []
@@ -107,10 +150,9 @@ class _PlayedRanks:
                 f"all_reduce needs a tensor (it changes it in place); got {type(tensor).__name__}."
             )
         mine = tensor.detach().to(torch.float64).clone()
-        done = _Done() if async_op else None
         if self._recording is not None:
             self._recording.append(mine)
-            return done
+            return _Done() if async_op else None
         index = len(self.calls)
         self.calls.append(str(op).rpartition(".")[2])
         self.sent.append(mine.flatten().tolist())
@@ -122,9 +164,14 @@ class _PlayedRanks:
                 "with tensors of the same shape, or the job hangs)."
             )
         every = torch.stack([mine, *theirs])
+        result = _combine(self.calls[-1], every, self.world)
+        if async_op:  # the sum lands when the work is waited for
+            work = _Work(tensor, result)
+            self.works.append(work)
+            return work
         with torch.no_grad():
-            tensor.copy_(_combine(self.calls[-1], every, self.world).to(tensor.dtype))
-        return done
+            tensor.copy_(result.to(tensor.dtype))
+        return None
 
     def get_world_size(self, group=None):
         return self.world
@@ -196,8 +243,10 @@ class GlobalTokenScale(Question):
         try:
             for counts in others:
                 played.record(fn, counts)
+            counts = list(spec["counts"])
+            kept = Kept(local_token_counts=counts)
             try:
-                returned = fn(list(spec["counts"]))
+                returned = fn(counts)
             except Exception as error:
                 if played is None or played.calls or isinstance(error, NotImplementedError):
                     raise  # a stub stays "not attempted"
@@ -225,13 +274,48 @@ class GlobalTokenScale(Question):
             numeric = True  # a NumPy scalar or 0-d array: np.float32 is not a numbers.Real
         scale = float(returned) if numeric else None
         return {
+            **kept.report(),
             "scale": scale if scale is not None else repr(returned)[:120],
             "all_reduces": played.calls if played is not None else [],
             "all_reduced": played.sent if played is not None else [],
+            "not_awaited": sum(not w.done for w in played.works) if played is not None else 0,
+            # the played ranks' all_reduce calls: the same function, called just before
+            "others_all_reduces": [len(r) for r in played.recorded] if played else [],
         }
 
     def reference(self):
         return global_token_scale
+
+    @staticmethod
+    def _judge_call(outputs, scale: float, wanted: float, setting: str) -> None:
+        """A wrong scale explained by this call's collectives: one never awaited, or none
+        made where the same function made one for the played ranks just before."""
+        waiting = outputs.get("not_awaited")
+        if isinstance(waiting, int) and waiting > 0:
+            raise Failure(
+                f"Your scale is {scale:.6g}, but it should be {wanted:.6g} {setting}: "
+                "your all_reduce(..., async_op=True) was never waited for. It returns at once, "
+                "and its tensor holds the other ranks' counts only once the work is done: "
+                "call work.wait() on what all_reduce returned before reading the tensor (or "
+                "drop async_op: nothing else runs meanwhile here).",
+                "async_not_awaited",
+            )
+        others = outputs.get("others_all_reduces")
+        calls = outputs.get("all_reduces")
+        if (
+            calls == []
+            and isinstance(others, list)
+            and any(isinstance(n, int) and n > 0 for n in others)
+        ):
+            raise Failure(
+                f"Your scale is {scale:.6g}, but it should be {wanted:.6g} {setting}: in this "
+                "call your function made no all_reduce, though it made one for the other "
+                "ranks' counts just before (the check plays them first, in this process). "
+                "Without a collective in this call the scale cannot include this window's "
+                "other ranks: a count or scale kept from an earlier call (a global, a cache) "
+                "is stale. all_reduce this window's count in every call.",
+                "state_across_calls",
+            )
 
     def judge(self, spec, outputs, expected):
         counts, others = spec["counts"], spec["others"]
@@ -242,6 +326,7 @@ class GlobalTokenScale(Question):
             f"(this rank's micro-batches hold {counts} real tokens; {world} rank"
             f"{'s' if world > 1 else ''}, {total} tokens in all)"
         )
+        judge_left_behind(outputs, setting)
         scale = outputs.get("scale")
         if not isinstance(scale, float):
             raise Failure(f"Return the scale as a number; got {scale} {setting}.")
@@ -259,6 +344,7 @@ class GlobalTokenScale(Question):
                     "all_reduce_per_micro_batch" if per_micro_batch else "several_all_reduces",
                 )
             return
+        self._judge_call(outputs, scale, wanted, setting)
         other_ops = sorted({op for op in calls or [] if op not in ("SUM", "AVG")})
         if other_ops:
             raise Failure(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind, judge_repeated, repeated
 from coursekit.loss_scaling import loss_scales
 
 SCALE_MISTAKES = {
@@ -138,11 +139,17 @@ class LossScales(Question):
         return specs
 
     def run(self, fn, spec):
-        scales = fn(list(spec["sizes"]), spec["reduction"])
-        try:
-            return {"scales": [float(v) for v in scales]}
-        except (TypeError, ValueError):
-            return {"scales": repr(scales)[:200]}
+        def answer(spec):
+            sizes = list(spec["sizes"])
+            kept = Kept(sizes=sizes)
+            scales = fn(sizes, spec["reduction"])
+            try:
+                read = {"scales": [float(v) for v in scales]}
+            except (TypeError, ValueError):
+                read = {"scales": repr(scales)[:200]}
+            return {**read, **kept.report()}
+
+        return repeated(answer, spec)
 
     def reference(self):
         return loss_scales
@@ -150,6 +157,8 @@ class LossScales(Question):
     def judge(self, spec, outputs, expected):
         sizes, reduction = spec["sizes"], spec["reduction"]
         setting = f"(sizes {sizes}, reduction={reduction!r})"
+        judge_left_behind(outputs, setting)
+        judge_repeated(outputs, setting)
         scales = outputs.get("scales")
         if not isinstance(scales, list):
             raise Failure(f"Return a list with one number per micro-batch {setting}; got {scales}.")

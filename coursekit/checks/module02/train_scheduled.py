@@ -26,6 +26,7 @@ from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.schedules import optimizer_steps, warmup_linear_decay
@@ -201,8 +202,10 @@ class TrainScheduled(Question):
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)
         watch = Watch(model)
+        kept = Kept((model,), micro_batches=micro_batches)
         fn(model, optimizer, scheduler, nn.MSELoss(), micro_batches, spec["accum_steps"])
         return {
+            **kept.report(),
             "weights": weights_of(model),
             "lrs": counter.lrs,
             "lr_after": float(optimizer.param_groups[0]["lr"]),  # the schedule's state
@@ -223,6 +226,7 @@ class TrainScheduled(Question):
             f"({n_micro} micro-batches, accum_steps = {spec['accum_steps']}: {n_windows} "
             f"optimizer steps, {spec['warmup_steps']} of them warm-up)"
         )
+        judge_left_behind(outputs, setting)
         largest = outputs.get("largest_forward")
         if isinstance(largest, int) and largest > spec["micro_batch_size"]:
             raise Failure(

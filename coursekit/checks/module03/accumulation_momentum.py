@@ -18,6 +18,7 @@ from coursekit.batch_norm import set_accumulation_momentum
 from coursekit.checks.module03.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 
 
 def _norm_zoo(spec) -> nn.Module:
@@ -72,20 +73,22 @@ class AccumulationMomentum(Question):
 
     def run(self, fn, spec):
         model = _norm_zoo(spec)
+        kept = Kept((model,))  # the momenta are the answer; modes, hooks, switches are not
         try:
             fn(model, spec["accum_steps"])
         except TypeError as exc:
             if "NoneType" not in str(exc):
                 raise
-            return {"raised": "none_momentum"}
+            return {**kept.report(), "raised": "none_momentum"}
         momenta = _momenta(model)
-        return {"momenta": [None if m is None else float(m) for m in momenta]}
+        return {**kept.report(), "momenta": [None if m is None else float(m) for m in momenta]}
 
     def reference(self):
         return set_accumulation_momentum
 
     def judge(self, spec, outputs, expected):
         n = spec["accum_steps"]
+        judge_left_behind(outputs, f"(accum_steps = {n})")
         if outputs.get("raised") == "none_momentum":
             raise Failure(
                 "Your function failed on a BatchNorm with momentum=None: that layer keeps a "

@@ -27,6 +27,12 @@ from coursekit.checks.instruments import (
 from coursekit.checks.module03.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import (
+    Kept,
+    gradient_again,
+    judge_again,
+    judge_left_behind,
+)
 from coursekit.contrastive import (
     grad_cache_step,
     info_nce,
@@ -182,16 +188,23 @@ class GradCacheStep(Question):
         encoder, queries, keys = _pairs_problem(spec)
         graphs = _LiveGraphs(encoder)
         start = weights_of(encoder)
+        kept = Kept((encoder,), queries=queries, keys=keys)
         with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
             returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
         loss = as_float(returned)
-        return {
+        outputs = {
+            **kept.report(),
             "grad": tensor_list(flat_gradient(encoder.parameters())),
             "loss": loss,
             "largest_forward": graphs.largest_forward,
             "peak_live_graphs": graphs.peak,
             "weights_moved": weights_of(encoder) != start,
         }
+        if outputs["input_changed"] is None and not outputs["weights_moved"]:
+            args = (encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+            again = gradient_again(outputs["grad"], lambda: fn(*args), encoder.parameters())
+            outputs["again_gap"] = again
+        return outputs
 
     def reference(self):
         return grad_cache_step
@@ -199,6 +212,8 @@ class GradCacheStep(Question):
     def judge(self, spec, outputs, expected):
         micro, n = spec["micro_batch_size"], spec["n_pairs"]
         setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
+        judge_left_behind(outputs, setting)
+        judge_again(outputs, TOLERANCE, setting)
         judge_micro_batches_and_weights(
             outputs,
             micro,

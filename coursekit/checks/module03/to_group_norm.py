@@ -18,6 +18,7 @@ from coursekit.checks.instruments import tensor_list, weights_of
 from coursekit.checks.module03.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 
 
 def _float32(values: list) -> list:
@@ -110,9 +111,11 @@ class ToGroupNorm(Question):
 
     def run(self, fn, spec):
         model = _bn_model(spec)
+        kept = Kept()  # converting in place is allowed: torch's switches are what is kept
         returned = fn(model, spec["num_groups"])
+        left = kept.report()
         if not isinstance(returned, nn.Module):
-            return {"returned": type(returned).__name__}
+            return {**left, "returned": type(returned).__name__}
         images = torch.randn(
             3, 1, 5, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64
         )
@@ -121,13 +124,19 @@ class ToGroupNorm(Question):
             ran = list(out.shape) == [3, 3]
         except Exception:  # a layer of the wrong size: reported from the description below
             ran = False
-        return {"layers": _describe(returned), "runs": ran, "weights": weights_of(returned)}
+        return {
+            **left,
+            "layers": _describe(returned),
+            "runs": ran,
+            "weights": weights_of(returned),
+        }
 
     def reference(self):
         return convert_batchnorm
 
     def judge(self, spec, outputs, expected):
         setting = f"(num_groups = {spec['num_groups']})"
+        judge_left_behind(outputs, setting)
         if "returned" in outputs:
             raise Failure(
                 f"Your function returned {outputs['returned']}: return the model (it may be "

@@ -25,6 +25,7 @@ from coursekit.checks.instruments import (
 from coursekit.checks.module04.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import CollectiveCounter, ensure_single_process_group
 from coursekit.gradients import flat_gradient
@@ -160,12 +161,14 @@ class DdpWindow(Question):
             return PRETENDED_WORLD_SIZE if group is None else real_world_size(group)
 
         dist.get_world_size = pretend_two
+        kept = Kept((ddp,))
         try:
             with CollectiveCounter() as by_hand:
                 fn(ddp, nn.MSELoss(), micro_batches)
         finally:
             dist.get_world_size = real_world_size
         return {
+            **kept.report(),
             "ddp_forwards": watch.ddp_forwards,
             "forwards": watch.forwards,
             "collectives_by_hand": sum(by_hand.calls.values()),
@@ -188,6 +191,7 @@ class DdpWindow(Question):
     def judge(self, spec, outputs, expected):
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
         setting = f"({n} micro-batches of {micro})"
+        judge_left_behind(outputs, setting)
         judge_micro_batches_and_weights(outputs, micro, setting)
         ddp_forwards, forwards = outputs.get("ddp_forwards"), outputs.get("forwards")
         if isinstance(ddp_forwards, int) and isinstance(forwards, int) and ddp_forwards < forwards:

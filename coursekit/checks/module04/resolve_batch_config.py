@@ -13,6 +13,7 @@ from __future__ import annotations
 from coursekit.checks.module04.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.zero import resolve_batch_config
 
 _SETTINGS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -73,6 +74,10 @@ class ResolveBatchConfig(Question):
         ]
 
     def run(self, fn, spec):
+        return repeated(lambda spec: self._answer(fn, spec), spec)
+
+    @staticmethod
+    def _answer(fn, spec):
         total, micro, accum = spec["given"]
         try:
             answer = fn(spec["world_size"], total, micro, accum)
@@ -99,6 +104,7 @@ class ResolveBatchConfig(Question):
             f"({spec['label']}: world_size={world}, train_batch_size={total}, "
             f"train_micro_batch_size_per_gpu={micro}, gradient_accumulation_steps={accum})"
         )
+        judge_repeated(outputs, setting)
         raised = outputs.get("raised")
         if "raised" in expected:
             if raised == "ValueError":

@@ -13,6 +13,7 @@ from __future__ import annotations
 from coursekit.checks.module04.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.zero import zero_bytes_per_device
 
 
@@ -81,6 +82,10 @@ class ZeroMemory(Question):
         return [{"n_parameters": psi, "stage": stage, "world_size": world} for stage in (1, 2, 3)]
 
     def run(self, fn, spec):
+        return repeated(lambda spec: self._answer(fn, spec), spec)
+
+    @staticmethod
+    def _answer(fn, spec):
         answer = fn(spec["n_parameters"], spec["stage"], spec["world_size"])
         try:
             return {"bytes": float(answer)}
@@ -92,7 +97,8 @@ class ZeroMemory(Question):
 
     def judge(self, spec, outputs, expected):
         psi, stage, nd = spec["n_parameters"], spec["stage"], spec["world_size"]
-        setting = f"({psi:.3g} parameters, stage {stage}, {nd} devices)"
+        setting = f"({psi:.3g} parameters, stage {stage}, {nd} device{'s' if nd != 1 else ''})"
+        judge_repeated(outputs, setting)
         answer, wanted = outputs.get("bytes"), expected["bytes"]
         if not isinstance(answer, float):
             raise Failure(f"Return the number of bytes as a number; got {answer} {setting}.")

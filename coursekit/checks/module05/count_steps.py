@@ -14,6 +14,7 @@ from __future__ import annotations
 from coursekit.checks.module05.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.step_counts import count_steps
 
 _COUNT_KEYS = (
@@ -110,6 +111,43 @@ _COUNT_MESSAGES = {
 }
 
 
+# how each count is made, said with the spec's numbers when a count is off by no known slip
+_HOW = {
+    "optimizer_steps": "ceil({micro} / {accum}) = {windows} steps per epoch, times {epochs}",
+    "prepared_scheduler_total": "the optimizer steps times the {procs} processes",
+    "deepspeed_steps": (
+        "floor({micro} x {epochs} / {accum}): windows run across epochs, leftovers never step"
+    ),
+    "deepspeed_loss_divisor": "1: engine.backward already divides by gradient_accumulation_steps",
+}
+
+
+def _off_by(key: str, got: int, want: int, details: dict) -> tuple[str, str | None]:
+    """What differs, in the spec's numbers: the count's recipe, and by how much it is off
+    (per epoch, when it is off by a whole number of steps every epoch)."""
+    how = _HOW[key].format(**details)
+    diff, epochs = got - want, details["epochs"]
+    more = "more" if diff > 0 else "fewer"
+    if key == "optimizer_steps" and epochs > 1 and diff % epochs == 0:
+        per = abs(diff) // epochs
+        if per == 1 and diff > 0:
+            exact = details["micro"] % details["accum"] == 0
+            why = (
+                f" {details['micro']} micro-batches fill exactly {details['windows']} windows of "
+                f"{details['accum']}, with no short window left to step (a ceiling written as "
+                "a // b + 1, for instance, adds one where b divides a; -(-a // b) does not)."
+                if exact
+                else " Each epoch steps once per window, its short last window included, and "
+                "no more."
+            )
+            return (
+                f"{how}. You count one step too many in every epoch.{why}",
+                "extra_step_per_epoch",
+            )
+        return f"{how}. You count {per} step{'s' if per != 1 else ''} {more} in every epoch.", None
+    return f"{how}; yours is {abs(diff)} {more}.", None
+
+
 def _whole(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -152,6 +190,10 @@ class CountSteps(Question):
         return specs
 
     def run(self, fn, spec):
+        return repeated(lambda spec: self._answer(fn, spec), spec)
+
+    @staticmethod
+    def _answer(fn, spec):
         returned = fn(spec["micro"], spec["accum"], spec["epochs"], spec["procs"])
         if not isinstance(returned, dict):
             return {"returned": f"{type(returned).__name__}: {repr(returned)[:160]}"}
@@ -168,8 +210,9 @@ class CountSteps(Question):
         micro, accum, epochs, procs = (spec[k] for k in ("micro", "accum", "epochs", "procs"))
         setting = (
             f"({micro} micro-batches per epoch on each process, {accum} accumulation steps, "
-            f"{epochs} epochs, {procs} processes)"
+            f"{epochs} epochs, {procs} process{'es' if procs != 1 else ''})"
         )
+        judge_repeated(outputs, setting)
         counts = outputs.get("counts")
         if not isinstance(counts, dict):
             raise Failure(
@@ -206,4 +249,6 @@ class CountSteps(Question):
             if len(names) == 1:
                 why = _COUNT_MESSAGES[names[0]].format(**details)
                 raise Failure(f"{key} is {got} {setting}: {why}", names[0])
-            raise Failure(f"{key} is {got} {setting}, but it should be {wanted[key]}.")
+            text, name = _off_by(key, got, wanted[key], details)
+            name = None if names else name  # several known slips give it: none is sure
+            raise Failure(f"{key} is {got} {setting}, but it should be {wanted[key]}: {text}", name)

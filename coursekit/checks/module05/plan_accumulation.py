@@ -15,6 +15,7 @@ from coursekit.budget import plan_accumulation
 from coursekit.checks.module05.common import MODULE
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import judge_repeated, repeated
 
 
 def _reference_plan(target_batch: int, max_micro_batch: int) -> list[int]:
@@ -59,6 +60,12 @@ class PlanAccumulation(Question):
 
     def run(self, fn, spec):
         if spec["max_micro"] < 1:
+            return self._answer(fn, spec)
+        return repeated(lambda spec: self._answer(fn, spec), spec)
+
+    @staticmethod
+    def _answer(fn, spec):
+        if spec["max_micro"] < 1:
             try:
                 returned = fn(spec["target"], spec["max_micro"])
             except Exception as error:  # the refusal is what this spec checks
@@ -83,6 +90,7 @@ class PlanAccumulation(Question):
     def judge(self, spec, outputs, expected):
         target, max_micro = spec["target"], spec["max_micro"]
         setting = f"(target batch {target}, largest micro-batch that fits {max_micro})"
+        judge_repeated(outputs, setting)
         if max_micro < 1:
             if "raised" not in outputs:
                 raise Failure(

@@ -31,6 +31,7 @@ from coursekit.checks.module05.common import MODULE
 from coursekit.checks.module05.recipe_window_replay import (
     RECIPE_MISTAKES,
     after_first_window,
+    after_labels_shifted_again,
     logged_by,
     recipe_problem,
     scheduled_lrs,
@@ -38,6 +39,7 @@ from coursekit.checks.module05.recipe_window_replay import (
 )
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.recipe import recipe_window
 
 TOLERANCE = 1e-5  # float32 throughout: rounding moves the weights by ~1e-7 relative
@@ -121,12 +123,14 @@ class RecipeWindow(Question):
         given = [[(x.clone(), y.clone()) for x, y in window] for window in windows]
         dtype = spec_dtype(spec)
         extra = (dtype,) if dtype is not None else ()
-        losses, window_weights, steps, scheduled, forwards = [], [], [], [], []
+        losses, window_weights, steps, scheduled, forwards, left = [], [], [], [], [], []
         for window in windows:
             seen = len(watch.forward_sizes)
+            kept = Kept((model,))  # per window: a switch left on is put back before the next
             losses.append(
                 as_float(fn(model, optimizer, scheduler, window, spec["max_norm"], *extra))
             )
+            left += [code for code in kept.report()["left_changed"] if code not in left]
             window_weights.append(weights_of(model))
             steps.append(counter.steps)
             scheduled.append(scheduler_steps.count)
@@ -157,6 +161,7 @@ class RecipeWindow(Question):
             "largest_forward": max(watch.forward_sizes, default=0),
             "largest_forward_per_window": forwards,
             "backward_passes": watch.backward_passes,
+            "left_changed": left,
         }
 
     def reference(self):
@@ -182,6 +187,7 @@ class RecipeWindow(Question):
                     )
         self._judge_counts(outputs, len(windows), n_micro, setting)
         self._judge_in_place(outputs, len(windows), setting)
+        judge_left_behind(outputs, setting)
         self._judge_autocast(spec, outputs, setting)
         self._judge_schedule(spec, outputs, setting)
         self._judge_clipping(spec, outputs, setting)
@@ -362,6 +368,14 @@ class RecipeWindow(Question):
             ):
                 message = RECIPE_MISTAKES[mistake]
                 raise Failure(f"After window 1, y{message[1:]} {setting}", mistake)
+        right_first = after[None] if after else after_first_window(spec, [None])[None]
+        for shifted in after_labels_shifted_again(spec):
+            if (
+                relative_gap(shifted, right_first) > max(MISTAKE_GAP, 3 * tolerance)
+                and relative_gap(student, shifted) <= tolerance
+            ):
+                message = RECIPE_MISTAKES["labels_shifted_again"]
+                raise Failure(f"After window 1, y{message[1:]} {setting}", "labels_shifted_again")
         first = next(w for w, gap in enumerate(gaps) if gap > tolerance)
         sizes = spec["windows"][first]
         right = (

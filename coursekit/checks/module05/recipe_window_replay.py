@@ -43,6 +43,12 @@ RECIPE_MISTAKES = {
         "sum shrinks the early micro-batches' share; clip once, after the window's last "
         "backward, just before optimizer.step()."
     ),
+    "labels_shifted_again": (
+        "Your weights match a loss whose labels were shifted once more (logits[:, :-1] "
+        "against labels[:, 1:]): the labels you are given are already aligned with the "
+        "logits, position by position (each is the next token), so shifting again trains the "
+        "model to predict the token after next. Use lm_loss(logits, labels) as given."
+    ),
     "loss_in_bf16": (
         "Your losses match a loss computed in bf16: under autocast the logits are bf16, and "
         "a cross-entropy summed in bf16 keeps about 3 significant digits, in the loss you log "
@@ -127,6 +133,31 @@ def after_first_window(spec, mistakes) -> dict:
         else:
             total = clip(sum(w * g for w, g in zip(weights[mistake], grads, strict=True)))
         after[mistake] = (start - lr * total).tolist()
+    return after
+
+
+def after_labels_shifted_again(spec) -> list[list[float]]:
+    """The weights after the first window when each micro-batch's labels are shifted once
+    more (logits[:, :-1] against labels[:, 1:]), divided by the shifted labels' token count
+    or by the window's own: the two ways to write that slip."""
+    model, _, _, windows = recipe_problem(spec)
+    parameters = list(model.parameters())
+    start = nn.utils.parameters_to_vector(parameters).detach()
+    window, max_norm = windows[0], spec["max_norm"]
+    tokens = sum(count_tokens(labels) for _, labels in window)
+    shifted_tokens = sum(count_tokens(labels[:, 1:]) for _, labels in window)
+    total = torch.zeros_like(start)
+    for inputs, labels in window:
+        with torch.autocast("cpu", dtype=spec_dtype(spec), enabled=spec_dtype(spec) is not None):
+            logits = model(inputs)
+        summed = lm_loss(logits.float()[:, :-1], labels[:, 1:], "sum")
+        total += torch.cat([g.flatten() for g in torch.autograd.grad(summed, parameters)])
+    lr = scheduled_lrs(spec, 1)[0]
+    after = []
+    for count in (shifted_tokens, tokens):
+        gradient = total / max(count, 1)
+        gradient = gradient * torch.clamp(max_norm / (gradient.norm() + 1e-6), max=1.0)
+        after.append((start - lr * gradient).tolist())
     return after
 
 

@@ -20,8 +20,10 @@ from torch import nn
 
 from coursekit.checks.instruments import as_float, weights_of
 from coursekit.checks.module06.common import MODULE
+from coursekit.checks.module06.noise_messages import MESSAGES
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_classification, make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.noise_scale import (
@@ -73,6 +75,8 @@ def _problem(spec) -> tuple[nn.Module, nn.Module, list]:
         inputs, targets = make_classification(k * b, features, outputs, seed=spec["seed"])
         loss_fn = nn.CrossEntropyLoss()
     model = tiny_mlp(features, HIDDEN, outputs, depth=spec["depth"], seed=spec["seed"] + 1)
+    if spec.get("frozen"):  # a frozen first layer, as in fine-tuning: no gradient, no estimate
+        next(model.parameters()).requires_grad_(False)
     return model, loss_fn, split_micro_batches(inputs, targets, b)
 
 
@@ -159,6 +163,12 @@ def _candidates_of(spec_json: str) -> tuple[_Value, list[tuple[str, _Value]]]:
         ("norm_not_squared", _two_batch(small, math.sqrt(big), b, big_b)),
         ("batch_sizes_swapped", _two_batch(small, big, big_b, b)),
         ("counts_not_sizes", _two_batch(small, big, 1, k)),
+        ("mean_over_k_minus_1", _two_batch(small * k / (k - 1), big, b, big_b)),
+        ("mean_over_k_minus_1", _two_batch(small, big * (k / (k - 1)) ** 2, b, big_b)),
+        (
+            "mean_over_k_minus_1",
+            _two_batch(small * k / (k - 1), big * (k / (k - 1)) ** 2, b, big_b),
+        ),
         ("one_micro_batch_only", _two_batch(float(sq[0]), big, b, big_b)),
         ("one_micro_batch_only", _two_batch(float(sq[-1]), big, b, big_b)),
         (
@@ -180,83 +190,34 @@ def _candidates_of(spec_json: str) -> tuple[_Value, list[tuple[str, _Value]]]:
             _two_batch(small, float(sq[-1]) / k**2, b, big_b),
         ),
     ]
+    if spec.get("frozen"):  # every parameter's gradient, the frozen one's too
+        model.requires_grad_(True)
+        every = per_sample_gradients_float64(model, loss_fn, inputs, targets)
+        every_micro = every.reshape(k, b, -1).mean(dim=1)
+        candidates.append(
+            (
+                "frozen_parameter_included",
+                _two_batch(
+                    float(every_micro.pow(2).sum(dim=1).mean()),
+                    float(every_micro.mean(dim=0).pow(2).sum()),
+                    b,
+                    big_b,
+                ),
+            )
+        )
+    if b != 2:  # len() of the (inputs, targets) pair is 2, whatever the batch
+        candidates += [
+            ("batch_size_from_pair", _two_batch(small, big, 2, 2 * k)),
+            ("batch_size_from_pair", _two_batch(small, big, b, 2)),
+        ]
     return right, candidates
-
-
-_MESSAGES = {
-    "big_norm_as_true_norm": (
-        "Your numbers match the raw squared norms used as the estimates: |G_B|^2 as |G|^2 "
-        "and/or b * mean |g_i|^2 as tr(Sigma). Each squared norm of a mean gradient is "
-        "|G|^2 + tr(Sigma)/batch: signal plus noise. Combine the two batch sizes to separate "
-        "them: |G|^2 = (B |G_B|^2 - b |G_b|^2) / (B - b), tr(Sigma) = (|G_b|^2 - |G_B|^2) / "
-        "(1/b - 1/B)."
-    ),
-    "partial_sums_not_micro_batches": (
-        "Your numbers match squared norms read from the accumulated .grad after each "
-        "backward: that is a running sum of the micro-batches so far, not micro-batch i's own "
-        "gradient. Take the increment: .grad after this backward minus .grad before it (times "
-        "k, since the loss was divided by k)."
-    ),
-    "big_gradient_not_averaged": (
-        "Your numbers match a big-batch gradient that is the sum of the k micro-batch "
-        "gradients, k times their mean: the loss was not divided by k before backward (or the "
-        "copies were summed, not averaged). G_B is the mean gradient of the B = k * b samples."
-    ),
-    "norm_not_squared": (
-        "Your numbers match norms |g| where the formulas need squared norms |g|^2: use "
-        "g.pow(2).sum() (or torch.linalg.vector_norm(g) ** 2), not the norm itself."
-    ),
-    "batch_sizes_swapped": (
-        "Your numbers match the formulas with b and B exchanged: b is the small batch (one "
-        "micro-batch's samples, whose gradients are g_i), B = k * b the big one (the whole "
-        "window, whose gradient is G_B)."
-    ),
-    "counts_not_sizes": (
-        "Your numbers match 1 and k (the number of micro-batches) where the batch sizes "
-        "belong: the formulas count samples, b per micro-batch and B = k * b per window."
-    ),
-    "one_micro_batch_only": (
-        "Your numbers match |G_b|^2 taken from one micro-batch only (the first or the last). "
-        "Average |g_i|^2 over all k micro-batches: each is an estimate of the same quantity, "
-        "and their mean is a less noisy one."
-    ),
-    "ratio_inverted": (
-        "|G|^2 and tr(Sigma) are right, but your b_simple is |G|^2 / tr(Sigma): upside "
-        "down. B_simple = tr(Sigma) / |G|^2, the noise over the signal."
-    ),
-    "variance_not_unbiased": (
-        "Your numbers match a variance of the k micro-batch gradients divided by k: with k "
-        "samples, the unbiased variance divides by k - 1 (torch.var's default; np.var needs "
-        "ddof=1)."
-    ),
-    "big_gradient_from_last_micro_batch": (
-        "Your numbers match a big-batch gradient that is only the last micro-batch's: "
-        "zeroing .grad between micro-batches leaves only the last one in it. Sum (or average) "
-        "the copies of every micro-batch's gradient to get G_B."
-    ),
-}
 
 
 def _setting(spec) -> str:
     k, b = spec["micro_batches"], spec["micro_batch_size"]
     layers = "a linear model" if spec["depth"] == 1 else "a 2-layer MLP"
-    return f"({k} micro-batches of {b} samples, {_LOSSES[spec['loss']]} loss on {layers})"
-
-
-def _unchanged(given, originals) -> bool:
-    """Whether the caller's list of micro-batches holds the same tensors, unchanged."""
-    if len(given) != len(originals):
-        return False
-    for item, (inputs, targets) in zip(given, originals, strict=True):
-        try:
-            x, y = item
-            if not (torch.equal(x, inputs) and torch.equal(y, targets)):
-                return False
-            if x.dtype != inputs.dtype or y.dtype != targets.dtype or x.requires_grad:
-                return False
-        except (TypeError, ValueError, RuntimeError):
-            return False
-    return True
+    frozen = ", its first weight frozen" if spec.get("frozen") else ""
+    return f"({k} micro-batches of {b} samples, {_LOSSES[spec['loss']]} loss on {layers}{frozen})"
 
 
 @register
@@ -271,6 +232,8 @@ class NoiseScale(Question):
             _spec(2, "cross_entropy", 2, 5, 3, k=3, b=6),
             _spec(3, "mse", 1, 4, 2, k=6, b=2),
             _spec(4, "cross_entropy", 1, 8, 4, k=2, b=16),
+            # a frozen parameter has no gradient: the estimate is over the trainable ones
+            _spec(5, "mse", 2, 5, 2, k=3, b=4, frozen=True),
         ]
 
     def hidden_specs(self, rng):
@@ -278,6 +241,7 @@ class NoiseScale(Question):
             # fixed edge cases: the smallest window there is, k = 2 micro-batches of 1 sample
             _spec(11, "mse", 2, 3, 1, k=2, b=1),
             _spec(12, "cross_entropy", 1, 4, 2, k=2, b=1),
+            _spec(13, "cross_entropy", 2, 4, 3, k=4, b=3, frozen=True),
         ]
         for _ in range(3):
             loss = rng.choice(["mse", "cross_entropy"])
@@ -298,20 +262,27 @@ class NoiseScale(Question):
     def run(self, fn, spec):
         with _torch_state_kept():
             model, loss_fn, micro_batches = _problem(spec)
-            originals = [(x.clone(), y.clone()) for x, y in micro_batches]
             start = weights_of(model)
-            returned = fn(model, loss_fn, micro_batches)
-            outputs = {
-                "grad_left": any(p.grad is not None for p in model.parameters()),
-                "micro_batches_changed": not _unchanged(micro_batches, originals),
-                "weights_moved": weights_of(model) != start,
-                # hooks left on a parameter or requires_grad switched off change the caller's
-                # next training step; so does grad mode left off
-                "model_left_changed": any(
-                    not p.requires_grad or bool(p._backward_hooks) for p in model.parameters()
-                )
-                or not torch.is_grad_enabled(),
-            }
+            outputs = self._call(fn, model, loss_fn, micro_batches)
+            outputs["weights_moved"] = weights_of(model) != start
+            # the same window again, on the same model, as a caller measuring twice would:
+            # a function of its arguments gives the same numbers
+            clean = not outputs["grad_left"] and outputs["input_changed"] is None
+            if isinstance(outputs.get("values"), dict) and clean:
+                try:
+                    outputs["again"] = self._call(fn, model, loss_fn, micro_batches).get("values")
+                except Exception:  # a second call that raises gives no numbers to compare
+                    outputs["again"] = "raised"
+        return outputs
+
+    @staticmethod
+    def _call(fn, model, loss_fn, micro_batches) -> dict:
+        kept = Kept((model,), micro_batches=micro_batches)
+        returned = fn(model, loss_fn, micro_batches)
+        outputs = {
+            **kept.report(),
+            "grad_left": any(p.grad is not None for p in model.parameters()),
+        }
         if not isinstance(returned, dict):
             outputs["returned"] = f"{type(returned).__name__}: {repr(returned)[:160]}"
             return outputs
@@ -340,14 +311,41 @@ class NoiseScale(Question):
                 "Your function changed the model's weights: measuring the noise scale only "
                 "reads gradients; no optimizer step belongs in it."
             )
+        judge_left_behind(outputs, setting)
         right, candidates = _candidates(spec)
         close = right.close(got)
         if all(close.values()):
             self._judge_side_effects(outputs, setting)
+            again = outputs.get("again")
+            if (
+                again == "raised"
+                or isinstance(again, dict)
+                and not all(
+                    right.close(
+                        {k: v if isinstance(v, float) else math.nan for k, v in again.items()}
+                    ).values()
+                )
+            ):
+                raise Failure(
+                    "Your numbers are right the first time, but called again on the same model "
+                    "and micro-batches your function "
+                    f"{'raised' if again == 'raised' else 'gave other numbers'} {setting}: "
+                    "it keeps "
+                    "something from one call to the next (buffers or sums kept in a global or "
+                    "on the model, never reset). Start every call from zero.",
+                    "state_across_calls",
+                )
             return
-        for mistake, value in candidates:
-            if value.matches(got) and not right.matches(value.as_outputs()):
-                raise Failure(f"{_MESSAGES[mistake]} {setting}", mistake)
+        # named only when one mistake alone matches: two that fit the same numbers here
+        # (a coincidence of this draw) would make either name a guess
+        found = {
+            mistake
+            for mistake, value in candidates
+            if value.matches(got) and not right.matches(value.as_outputs())
+        }
+        if len(found) == 1:
+            mistake = found.pop()
+            raise Failure(f"{MESSAGES[mistake]} {setting}", mistake)
         wrong = [
             f"{key} = {got[key]:.6g}, not {expected['values'][key]:.6g}"
             for key in KEYS
@@ -364,22 +362,6 @@ class NoiseScale(Question):
 
     @staticmethod
     def _judge_side_effects(outputs, setting):
-        if outputs.get("micro_batches_changed") is True:
-            raise Failure(
-                f"The numbers are right, but your function changed the micro-batches it was "
-                f"given {setting} (the list, or a tensor in it): the caller trains on them "
-                "next. Read them without popping, sorting or editing in place.",
-                "micro_batches_changed",
-            )
-        if outputs.get("model_left_changed") is True:
-            raise Failure(
-                f"The numbers are right, but your function left the model changed {setting}: "
-                "a hook still registered on a parameter, requires_grad switched off, or "
-                "torch.set_grad_enabled(False) left on. The caller's next training step would "
-                "get other gradients, or none: remove hooks (handle.remove()) and restore "
-                "what you switched.",
-                "model_left_changed",
-            )
         if outputs.get("grad_left") is True:
             raise Failure(
                 f"The numbers are right, but your function left .grad set on the model "
@@ -390,8 +372,9 @@ class NoiseScale(Question):
             )
 
 
-def _spec(seed, loss, depth, in_features, outputs, k, b) -> dict:
+def _spec(seed, loss, depth, in_features, outputs, k, b, frozen=False) -> dict:
     return {
+        **({"frozen": True} if frozen else {}),
         "seed": seed,
         "loss": loss,
         "depth": depth,

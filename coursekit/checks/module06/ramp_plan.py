@@ -34,6 +34,7 @@ from coursekit.checks.module06.common import (
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
+from coursekit.checks.side_effects import Kept, judge_left_behind, judge_repeated, repeated
 
 MAX_MICRO_BATCHES = 20_000  # read no more of a plan: the specs' plans have a few hundred
 
@@ -86,8 +87,16 @@ _PLAN_MESSAGES = {
         "multiple of the new one. Count the micro-batches of the current window instead"
     ),
     "schedule_ignored": (
-        "every window has the first pair's accum_steps: the schedule's later pairs never "
-        "took effect"
+        "every window has the first pair's accum_steps: none of the schedule's later pairs "
+        "changed a window within these {total} samples. from_sample counts samples (not "
+        "micro-batches or windows): {pair} applies from the first window that starts at or "
+        "after sample {from_sample}"
+    ),
+    "schedule_in_micro_batches": (
+        "your windows change their accum_steps where the count of micro-batches reaches "
+        "from_sample. from_sample counts samples: {pair} applies from the first window that "
+        "starts at or after sample {from_sample} (micro-batch {micro_batch} or later, counted "
+        "from 0), not from micro-batch {from_sample}"
     ),
     "loss_scale_not_updated": (
         "your scales are those of the first phase's window size. After a change the window "
@@ -228,6 +237,9 @@ def _mistaken_windows(total: int, micro: int, pairs) -> dict[str, list[Windows]]
             _closing(grid, lambda i, mb, _: (i + 1) % _accum_at(pairs, mb[0]) == 0)
         ],
         "schedule_ignored": [_chunks(grid, pairs[0][1])],
+        "schedule_in_micro_batches": [
+            _greedy(grid, lambda start, _: _accum_at(pairs, start // micro))
+        ],
         "samples_skipped": [jumping(restart=False)],
         "samples_repeated": [jumping(restart=True)],
         "samples_dropped": [
@@ -398,10 +410,15 @@ class RampPlan(Question):
         return specs
 
     def run(self, fn, spec):
-        args = (spec["total"], spec["micro"], [tuple(pair) for pair in spec["schedule"]])
+        def answer(spec):
+            schedule = [tuple(pair) for pair in spec["schedule"]]
+            kept = Kept(schedule=schedule)
+            return {**_read_plan(fn(spec["total"], spec["micro"], schedule)), **kept.report()}
+
         if _ramp_refusal(spec) is not None:
+            args = (spec["total"], spec["micro"], [tuple(pair) for pair in spec["schedule"]])
             return refused(fn, args, {})
-        return _read_plan(fn(*args))
+        return repeated(answer, spec)
 
     def reference(self):
         return ramp_plan
@@ -417,6 +434,8 @@ class RampPlan(Question):
         if reason is not None:
             judge_refusal(outputs, reason, setting)
             return
+        judge_left_behind(outputs, setting)
+        judge_repeated(outputs, setting)
         windows, scales, steps = self._structure(outputs, setting)
         want_windows = expected["windows"]
         if windows != want_windows:
@@ -518,12 +537,22 @@ class RampPlan(Question):
 
     @staticmethod
     def _judge_windows(windows, want, total, micro, pairs, setting):
-        name = only_name(
-            {
-                mistake: any(windows == c and c != want for c in candidates)
-                for mistake, candidates in _mistaken_windows(total, micro, pairs).items()
-            }
-        )
+        matched = {
+            mistake: any(windows == c and c != want for c in candidates)
+            for mistake, candidates in _mistaken_windows(total, micro, pairs).items()
+        }
+        # the schedule read in micro-batches often changes no window within the samples:
+        # the same windows as a schedule ignored, which that message words truly for both
+        if matched["schedule_ignored"]:
+            matched["schedule_in_micro_batches"] = False
+        name = only_name(matched)
+        later = next((p for p in pairs[1:] if p[0] < total), pairs[-1])
+        details = {
+            "total": total,
+            "pair": later,
+            "from_sample": later[0],
+            "micro_batch": -(-later[0] // micro),
+        }
         problem = _coverage_problem(windows, total)
         if problem is not None:
             if name is None:
@@ -531,7 +560,8 @@ class RampPlan(Question):
                     f"In your plan {setting}, {problem}. Every sample must be trained on "
                     "exactly once, in order: each micro-batch starts where the last one stopped."
                 )
-            raise Failure(f"In your plan {setting}, {problem}: {_PLAN_MESSAGES[name]}.", name)
+            why = _PLAN_MESSAGES[name].format(**details)
+            raise Failure(f"In your plan {setting}, {problem}: {why}.", name)
         index = next(
             (i for i, (g, w) in enumerate(zip(windows, want, strict=False)) if g != w),
             min(len(windows), len(want)) - 1,
@@ -544,7 +574,7 @@ class RampPlan(Question):
             f"should be {_short(want[index])}"
         )
         if name is not None:
-            raise Failure(f"{where}: {_PLAN_MESSAGES[name]}.", name)
+            raise Failure(f"{where}: {_PLAN_MESSAGES[name].format(**details)}.", name)
         flat = [r for w in windows for r in w]
         for a, b in flat[:-1]:
             if b - a != micro:

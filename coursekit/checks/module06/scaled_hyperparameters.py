@@ -2,10 +2,12 @@
 size, moved to another.
 
 The student writes ``scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind,
-warmup_steps, betas=..., eps=...)`` by the rules the notebook states: the learning rate scales
-by ``k = new_batch / base_batch`` for SGD and by ``sqrt(k)`` for Adam and AdamW, the warm-up
-keeps its samples (a ceiling, in integers), Adam's ``1 - beta`` scales by ``k`` and its ``eps``
-divides by ``sqrt(k)``, and bad input is refused with a ValueError. It is arithmetic, judged
+warmup_steps, betas=..., eps=..., weight_decay=None)`` by the rules the notebook states: the
+learning rate scales by ``k = new_batch / base_batch`` for SGD and by ``sqrt(k)`` for Adam and
+AdamW, the warm-up keeps its samples (a ceiling, in integers), Adam's ``1 - beta`` scales by
+``k`` and its ``eps`` divides by ``sqrt(k)``, AdamW's decoupled weight decay scales by
+``sqrt(k)`` (SGD's and Adam's, a term of the loss, stays), and bad input is refused with a
+ValueError. It is arithmetic, judged
 exactly (to float rounding) against :func:`coursekit.batch_scaling.scaled_hyperparameters`,
 key by key. A mistake is named only when the hand-in's value equals what the reference computes
 with that mistake built in, and differs from the right value; where two mistakes give the same
@@ -32,67 +34,10 @@ from coursekit.checks.module06.common import (
     refused,
     show,
 )
+from coursekit.checks.module06.hyper_patterns import HYPER_MESSAGES, hyper_patterns
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
-
-_HYPER_MESSAGES = {
-    "linear_for_adam": (
-        "that is base_lr x k, SGD's linear rule. For {kind} the square-root rule scales the "
-        "learning rate by sqrt(k) = {sqrt_k:.6g}"
-    ),
-    "sqrt_for_sgd": (
-        "that is base_lr x sqrt(k), the square-root rule for Adam. For SGD the linear rule "
-        "scales the learning rate by k = {k:.6g}"
-    ),
-    "ratio_inverted": (
-        "your k is base_batch / new_batch = {inverse:.6g}. k is new_batch / base_batch = "
-        "{k:.6g}: a larger batch gets a larger learning rate"
-    ),
-    "ratio_truncated": (
-        "your k is new_batch // base_batch = {truncated}, an integer division. k is the true "
-        "ratio {new} / {base} = {k:.6g}"
-    ),
-    "lr_not_scaled": "that is base_lr unchanged. Rule 2 scales it with the batch",
-    "warmup_not_rescaled": (
-        "that is the old count unchanged. With {new} samples per step instead of {base}, "
-        "{warmup} steps warm up over {new_samples} samples instead of {old_samples}. Keep the "
-        "samples: ceil({warmup} x {base} / {new})"
-    ),
-    "warmup_scaled_up": (
-        "that is the old count times k. Each step now takes k times the samples, so the same "
-        "samples take k times fewer steps: ceil({warmup} x {base} / {new})"
-    ),
-    "warmup_rounded_down": (
-        "that is {warmup} x {base} / {new} rounded down, a warm-up over fewer samples than "
-        "before{to_zero}. Round up, in integers: -(-warmup_steps * base_batch // new_batch)"
-    ),
-    "warmup_float_rounding": (
-        "that is math.ceil of a float ratio. {warmup} x {base} / {new} is exactly {want}, but "
-        "the batches' ratio as a float carries a rounding error, and math.ceil turns a "
-        "result a hair above {want} into {got}. Compute in integers: "
-        "-(-warmup_steps * base_batch // new_batch)"
-    ),
-    "betas_not_scaled": (
-        "those are the betas unchanged. With a batch k = {k:.6g} times larger, each step "
-        "stands for k times the samples, so each moving average forgets k times as much per "
-        "step: 1 - beta becomes k(1 - beta)"
-    ),
-    "betas_scaled_wrong_way": (
-        "the rule scales 1 - beta, not beta, and by k, not 1/k: "
-        "beta -> 1 - k(1 - beta) with k = {k:.6g}"
-    ),
-    "betas_as_powers": (
-        "that is beta**k, which decays each average per sample as k steps at the old batch "
-        "did. A sensible rule, but not the square-root rule this question states: "
-        "1 - beta becomes k(1 - beta) (the two agree only while k(1 - beta) is small)"
-    ),
-    "eps_not_scaled": (
-        "that is eps unchanged. The square-root rule divides it by sqrt(k) = {sqrt_k:.6g}"
-    ),
-    "eps_scaled_wrong_way": (
-        "that is eps times sqrt(k). The square-root rule divides it by sqrt(k) = {sqrt_k:.6g}"
-    ),
-}
+from coursekit.checks.side_effects import judge_repeated, repeated
 
 
 def _hyper_call(spec) -> tuple[tuple, dict]:
@@ -102,6 +47,8 @@ def _hyper_call(spec) -> tuple[tuple, dict]:
         kwargs["betas"] = tuple(spec["betas"])
     if "eps" in spec:
         kwargs["eps"] = spec["eps"]
+    if "weight_decay" in spec:
+        kwargs["weight_decay"] = spec["weight_decay"]
     return args, kwargs
 
 
@@ -115,6 +62,8 @@ def _hyper_refusal(spec) -> str | None:
             return f"{name} {batch} is not a batch (it must be at least 1)"
     if spec["warmup"] < 0:
         return f"a warm-up of {spec['warmup']} steps is not a warm-up (it must be 0 or more)"
+    if spec.get("weight_decay", 0) < 0:
+        return f"weight_decay {spec['weight_decay']} would grow the weights (it must be 0 or more)"
     if spec["kind"] not in OPTIMIZER_KINDS:
         return (
             f"{spec['kind']!r} is none of the kinds the rules cover ({', '.join(OPTIMIZER_KINDS)})"
@@ -125,8 +74,9 @@ def _hyper_refusal(spec) -> str | None:
         shrink = new / base * (1 - beta)
         if shrink > 1:
             return (
-                f"k(1 - beta{index + 1}) = {shrink:.3g} is above 1, so the scaled beta{index + 1} "
-                f"would be {1 - shrink:.3g}, outside [0, 1): the rule does not apply that far"
+                f"with k = {new / base:.3g}, k(1 - beta{index + 1}) = {shrink:.3g} is above 1, so "
+                f"the scaled beta{index + 1} would be {1 - shrink:.3g}, outside [0, 1): the rule "
+                "does not apply that far"
             )
     return None
 
@@ -135,7 +85,7 @@ def _read_hyperparameters(returned) -> dict:
     if not isinstance(returned, Mapping):
         return {"returned": describe(returned)}
     values: dict = {}
-    for key in ("lr", "eps"):
+    for key in ("lr", "eps", "weight_decay"):
         if key in returned:
             number = as_number(returned[key])
             values[key] = repr(returned[key])[:80] if number is None else number
@@ -154,42 +104,6 @@ def _read_hyperparameters(returned) -> dict:
         valid = len(numbers_read) == 2 and None not in numbers_read
         values["betas"] = numbers_read if valid else repr(betas)[:80]
     return {"values": values}
-
-
-def _hyper_patterns(spec) -> dict[str, dict[str, list]]:
-    """Each output's known wrong values, by mistake name (values equal to the right one are
-    dropped when compared)."""
-    lr, base, new, warmup = spec["base_lr"], spec["base_batch"], spec["new_batch"], spec["warmup"]
-    k, inverse, truncated = new / base, base / new, new // base
-    betas, eps = spec.get("betas", (0.9, 0.999)), spec.get("eps", 1e-8)
-    if spec["kind"] == "sgd":
-        lrs = {
-            "sqrt_for_sgd": [lr * math.sqrt(k)],
-            "ratio_inverted": [lr * inverse],
-            "ratio_truncated": [lr * truncated],
-        }
-    else:
-        lrs = {
-            "linear_for_adam": [lr * k],
-            "ratio_inverted": [lr * math.sqrt(inverse)],
-            "ratio_truncated": [lr * math.sqrt(truncated)],
-        }
-    lrs["lr_not_scaled"] = [lr]
-    return {
-        "lr": lrs,
-        "warmup_steps": {
-            "warmup_not_rescaled": [warmup],
-            "warmup_scaled_up": [-(-warmup * new // base), warmup * new // base],
-            "warmup_rounded_down": [warmup * base // new],
-            "warmup_float_rounding": [math.ceil(warmup / k), math.ceil(warmup * inverse)],
-        },
-        "betas": {
-            "betas_not_scaled": [list(betas)],
-            "betas_scaled_wrong_way": [[b * k for b in betas], [1 - (1 - b) / k for b in betas]],
-            "betas_as_powers": [[b**k for b in betas]],
-        },
-        "eps": {"eps_not_scaled": [eps], "eps_scaled_wrong_way": [eps * math.sqrt(k)]},
-    }
 
 
 def _same(key: str, got, want) -> bool:
@@ -233,6 +147,15 @@ class ScaledHyperparameters(Question):
                 "warmup": 300,
                 "betas": [0.9, 0.98],
             },
+            # AdamW's decoupled weight decay: x sqrt(k) = x 2
+            {
+                "base_lr": 1e-3,
+                "base_batch": 64,
+                "new_batch": 256,
+                "kind": "adamw",
+                "warmup": 100,
+                "weight_decay": 0.1,
+            },
             {"base_lr": 0.1, "base_batch": 256, "new_batch": 512, "kind": "rmsprop", "warmup": 10},
             {"base_lr": 0.1, "base_batch": 256, "new_batch": 0, "kind": "sgd", "warmup": 10},
         ]
@@ -261,6 +184,15 @@ class ScaledHyperparameters(Question):
             {"base_lr": 0.1, "base_batch": 1024, "new_batch": 192, "kind": "sgd", "warmup": 1597},
             # a tiny remainder (11 x 192 / 1024 = 2.06): a nudged float ceiling gives 2, not 3
             {"base_lr": 0.1, "base_batch": 192, "new_batch": 1024, "kind": "sgd", "warmup": 11},
+            # Adam's weight decay is in the loss: unchanged
+            {
+                "base_lr": 3e-4,
+                "base_batch": 32,
+                "new_batch": 128,
+                "kind": "adam",
+                "warmup": 50,
+                "weight_decay": 0.01,
+            },
             # refusals: beta1 scaled out of range; beta2 only; bad numbers; unknown kinds
             {"base_lr": 1e-3, "base_batch": 32, "new_batch": 512, "kind": "adam", "warmup": 10},
             {
@@ -276,6 +208,14 @@ class ScaledHyperparameters(Question):
             {"base_lr": 0.0, "base_batch": 32, "new_batch": 64, "kind": "adam", "warmup": 10},
             {"base_lr": 0.1, "base_batch": 32, "new_batch": 64, "kind": "sgd", "warmup": -5},
             {"base_lr": 0.1, "base_batch": 32, "new_batch": 64, "kind": "lamb", "warmup": 10},
+            {
+                "base_lr": 1e-3,
+                "base_batch": 32,
+                "new_batch": 64,
+                "kind": "adamw",
+                "warmup": 10,
+                "weight_decay": -0.1,
+            },
         ]
         sizes = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
         for _ in range(4):
@@ -298,34 +238,56 @@ class ScaledHyperparameters(Question):
                 ]
                 spec["betas"] = rng.choice(fits)
                 spec["eps"] = rng.choice([1e-8, 1e-6])
+                spec["weight_decay"] = rng.choice([0.01, 0.05, 0.1])
             specs.append(spec)
         return specs
 
     def run(self, fn, spec):
         args, kwargs = _hyper_call(spec)
         if _hyper_refusal(spec) is not None:
-            return refused(fn, args, kwargs)
-        return _read_hyperparameters(fn(*args, **kwargs))
+            outputs = refused(fn, args, kwargs)
+            if "returned" in outputs and spec["kind"] != "sgd":
+                # what it returned, read: unscaled betas say why nothing was refused
+                try:
+                    outputs["values"] = _read_hyperparameters(fn(*args, **kwargs)).get("values")
+                except Exception:  # the refusal judged above says what matters
+                    pass
+            return outputs
+        return repeated(lambda spec: _read_hyperparameters(fn(*args, **kwargs)), spec)
 
     def reference(self):
         return scaled_hyperparameters
 
     def judge(self, spec, outputs, expected):
         base, new, warmup, kind = (spec[k] for k in ("base_batch", "new_batch", "warmup", "kind"))
-        given = "".join(f", {k} {spec[k]}" for k in ("betas", "eps") if k in spec)
+        named = ("betas", "eps", "weight_decay")
+        given = "".join(f", {k} {spec[k]}" for k in named if k in spec)
         setting = (
             f"(base_lr {spec['base_lr']}, batch {base} -> {new}, optimizer_kind {kind!r}, "
             f"warmup_steps {warmup}{given})"
         )
         reason = _hyper_refusal(spec)
         if reason is not None:
+            returned = outputs.get("values")
+            betas = returned.get("betas") if isinstance(returned, dict) else None
+            given = [float(b) for b in spec.get("betas", (0.9, 0.999))]
+            if "raised" not in outputs and reason.startswith("with k") and betas == given:
+                k = new / base
+                why = HYPER_MESSAGES["betas_not_scaled"].format(k=k)
+                raise Failure(
+                    f"betas are {show(betas)} {setting}: {why}. Here that takes a beta below 0 "
+                    f"({reason}), so the rule refuses: raise a ValueError.",
+                    "betas_not_scaled",
+                )
             judge_refusal(outputs, reason, setting)
             return
+        judge_repeated(outputs, setting)
         values = outputs.get("values")
         if not isinstance(values, dict):
             raise Failure(f"Return a dict {setting}; got {outputs.get('returned')}.")
         wanted = expected["values"]
         keys = ["lr", "warmup_steps"] + (["betas", "eps"] if kind != "sgd" else [])
+        keys += ["weight_decay"] if "weight_decay" in spec else []
         missing = [key for key in keys if key not in values]
         if missing:
             raise Failure(
@@ -345,7 +307,7 @@ class ScaledHyperparameters(Question):
             "old_samples": warmup * base,
             "new_samples": warmup * new,
         }
-        patterns = _hyper_patterns(spec)
+        patterns = hyper_patterns(spec)
         for key in keys:
             got, want = values.get(key), wanted[key]
             if key == "warmup_steps" and not is_whole(got):
@@ -359,7 +321,7 @@ class ScaledHyperparameters(Question):
                 isinstance(got, list) and len(got) == 2 and all(isinstance(b, float) for b in got)
             ):
                 raise Failure(f"betas must be two numbers (beta1, beta2), got {got} {setting}.")
-            if key in ("lr", "eps") and not isinstance(got, float):
+            if key in ("lr", "eps", "weight_decay") and not isinstance(got, float):
                 raise Failure(f"{key} must be a number, got {got} {setting}.")
             if _same(key, got, want):
                 continue
@@ -373,5 +335,5 @@ class ScaledHyperparameters(Question):
             if name is None:
                 raise Failure(f"{said}; by the rules {key} should be {show(want)}.")
             zero = " (here none at all: 0 steps)" if got == 0 and warmup > 0 else ""
-            why = _HYPER_MESSAGES[name].format(**details, want=want, got=got, to_zero=zero)
+            why = HYPER_MESSAGES[name].format(**details, want=want, got=got, to_zero=zero)
             raise Failure(f"{said}: {why}. Want {show(want)}.", name)

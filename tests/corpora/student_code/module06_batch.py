@@ -6,18 +6,22 @@ import math
 import numpy as np
 
 def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmup_steps,
-                           betas=(0.9, 0.999), eps=1e-8):
+                           betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
 {checks}
+    if weight_decay is not None and weight_decay < 0:
+        raise ValueError("weight_decay must be 0 or more")
     k = {k}
     warmup = {warmup}
+    extra = {{}} if weight_decay is None else {{"weight_decay": {decay}}}
     if optimizer_kind == "sgd":
-        return {{"lr": {sgd_lr}, "warmup_steps": warmup}}
+        return {{"lr": {sgd_lr}, "warmup_steps": warmup, **extra}}
 {beta_check}
     return {{
         "lr": {adam_lr},
         "warmup_steps": warmup,
         "betas": {betas},
         "eps": {eps},
+        **extra,
     }}
 """
 
@@ -52,8 +56,10 @@ def _hyper(
     adam_lr="base_lr * math.sqrt(k)",
     betas="[1 - k * (1 - beta) for beta in betas]",
     eps="eps / math.sqrt(k)",
+    decay="weight_decay * (math.sqrt(k) if optimizer_kind == 'adamw' else 1)",
 ):
     return _HYPER.format(
+        decay=decay,
         checks=checks,
         k=k,
         warmup=warmup,
@@ -73,48 +79,59 @@ import math
 from fractions import Fraction
 
 def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmup_steps,
-                           betas=(0.9, 0.999), eps=1e-8):
+                           betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
     if min(base_batch, new_batch) < 1 or base_lr <= 0 or warmup_steps < 0:
         raise ValueError("batches must be >= 1, base_lr > 0 and warmup_steps >= 0")
     if optimizer_kind not in {"sgd", "adam", "adamw"}:
         raise ValueError("unknown optimizer_kind; use sgd, adam or adamw")
+    if weight_decay is not None and weight_decay < 0:
+        raise ValueError("a negative weight_decay")
     k = Fraction(new_batch, base_batch)
     warmup = math.ceil(Fraction(warmup_steps * base_batch, new_batch))
+    decay = {} if weight_decay is None else {"weight_decay": weight_decay}
+    if optimizer_kind == "adamw" and decay:  # decoupled: lr x decay per step
+        decay["weight_decay"] = weight_decay * math.sqrt(k)
     if optimizer_kind == "sgd":
-        return {"lr": base_lr * k, "warmup_steps": warmup}
+        return {"lr": base_lr * k, "warmup_steps": warmup, **decay}
     new_betas = tuple(1 - k * (1 - Fraction(beta)) for beta in betas)
     if min(new_betas) < 0:
         raise ValueError("k(1 - beta) > 1: the square-root rule does not apply that far")
     root = math.sqrt(k)
     return {"lr": base_lr * root, "warmup_steps": warmup,
-            "betas": tuple(float(b) for b in new_betas), "eps": eps / root}
+            "betas": tuple(float(b) for b in new_betas), "eps": eps / root, **decay}
 """,
     # NumPy all the way: NumPy floats, a NumPy array of betas, a NumPy integer warm-up
     "correct_numpy": """
 import numpy as np
 
 def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmup_steps,
-                           betas=(0.9, 0.999), eps=1e-8):
+                           betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
     if base_batch < 1 or new_batch < 1 or base_lr <= 0 or warmup_steps < 0:
         raise ValueError("bad batch, learning rate or warm-up")
+    if weight_decay is not None and np.float64(weight_decay) < 0:
+        raise ValueError("weight_decay must not be negative")
     kinds = {"sgd": 1.0, "adam": 0.5, "adamw": 0.5}  # the power of k the lr takes
     if optimizer_kind not in kinds:
         raise ValueError(f"optimizer_kind must be one of {sorted(kinds)}")
     k = np.float64(new_batch) / np.float64(base_batch)
     warmup = -(-np.int64(warmup_steps) * np.int64(base_batch) // np.int64(new_batch))
     lr = base_lr * k ** kinds[optimizer_kind]
+    out = {"lr": lr, "warmup_steps": warmup}
+    if weight_decay is not None:
+        out["weight_decay"] = weight_decay * np.sqrt(k) ** (optimizer_kind == "adamw")
     if optimizer_kind == "sgd":
-        return {"lr": lr, "warmup_steps": warmup}
+        return out
     new_betas = 1 - k * (1 - np.asarray(betas, dtype=np.float64))
     if (new_betas < 0).any():
         raise ValueError("a scaled beta would be negative")
-    return {"lr": lr, "warmup_steps": warmup, "betas": new_betas, "eps": eps / np.sqrt(k)}
+    return {**out, "betas": new_betas, "eps": eps / np.sqrt(k)}
 """,
     # a power for the root, divmod for the ceiling, checks written as a table
     "correct_divmod": """
 def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmup_steps,
-                           betas=(0.9, 0.999), eps=1e-8):
+                           betas=(0.9, 0.999), eps=1e-8, weight_decay=None):
     problems = {
+        "weight_decay must not be negative": weight_decay is not None and weight_decay < 0,
         "base_batch must be at least 1": base_batch < 1,
         "new_batch must be at least 1": new_batch < 1,
         "base_lr must be above 0": base_lr <= 0,
@@ -127,6 +144,8 @@ def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmu
     k = new_batch / base_batch
     steps, rest = divmod(warmup_steps * base_batch, new_batch)
     result = {"warmup_steps": steps + (rest > 0)}
+    if weight_decay is not None:
+        result["weight_decay"] = weight_decay * (k**0.5 if optimizer_kind == "adamw" else 1)
     if optimizer_kind == "sgd":
         result["lr"] = base_lr * k
         return result
@@ -154,6 +173,12 @@ def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmu
     # non-textbook: another rule (the same decay per sample), not the one the notebook states
     "betas_as_powers": _hyper(betas="[beta ** k for beta in betas]"),
     "eps_not_scaled": _hyper(eps="eps"),
+    "weight_decay_not_scaled": _hyper(decay="weight_decay"),
+    "weight_decay_scaled_by_k": _hyper(
+        decay="weight_decay * (k if optimizer_kind == 'adamw' else 1)"
+    ),
+    # non-textbook: the decoupled rule applied to the loss's L2 term too
+    "weight_decay_scaled_in_the_loss": _hyper(decay="weight_decay * math.sqrt(k)"),
     "eps_scaled_wrong_way": _hyper(eps="eps * math.sqrt(k)"),
     # every kind but "sgd" gets Adam's rule: "rmsprop" is not refused
     # every kind but "sgd" gets Adam's rule: "rmsprop" is not refused
@@ -170,6 +195,8 @@ def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmu
     "only_beta1_checked": _hyper(
         beta_check=_BETA_CHECK.replace("for beta in betas", "for beta in betas[:1]")
     ),
+    # the betas neither scaled nor checked: the unscaled betas are what the refusals show too
+    "betas_not_scaled_nor_checked": _hyper(betas="list(betas)", beta_check=""),
     # k(1 - beta) = 1 gives beta = 0, still in [0, 1): refusing it is one step too strict
     "beta_zero_refused": _hyper(beta_check=_BETA_CHECK.replace("> 1", ">= 1")),
 }
@@ -317,6 +344,14 @@ def ramp_plan(total_samples, micro_batch_size, schedule):
         scales.append([(b - a) / samples for a, b in window])
     return {"windows": windows, "scales": scales, "optimizer_steps": len(windows)}
 """,
+    # the schedule popped, from a copy of its own: the caller's list is left alone
+    "correct_popping_a_copy": _ramp(
+        checks=_RAMP_CHECKS + "    pending = list(schedule)\n",
+        accum="pending[0][1]\n"
+        "        while len(pending) > 1 and pending[1][0] <= start:\n"
+        "            pending.pop(0)\n"
+        "            accum = pending[0][1]",
+    ),
     "scheduler_in_micro_steps": _ramp(steps="sum(len(w) for w in windows)"),
     "scheduler_length_from_first_batch": _ramp(
         steps="-(-(-(-total_samples // micro_batch_size)) // schedule[0][1])"
@@ -349,6 +384,17 @@ def ramp_plan(total_samples, micro_batch_size, schedule):
         accum="[n for f, n in schedule if f <= (windows[-1][0][0] if windows else 0)][-1]"
     ),
     "schedule_ignored": _ramp(accum="schedule[0][1]"),
+    # from_sample compared with the count of micro-batches so far, not of samples
+    "schedule_in_micro_batches": _ramp(
+        accum="[n for f, n in schedule if f <= start // micro_batch_size][-1]"
+    ),
+    # the schedule read by popping its pairs off the caller's list
+    "schedule_popped": _ramp(
+        accum="schedule[0][1]\n"
+        "        while len(schedule) > 1 and schedule[1][0] <= start:\n"
+        "            schedule.pop(0)\n"
+        "            accum = schedule[0][1]"
+    ),
     # the window's length looked up at every micro-batch: it changes in the window's middle
     "window_split_at_change": f"""
 def ramp_plan(total_samples, micro_batch_size, schedule):
@@ -412,9 +458,26 @@ def ramp_plan(total_samples, micro_batch_size, schedule):
     ),
 }
 
+# the windows kept in a default argument: one list for every call, growing
+RAMP_PLAN["windows_in_default_argument"] = (
+    RAMP_PLAN["correct"]
+    .replace(
+        "def ramp_plan(total_samples, micro_batch_size, schedule):",
+        "def ramp_plan(total_samples, micro_batch_size, schedule, windows=[]):",
+    )
+    .replace("windows, scales, start = [], [], 0", "scales, start = [], 0")
+)
+assert "windows=[]" in RAMP_PLAN["windows_in_default_argument"]
+
 BY_QUESTION = {"scaled_hyperparameters": SCALED_HYPERPARAMETERS, "ramp_plan": RAMP_PLAN}
 
 NAMED_AS = {
+    "betas_not_scaled_nor_checked": "betas_not_scaled",
+    "schedule_popped": "inputs_changed",
+    # in the public specs no later pair is reached when read in micro-batches: its windows
+    # are a schedule ignored's, and that message is worded true of both
+    "schedule_in_micro_batches": "schedule_ignored",
+    "windows_in_default_argument": "state_across_calls",
     "warmup_as_float": "not_an_int",
     "betas_divided_by_k": "betas_scaled_wrong_way",
     "batch_not_checked": "wrong_exception",
@@ -439,9 +502,15 @@ NON_TEXTBOOK: set[tuple[str, str]] = {
     (_R, "boundary_by_global_count"),
     (_R, "unsorted_schedule_accepted"),
     (_R, "phase_change_early"),
+    (_H, "betas_not_scaled_nor_checked"),
+    (_H, "weight_decay_scaled_in_the_loss"),
+    (_R, "schedule_in_micro_batches"),
+    (_R, "schedule_popped"),
+    (_R, "windows_in_default_argument"),
 }
 # the public specs pass them: only the grader's fixed hidden specs catch them
 HIDDEN_ONLY: set[tuple[str, str]] = {
+    (_H, "weight_decay_scaled_in_the_loss"),  # the public specs' weight decay is AdamW's
     (_H, "warmup_float_rounding"),
     (_H, "beta_range_not_checked"),
     (_H, "only_beta1_checked"),
@@ -454,4 +523,6 @@ ALSO_NAMED: dict[tuple[str, str], set[str]] = {
     (_H, "batch_not_checked"): {"bad_input_accepted"},
     # a micro_batch_size of 0 or an empty schedule raise (not a ValueError) in its loop
     (_R, "schedule_not_checked"): {"wrong_exception"},
+    # named so where its windows differ from a schedule ignored (hidden specs)
+    (_R, "schedule_in_micro_batches"): {"schedule_in_micro_batches"},
 }

@@ -127,10 +127,11 @@ def noise_scale(model, loss_fn, micro_batches):
     k, b = len(micro_batches), len(micro_batches[0][0])
     x = torch.cat([inputs for inputs, _ in micro_batches])
     y = torch.cat([targets for _, targets in micro_batches])
-    params = {n: p.detach() for n, p in model.named_parameters()}
+    params = {n: p.detach() for n, p in model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach() for n, p in model.named_parameters() if not p.requires_grad}
 
     def one(params, xi, yi):
-        return loss_fn(functional_call(model, params, (xi[None],)), yi[None])
+        return loss_fn(functional_call(model, {**frozen, **params}, (xi[None],)), yi[None])
 
     per_sample = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
     rows = torch.cat([g.reshape(k * b, -1) for g in per_sample.values()], dim=1).double()
@@ -193,9 +194,9 @@ def noise_scale(model, loss_fn, micro_batches):
     trace = (small - big) / (1 / b - 1 / (k * b))
     return {"gradient_sq_norm": g2, "trace": trace, "b_simple": trace / g2}
 """,
-    # correct too: float64 as torch's default for the arithmetic (the check builds its
-    # problems in float32 whatever the default, and gives the default back afterwards)
-    "correct_with_float64_default": """
+    # float64 as torch's default for the arithmetic, never given back: every tensor the
+    # caller makes next is float64
+    "default_dtype_left": """
 import torch
 
 def noise_scale(model, loss_fn, micro_batches):
@@ -212,10 +213,103 @@ def noise_scale(model, loss_fn, micro_batches):
     trace = (small - big) / (1 / b - 1 / (k * b))
     return {"gradient_sq_norm": g2, "trace": trace, "b_simple": trace / g2}
 """,
+    # correct too: float64 as torch's default for the arithmetic, given back afterwards
+    "correct_with_float64_default": """
+import torch
+
+def noise_scale(model, loss_fn, micro_batches):
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return _estimate(model, loss_fn, micro_batches)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def _estimate(model, loss_fn, micro_batches):
+    k, b = len(micro_batches), len(micro_batches[0][0])
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = []
+    for inputs, targets in micro_batches:
+        loss = loss_fn(model(inputs), targets)
+        grads.append(torch.cat([g.flatten().double() for g in torch.autograd.grad(loss, params)]))
+    small = sum(g.pow(2).sum().item() for g in grads) / k
+    big = torch.stack(grads).mean(0).pow(2).sum().item()
+    g2 = (k * b * big - b * small) / (k * b - b)
+    trace = (small - big) / (1 / b - 1 / (k * b))
+    return {"gradient_sq_norm": g2, "trace": trace, "b_simple": trace / g2}
+""",
+    # the gradient of every parameter, the frozen one too (torch.func differentiates what
+    # it is given)
+    "frozen_parameter_included": """
+import torch
+from torch.func import functional_call, grad, vmap
+
+def noise_scale(model, loss_fn, micro_batches):
+    k, b = len(micro_batches), len(micro_batches[0][0])
+    x = torch.cat([inputs for inputs, _ in micro_batches])
+    y = torch.cat([targets for _, targets in micro_batches])
+    params = {n: p.detach() for n, p in model.named_parameters()}
+
+    def one(params, xi, yi):
+        return loss_fn(functional_call(model, params, (xi[None],)), yi[None])
+
+    per_sample = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)
+    rows = torch.cat([g.reshape(k * b, -1) for g in per_sample.values()], dim=1).double()
+    micro = rows.reshape(k, b, -1).mean(dim=1)
+    small = micro.pow(2).sum(dim=1).mean().item()
+    big = rows.mean(dim=0).pow(2).sum().item()
+    B = k * b
+    g2 = (B * big - b * small) / (B - b)
+    s = (small - big) / (1 / b - 1 / B)
+    return {"gradient_sq_norm": g2, "trace": s, "b_simple": s / g2}
+""",
+    # every .grad read as if it were there: a frozen parameter's None raises
+    "frozen_parameter_crashes": "",  # filled in below, from correct_autograd_grad
+    # |G_b|^2 as a sum over k - 1 micro-batches, as if for an unbiased variance
+    "mean_over_k_minus_1": _increments(record="small += g{square}.item() / (k - 1)"),
+    # b taken as len() of a micro-batch: the (inputs, targets) pair, always 2
+    "batch_size_from_pair": _increments().replace(
+        "b = len(micro_batches[0][0])", "b = len(micro_batches[0])"
+    ),
+    # the model switched to eval mode for the measurement, and left there
+    "eval_mode_left": _increments(cleanup="model.zero_grad(set_to_none=True)\n    model.eval()"),
+    # the previous .grad kept on the function between calls, never reset: the second call
+    # measures increments against the first call's last gradient
+    "state_across_calls": _increments()
+    .replace(
+        "    previous = flat_grad()\n",
+        "    previous = getattr(noise_scale, 'last', None)\n"
+        "    if previous is None:\n"
+        "        previous = flat_grad()\n",
+    )
+    .replace(
+        "    big = previous",
+        "    noise_scale.last = previous * 0 + flat_grad()\n    big = previous",
+    ),
 }
+
+# autograd.grad asked for every parameter's gradient: a frozen one has none, and it raises
+NOISE_SCALE["frozen_parameter_crashes"] = NOISE_SCALE["correct_autograd_grad"].replace(
+    "p for p in model.parameters() if p.requires_grad]", "p for p in model.parameters()]"
+)
+assert NOISE_SCALE["frozen_parameter_crashes"] != NOISE_SCALE["correct_autograd_grad"]
+
+# correct too: eval mode for the measurement, the caller's mode given back at the end
+NOISE_SCALE["correct_eval_restored"] = _increments(
+    cleanup="model.zero_grad(set_to_none=True)\n    model.train(was_training)"
+).replace(
+    "    k = len(micro_batches)\n",
+    "    k = len(micro_batches)\n    was_training = model.training\n    model.eval()\n",
+)
+assert "model.eval()" in NOISE_SCALE["correct_eval_restored"]
 
 BY_QUESTION = {"noise_scale": NOISE_SCALE}
 NAMED_AS = {
+    "micro_batches_changed": "inputs_changed",
+    "model_left_changed": "state_left_changed",
+    "default_dtype_left": "state_left_changed",
+    "eval_mode_left": "state_left_changed",
     "zero_grad_set_to_zero": "grads_left_behind",
     "first_micro_batch_norm_only": "one_micro_batch_only",
 }
@@ -226,7 +320,13 @@ NON_TEXTBOOK: set[tuple[str, str]] = {
     (_N, "micro_batches_changed"),
     (_N, "zero_grad_set_to_zero"),
     (_N, "model_left_changed"),
+    (_N, "default_dtype_left"),
+    (_N, "frozen_parameter_included"),
+    (_N, "frozen_parameter_crashes"),
+    (_N, "eval_mode_left"),
+    (_N, "state_across_calls"),
 }
 HIDDEN_ONLY: set[tuple[str, str]] = set()
-UNNAMED: set[tuple[str, str]] = set()
+# it raises on the frozen parameter: the verdict reports the exception
+UNNAMED: set[tuple[str, str]] = {(_N, "frozen_parameter_crashes")}
 ALSO_NAMED: dict[tuple[str, str], set[str]] = {}

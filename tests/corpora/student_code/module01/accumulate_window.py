@@ -1,10 +1,25 @@
 """``accumulate_window`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 ACCUMULATE_WINDOW = {
     "correct": """
 def accumulate_window(model, loss_fn, micro_batches):
     for inputs, targets in micro_batches:
         (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+""",
+    # correct too: a hook that counts samples, removed at the end; a copy popped, not the list
+    "correct_hook_removed_copy_popped": """
+def accumulate_window(model, loss_fn, micro_batches):
+    seen = []
+    handle = model.register_forward_hook(lambda module, args, out: seen.append(len(out)))
+    pending = list(micro_batches)
+    try:
+        while pending:
+            inputs, targets = pending.pop(0)
+            (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+    finally:
+        handle.remove()
 """,
     "loss_not_divided": """
 def accumulate_window(model, loss_fn, micro_batches):
@@ -119,3 +134,61 @@ ALSO_NAMED = {
     # with 2 micro-batches, skipping the last is running the first only; with 1, no backward
     ("accumulate_window", "micro_batch_skipped"): {"first_micro_batch_only", "no_backward"},
 }
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+ACCUMULATE_WINDOW.update(
+    side_effects.variants(
+        ACCUMULATE_WINDOW["correct"],
+        "accumulate_window",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        grad_mode_left=side_effects.GRAD_MODE_LEFT,
+        inputs_popped="args[2].pop()",
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("accumulate_window", "eval_mode_left"),
+    ("accumulate_window", "grad_mode_left"),
+    ("accumulate_window", "inputs_popped"),
+}
+NAMED_AS = {
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "grad_mode_left": side_effects.NAMED["grad_mode_left"],
+    "inputs_popped": side_effects.NAMED["inputs_popped"],
+}
+
+# State kept between calls: the micro-batches counted in a global that is never reset
+ACCUMULATE_WINDOW["count_in_global"] = """
+_SEEN = []
+
+
+def accumulate_window(model, loss_fn, micro_batches):
+    _SEEN.extend(micro_batches)  # meant as this window's micro-batches
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(_SEEN)).backward()
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {("accumulate_window", "count_in_global")}
+NAMED_AS = {**NAMED_AS, "count_in_global": "state_across_calls"}
+
+# The gradients divided after the loop, every .grad read as if it were there: a frozen
+# parameter's None raises (only the grader's draw holds one)
+ACCUMULATE_WINDOW["grads_divided_after"] = """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        loss_fn(model(inputs), targets).backward()
+    for p in model.parameters():
+        p.grad /= len(micro_batches)
+"""
+# correct too: divided after the loop, a frozen parameter's missing .grad skipped
+ACCUMULATE_WINDOW["correct_grads_divided_after"] = """
+def accumulate_window(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        loss_fn(model(inputs), targets).backward()
+    for p in model.parameters():
+        if p.grad is not None:
+            p.grad /= len(micro_batches)
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {("accumulate_window", "grads_divided_after")}
+HIDDEN_ONLY = {("accumulate_window", "grads_divided_after")}
+UNNAMED = UNNAMED | {("accumulate_window", "grads_divided_after")}

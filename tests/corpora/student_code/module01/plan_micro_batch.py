@@ -1,5 +1,7 @@
 """``plan_micro_batch`` hand-ins: the right search and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 PLAN_MICRO_BATCH = {
     "correct": """
 import coursekit
@@ -196,3 +198,16 @@ NAMED_AS = {
     "bytes_as_kib": "does_not_fit",
     "stale_measurements": "not_measured",
 }
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+PLAN_MICRO_BATCH.update(
+    side_effects.variants(
+        PLAN_MICRO_BATCH["correct"],
+        "plan_micro_batch",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {("plan_micro_batch", "eval_mode_left")}
+NAMED_AS = {**NAMED_AS, "eval_mode_left": side_effects.NAMED["eval_mode_left"]}

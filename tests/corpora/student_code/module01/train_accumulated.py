@@ -1,5 +1,7 @@
 """``train_accumulated`` hand-ins: the right loop and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _LOOP = """
 def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
     micro_batches = list(micro_batches)
@@ -249,4 +251,25 @@ UNNAMED = {("train_accumulated", "partial_micro_batch_as_full")}
 NAMED_AS = {
     "losses_in_float32": "logged_loss_wrong",
     "flush_without_zero_grad": "grads_left_after_last_step",
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+TRAIN_ACCUMULATED.update(
+    side_effects.variants(
+        TRAIN_ACCUMULATED["correct"],
+        "train_accumulated",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        hook_left=side_effects.HOOK_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("train_accumulated", "eval_mode_left"),
+    ("train_accumulated", "hook_left"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "hook_left": side_effects.NAMED["hook_left"],
 }

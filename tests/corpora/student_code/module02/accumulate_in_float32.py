@@ -1,5 +1,7 @@
 """``accumulate_in_float32`` hand-ins: the right float32 sums and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _FLOAT32 = """
 import torch
 def accumulate_in_float32(model, loss_fn, micro_batches):
@@ -17,8 +19,9 @@ ACCUMULATE_IN_FLOAT32 = {
         "    for inputs, targets in micro_batches:\n"
         "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
         "        for total, p in zip(sums, model.parameters()):\n"
-        "            total += p.grad.float()\n"
-        "            p.grad = None\n"
+        "            if p.grad is not None:  # a frozen parameter has none\n"
+        "                total += p.grad.float()\n"
+        "                p.grad = None\n"
         "    return sums"
     ),
     # the micro-batch gradients kept and summed at the end, in float32, in another order
@@ -26,7 +29,8 @@ ACCUMULATE_IN_FLOAT32 = {
         "    parts = []\n"
         "    for inputs, targets in micro_batches:\n"
         "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
-        "        parts.append([p.grad.float() for p in model.parameters()])\n"
+        "        parts.append([torch.zeros(p.shape) if p.grad is None else p.grad.float()\n"
+        "                      for p in model.parameters()])\n"
         "        model.zero_grad(set_to_none=True)\n"
         "    return [torch.stack(column).sum(0) for column in zip(*parts)]"
     ),
@@ -37,7 +41,8 @@ ACCUMULATE_IN_FLOAT32 = {
         "        loss = loss_fn(model(inputs), targets) / len(micro_batches)\n"
         "        loss.backward()\n"
         "        for i, p in enumerate(model.parameters()):\n"
-        "            sums[i].add_(p.grad.to(torch.float32))\n"
+        "            if p.requires_grad:\n"
+        "                sums[i].add_(p.grad.to(torch.float32))\n"
         "        model.zero_grad()\n"
         "    return sums"
     ),
@@ -47,8 +52,9 @@ ACCUMULATE_IN_FLOAT32 = {
         "    for inputs, targets in micro_batches:\n"
         "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
         "        for total, p in zip(sums, model.parameters()):\n"
-        "            total += p.grad.double()\n"
-        "            p.grad = None\n"
+        "            if p.grad is not None:\n"
+        "                total += p.grad.double()\n"
+        "                p.grad = None\n"
         "    return sums"
     ),
     # the loss computed in float32: its bf16 gradients round a little differently
@@ -58,8 +64,9 @@ ACCUMULATE_IN_FLOAT32 = {
         "        loss = loss_fn(model(inputs).float(), targets.float()) / len(micro_batches)\n"
         "        loss.backward()\n"
         "        for total, p in zip(sums, model.parameters()):\n"
-        "            total += p.grad.float()\n"
-        "            p.grad = None\n"
+        "            if p.grad is not None:  # a frozen parameter has none\n"
+        "                total += p.grad.float()\n"
+        "                p.grad = None\n"
         "    return sums"
     ),
     # the undivided losses' gradients summed, the sums divided at the end
@@ -68,8 +75,9 @@ ACCUMULATE_IN_FLOAT32 = {
         "    for inputs, targets in micro_batches:\n"
         "        loss_fn(model(inputs), targets).backward()\n"
         "        for total, p in zip(sums, model.parameters()):\n"
-        "            total += p.grad\n"
-        "            p.grad = None\n"
+        "            if p.grad is not None:\n"
+        "                total += p.grad\n"
+        "                p.grad = None\n"
         "    return [total / len(micro_batches) for total in sums]"
     ),
     # forward and loss under autocast
@@ -80,8 +88,9 @@ ACCUMULATE_IN_FLOAT32 = {
         "            loss = loss_fn(model(inputs), targets) / len(micro_batches)\n"
         "        loss.backward()\n"
         "        for total, p in zip(sums, model.parameters()):\n"
-        "            total += p.grad\n"
-        "            p.grad = None\n"
+        "            if p.grad is not None:\n"
+        "                total += p.grad\n"
+        "                p.grad = None\n"
         "    return sums"
     ),
     # .grad left to add up in bf16, converted at the end: the pitfall itself
@@ -212,12 +221,80 @@ ACCUMULATE_IN_FLOAT32 = {
     ),
 }
 
+ACCUMULATE_IN_FLOAT32.update(
+    {
+        # float32 buffers kept per model between calls and never zeroed: the next window adds
+        # onto this one's sums
+        "buffers_kept_between_calls": _float32(
+            "    sums = _SUMS.setdefault(id(model), [torch.zeros_like(p, dtype=torch.float32)\n"
+            "                                        for p in model.parameters()])\n"
+            "    for inputs, targets in micro_batches:\n"
+            "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+            "        for total, p in zip(sums, model.parameters()):\n"
+            "            if p.grad is not None:\n"
+            "                total += p.grad.float()\n"
+            "                p.grad = None\n"
+            "    return sums"
+        ).replace("import torch\n", "import torch\n_SUMS = {}\n", 1),
+        # each loss divided by the micro-batch size instead of the number of micro-batches
+        "divided_by_micro_batch_size": _float32(
+            "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+            "    for inputs, targets in micro_batches:\n"
+            "        (loss_fn(model(inputs), targets) / len(inputs)).backward()\n"
+            "        for total, p in zip(sums, model.parameters()):\n"
+            "            if p.grad is not None:\n"
+            "                total += p.grad.float()\n"
+            "                p.grad = None\n"
+            "    return sums"
+        ),
+        # sums only for the parameters that require grad: 3 tensors for 4 parameters
+        "frozen_parameter_skipped": _float32(
+            "    trainable = [p for p in model.parameters() if p.requires_grad]\n"
+            "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in trainable]\n"
+            "    for inputs, targets in micro_batches:\n"
+            "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+            "        for total, p in zip(sums, trainable):\n"
+            "            total += p.grad.float()\n"
+            "            p.grad = None\n"
+            "    return sums"
+        ),
+        # every .grad read as if it were there: a frozen parameter's None raises
+        "frozen_parameter_crashes": _float32(
+            "    sums = [torch.zeros_like(p, dtype=torch.float32) for p in model.parameters()]\n"
+            "    for inputs, targets in micro_batches:\n"
+            "        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()\n"
+            "        for total, p in zip(sums, model.parameters()):\n"
+            "            total += p.grad.float()\n"
+            "            p.grad = None\n"
+            "    return sums"
+        ),
+        **side_effects.variants(
+            ACCUMULATE_IN_FLOAT32["correct"],
+            "accumulate_in_float32",
+            eval_mode_left=side_effects.EVAL_MODE_LEFT,
+            inputs_popped="args[2].pop()",
+        ),
+    }
+)
+
 # For tests/helpers/mutation.py (see tests/corpora/student_code/__init__.py).
 NON_TEXTBOOK = {
+    ("accumulate_in_float32", "buffers_kept_between_calls"),
+    ("accumulate_in_float32", "frozen_parameter_skipped"),
+    ("accumulate_in_float32", "frozen_parameter_crashes"),
+    ("accumulate_in_float32", "eval_mode_left"),
+    ("accumulate_in_float32", "inputs_popped"),
     ("accumulate_in_float32", "divided_twice"),
     ("accumulate_in_float32", "first_micro_batch_only"),
 }
+# only the grader's draw holds a frozen parameter (the notebook's public check has none)
+HIDDEN_ONLY = {
+    ("accumulate_in_float32", "frozen_parameter_skipped"),
+    ("accumulate_in_float32", "frozen_parameter_crashes"),
+}
 UNNAMED = {
+    # it raises: the verdict reports the exception, and no name is true of that
+    ("accumulate_in_float32", "frozen_parameter_crashes"),
     ("accumulate_in_float32", "divided_twice"),
     ("accumulate_in_float32", "first_micro_batch_only"),
 }
@@ -228,6 +305,8 @@ ALSO_NAMED = {
 # Variants named after the mistake the checks name (one that shows first, or the same
 # mistake seen from outside).
 NAMED_AS = {
+    **side_effects.NAMED,
+    "buffers_kept_between_calls": "state_across_calls",
     "bf16_buffer_returned": "accumulated_in_bf16",
     "bf16_buffer_converted": "accumulated_in_bf16",
     "whole_window_at_once": "whole_batch_forward",

@@ -1,5 +1,7 @@
 """``accumulate_tokens`` hand-ins: the right normalisation and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _TOKENS = """
 import torch.nn.functional as F
 def accumulate_tokens(model, micro_batches):
@@ -158,10 +160,35 @@ NON_TEXTBOOK = {
     ("accumulate_tokens", "padding_relabelled_in_place"),
     ("accumulate_tokens", "stale_token_count"),
 }
-UNNAMED = {("accumulate_tokens", "padding_relabelled_in_place")}
+UNNAMED: set = set()
 # Variants named after the mistake the checks name (one that shows first, or the same
 # mistake seen from outside).
 NAMED_AS = {
-    "stale_token_count": "wrong_scale",
+    # the caller's labels changed in place: seen first, and true whatever else it did
+    "padding_relabelled_in_place": "inputs_changed",
+    "stale_token_count": "state_across_calls",
     "logged_last_micro_batch": "logged_loss_wrong",
 }
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+ACCUMULATE_TOKENS.update(
+    side_effects.variants(
+        ACCUMULATE_TOKENS["correct"],
+        "accumulate_tokens",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        hook_left=side_effects.HOOK_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("accumulate_tokens", "eval_mode_left"),
+    ("accumulate_tokens", "hook_left"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "hook_left": side_effects.NAMED["hook_left"],
+}
+# on a later spec the count is already stale at the first call: the scale is wrong, and said so
+ALSO_NAMED = {("accumulate_tokens", "stale_token_count"): {"wrong_scale"}}

@@ -1,5 +1,7 @@
 """``amp_window`` hand-ins: the right GradScaler window and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _AMP = """
 import torch
 def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
@@ -156,4 +158,23 @@ NAMED_AS = {
     "grads_cleared_at_start_not_end": "zero_grad_missing",
     "clipped_after_step": "clipping_missing",
     "inf_targets_replaced_in_place": "inf_step_not_skipped",
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+AMP_WINDOW.update(
+    side_effects.variants(
+        AMP_WINDOW["correct"],
+        "amp_window",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        grad_mode_left=side_effects.GRAD_MODE_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {("amp_window", "eval_mode_left"), ("amp_window", "grad_mode_left")}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "grad_mode_left": side_effects.NAMED["grad_mode_left"],
+    "inf_targets_replaced_in_place": "inputs_changed",
 }

@@ -1,5 +1,7 @@
 """``global_token_scale`` hand-ins: the right scale and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _RANKS = """
 import torch
 import torch.distributed as dist
@@ -39,6 +41,20 @@ GLOBAL_TOKEN_SCALE = {
         "    total = torch.tensor(float(sum(local_token_counts)))\n"
         "    work = dist.all_reduce(total, async_op=True)\n"
         "    work.wait()\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    # async, awaited through the future it hands back
+    "correct_async_future": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    dist.all_reduce(total, async_op=True).get_future().wait()\n"
+        "    return dist.get_world_size() / total.item()"
+    ),
+    # async, polled until done (a rank with other work to do meanwhile)
+    "correct_async_polled": _ranks(
+        "    total = torch.tensor(float(sum(local_token_counts)))\n"
+        "    work = dist.all_reduce(total, async_op=True)\n"
+        "    while not work.is_completed():\n"
+        "        pass\n"
         "    return dist.get_world_size() / total.item()"
     ),
     "correct_through_c10d": _ranks(
@@ -141,4 +157,44 @@ NAMED_AS = {
     "own_count_alone": "token_count_not_summed_across_ranks",
     "all_reduced_a_copy": "token_count_not_summed_across_ranks",
     "functions_imported_by_name": "token_count_not_summed_across_ranks",
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+GLOBAL_TOKEN_SCALE.update(
+    side_effects.variants(
+        GLOBAL_TOKEN_SCALE["correct"],
+        "global_token_scale",
+        inputs_changed_in_place="args[0].clear()",
+    )
+)
+GLOBAL_TOKEN_SCALE["async_not_awaited"] = _ranks(
+    "    total = torch.tensor(float(sum(local_token_counts)))\n"
+    "    dist.all_reduce(total, async_op=True)  # the work returned, never waited for\n"
+    "    return dist.get_world_size() / total.item()"
+)
+GLOBAL_TOKEN_SCALE["count_cached"] = """
+import torch
+import torch.distributed as dist
+
+_CACHE = {}
+
+
+def global_token_scale(local_token_counts):
+    if "scale" not in _CACHE:  # counted once, reused for every later window
+        total = torch.tensor(float(sum(local_token_counts)))
+        dist.all_reduce(total)
+        _CACHE["scale"] = dist.get_world_size() / total.item()
+    return _CACHE["scale"]
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("global_token_scale", "inputs_changed_in_place"),
+    ("global_token_scale", "async_not_awaited"),
+    ("global_token_scale", "count_cached"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "inputs_changed_in_place": side_effects.NAMED["inputs_changed_in_place"],
+    "count_cached": "state_across_calls",
 }

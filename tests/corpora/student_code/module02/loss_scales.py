@@ -1,5 +1,7 @@
 """``loss_scales`` hand-ins: the right factors and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 LOSS_SCALES = {
     "correct": """
 def loss_scales(micro_batch_sizes, reduction):
@@ -106,4 +108,30 @@ NON_TEXTBOOK = {
 UNNAMED = {
     ("loss_scales", "in_float16"),
     ("loss_scales", "cached_by_count"),
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+LOSS_SCALES.update(
+    side_effects.variants(
+        LOSS_SCALES["correct"],
+        "loss_scales",
+        inputs_popped="args[0].clear()",
+    )
+)
+LOSS_SCALES["scales_in_default_argument"] = """
+def loss_scales(sizes, reduction, scales=[]):  # one list, made once, shared by every call
+    total = sum(sizes)
+    for size in sizes:
+        scales.append(size / total if reduction == "mean" else 1 / total)
+    return scales
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("loss_scales", "inputs_popped"),
+    ("loss_scales", "scales_in_default_argument"),
+}
+NAMED_AS = {
+    "inputs_popped": side_effects.NAMED["inputs_popped"],
+    "scales_in_default_argument": "state_across_calls",
 }

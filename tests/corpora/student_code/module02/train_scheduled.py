@@ -1,5 +1,7 @@
 """``train_scheduled`` hand-ins: the right scheduled loop and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _SCHEDULED = """
 def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
     micro_batches = list(micro_batches)
@@ -190,3 +192,24 @@ ALSO_NAMED = {
 # Variants named after the mistake the checks name (one that shows first, or the same
 # mistake seen from outside).
 NAMED_AS = {"flush_omits_scheduler": "scheduler_skipped"}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+TRAIN_SCHEDULED.update(
+    side_effects.variants(
+        TRAIN_SCHEDULED["correct"],
+        "train_scheduled",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        inputs_popped="args[4].clear()",
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("train_scheduled", "eval_mode_left"),
+    ("train_scheduled", "inputs_popped"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "inputs_popped": side_effects.NAMED["inputs_popped"],
+}

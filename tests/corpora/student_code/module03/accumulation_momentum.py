@@ -1,5 +1,7 @@
 """``accumulation_momentum`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _MOMENTUM = """
 import torch
 def accumulation_momentum(model, accum_steps):
@@ -88,4 +90,25 @@ UNNAMED = {
     ("accumulation_momentum", "root_of_momentum"),
     ("accumulation_momentum", "integer_exponent"),
     ("accumulation_momentum", "off_by_one_steps"),
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+ACCUMULATION_MOMENTUM.update(
+    side_effects.variants(
+        ACCUMULATION_MOMENTUM["correct"],
+        "accumulation_momentum",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        hook_left=side_effects.HOOK_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("accumulation_momentum", "eval_mode_left"),
+    ("accumulation_momentum", "hook_left"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "hook_left": side_effects.NAMED["hook_left"],
 }

@@ -1,5 +1,7 @@
 """``grad_cache_step`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _CACHE = """
 import torch
 from coursekit.contrastive import info_nce
@@ -228,4 +230,25 @@ UNNAMED = {
     ("grad_cache_step", "last_partial_micro_batch_dropped"),
     ("grad_cache_step", "float32_cache"),
     ("grad_cache_step", "zero_grad_between_passes"),
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+GRAD_CACHE_STEP.update(
+    side_effects.variants(
+        GRAD_CACHE_STEP["correct"],
+        "grad_cache_step",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        inputs_changed_in_place="args[1].mul_(2)",
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("grad_cache_step", "eval_mode_left"),
+    ("grad_cache_step", "inputs_changed_in_place"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "inputs_changed_in_place": side_effects.NAMED["inputs_changed_in_place"],
 }

@@ -1,5 +1,7 @@
 """``to_group_norm`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _CONVERT = """
 import torch
 from torch import nn
@@ -158,4 +160,25 @@ NON_TEXTBOOK = {
     ("to_group_norm", "layer_norm_for_one_group"),  # boundary: num_groups = 1
     ("to_group_norm", "dotted_name_set_on_the_root"),  # setattr with "3.1"
     ("to_group_norm", "copy_at_each_level"),  # changes a copy, not the model in place
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+TO_GROUP_NORM.update(
+    side_effects.variants(
+        TO_GROUP_NORM["correct"],
+        "to_group_norm",
+        grad_mode_left=side_effects.GRAD_MODE_LEFT,
+        default_dtype_left=side_effects.DEFAULT_DTYPE_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("to_group_norm", "grad_mode_left"),
+    ("to_group_norm", "default_dtype_left"),
+}
+NAMED_AS = {
+    **NAMED_AS,
+    "grad_mode_left": side_effects.NAMED["grad_mode_left"],
+    "default_dtype_left": side_effects.NAMED["default_dtype_left"],
 }

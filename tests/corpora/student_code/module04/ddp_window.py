@@ -1,5 +1,7 @@
 """``ddp_window`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _DDP = """
 import contextlib
 def ddp_window(model, loss_fn, micro_batches):
@@ -117,4 +119,22 @@ ALSO_NAMED = {
     ("ddp_window", "synced_twice"): {"no_sync_missing"},
     # With 1 micro-batch, index 1 is never n - 1 = 0: no synchronisation at all.
     ("ddp_window", "enumerate_from_one"): {"never_synced"},
+}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+DDP_WINDOW.update(
+    side_effects.variants(
+        DDP_WINDOW["correct"],
+        "ddp_window",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+        hook_left=side_effects.HOOK_LEFT,
+    )
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {("ddp_window", "eval_mode_left"), ("ddp_window", "hook_left")}
+NAMED_AS = {
+    **NAMED_AS,
+    "eval_mode_left": side_effects.NAMED["eval_mode_left"],
+    "hook_left": side_effects.NAMED["hook_left"],
 }

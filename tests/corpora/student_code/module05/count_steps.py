@@ -105,3 +105,24 @@ NON_TEXTBOOK: set[tuple[str, str]] = {
 }
 # no name fits: the message says which count differs
 UNNAMED: set[tuple[str, str]] = {("count_steps", "tuple_returned")}
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+COUNT_STEPS["extra_step_per_epoch"] = _counts(
+    optimizer_steps="(micro_batches_per_epoch // accum_steps + 1) * epochs"
+)
+COUNT_STEPS["totals_in_default_argument"] = """
+def count_steps(micro_batches_per_epoch, accum_steps, epochs, num_processes, totals={}):
+    steps = -(-micro_batches_per_epoch // accum_steps) * epochs  # totals: one dict, every call
+    totals["optimizer_steps"] = totals.get("optimizer_steps", 0) + steps
+    totals["prepared_scheduler_total"] = totals["optimizer_steps"] * num_processes
+    totals["deepspeed_steps"] = micro_batches_per_epoch * epochs // accum_steps
+    totals["deepspeed_loss_divisor"] = 1
+    return totals
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("count_steps", "extra_step_per_epoch"),
+    ("count_steps", "totals_in_default_argument"),
+}
+NAMED_AS = {**NAMED_AS, "totals_in_default_argument": "state_across_calls"}

@@ -137,3 +137,16 @@ ALSO_NAMED: dict[tuple[str, str], set[str]] = {
     # a plan remembered for another maximum may also hold too large a micro-batch
     ("plan_accumulation", "stale_plan_cache"): {"over_budget"},
 }
+
+# State kept between calls: the sizes appended to one list, a default argument made once
+PLAN_ACCUMULATION["sizes_in_default_argument"] = """
+def plan_accumulation(target_batch, max_micro_batch, sizes=[]):
+    if max_micro_batch < 1:
+        raise ValueError("not even one sample fits: try checkpointing or bf16")
+    count = -(-target_batch // max_micro_batch)
+    base, extra = divmod(target_batch, count)
+    sizes.extend([base + 1] * extra + [base] * (count - extra))
+    return sizes
+"""
+NON_TEXTBOOK = NON_TEXTBOOK | {("plan_accumulation", "sizes_in_default_argument")}
+NAMED_AS = {**NAMED_AS, "sizes_in_default_argument": "state_across_calls"}

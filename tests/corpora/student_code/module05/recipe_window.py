@@ -1,5 +1,7 @@
 """``recipe_window`` hand-ins: the right answer and each known mistake, as source."""
 
+from tests.corpora.student_code import side_effects
+
 _RECIPE = """
 import torch
 from coursekit import count_tokens, lm_loss
@@ -241,3 +243,24 @@ ALSO_NAMED: dict[tuple[str, str], set[str]] = {
     # a bf16 loss also logs a bf16-rounded loss
     ("recipe_window", "loss_in_bf16"): {"logged_loss_wrong"},
 }
+
+
+# Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the
+# caller's inputs or model, or torch's switches, left changed.
+RECIPE_WINDOW.update(
+    side_effects.variants(
+        RECIPE_WINDOW["correct"],
+        "recipe_window",
+        eval_mode_left=side_effects.EVAL_MODE_LEFT,
+    )
+)
+# the labels, already aligned with the logits, shifted once more as for raw token ids
+RECIPE_WINDOW["labels_shifted_again"] = RECIPE_WINDOW["correct"].replace(
+    'lm_loss(logits.float(), labels, "sum")',
+    'lm_loss(logits.float()[:, :-1], labels[:, 1:], "sum")',
+)
+NON_TEXTBOOK = NON_TEXTBOOK | {
+    ("recipe_window", "eval_mode_left"),
+    ("recipe_window", "labels_shifted_again"),
+}
+NAMED_AS = {**NAMED_AS, "eval_mode_left": side_effects.NAMED["eval_mode_left"]}
