@@ -2,8 +2,8 @@
 
 import contextlib
 import csv
-import json
 import multiprocessing
+import re
 import stat
 from pathlib import Path
 
@@ -110,6 +110,76 @@ def test_csv_gradescope_and_html_exports(tmp_path, capsys):
     assert len(list((tmp_path / "html").glob("*.html"))) == 2
 
 
+def test_exports_show_two_decimals_and_the_gradebook_keeps_the_exact_score(tmp_path):
+    exact = 52 / 7  # 7.428571...
+    graded = result("ada", exact, "a")
+    graded.questions = [
+        {"name": "q_full", "score": 3.0, "max_score": 3.0, "feedback": "ok"},
+        {"name": "q_part", "score": 4.428571, "max_score": 5.0, "feedback": "some"},
+        {"name": "q_none", "score": 0.0, "max_score": 2.0, "feedback": "none"},
+    ]
+    path = tmp_path / "g.sqlite"
+    with Gradebook(path) as book:
+        book.record(graded, None)
+        (grade,) = book.current_grades()
+    assert grade.score == exact  # stored as graded
+    assert export(path, "csv", str(tmp_path / "grades.csv")) == 0
+    (row,) = csv.DictReader(open(tmp_path / "grades.csv", encoding="utf-8"))
+    assert (row["score"], row["max_score"], row["percent"]) == ("7.43", "10", "74.3")
+    results = gradescope_results(grade)
+    assert results["score"] == 7.43
+    assert [t["score"] for t in results["tests"]] == [3.0, 4.43, 0.0]
+    page = feedback_page(grade)
+    assert "7.43 / 10 points" in page and "7.4286" not in page and "7.42857" not in page
+    styles = dict(re.findall(r'<div class="question (\w+)"><h2>(\w+):', page))
+    assert styles == {"full": "q_full", "partial": "q_part", "zero": "q_none"}
+    assert ".zero {" in page and "q_part: 4.43 / 5" in page
+
+
+def test_a_failing_cell_is_named_as_the_student_counts_it_with_its_first_line(tmp_path):
+    from types import SimpleNamespace
+
+    from coursekit.commands.class_report import _CELL_NOTE
+    from coursekit.grading.grader import _cell_notes
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["coursekit"] = {"assignment": "01_accumulation"}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Module 1"),
+        nbformat.v4.new_code_cell("import torch"),
+        nbformat.v4.new_markdown_cell("Some text"),
+        nbformat.v4.new_markdown_cell("More text"),
+        nbformat.v4.new_code_cell("\n   \n  print(total)  # the sum\nmore()"),
+        nbformat.v4.new_code_cell("while True:\n    pass"),
+        nbformat.v4.new_code_cell(""),
+        nbformat.v4.new_code_cell("x = '" + "y" * 100 + "'"),
+    ]
+    path = tmp_path / "ada.ipynb"
+    path.write_text(nbformat.writes(nb))
+    hand_in = read_hand_in(path, "01_accumulation", "ada")
+    assert hand_in.cell_positions == (2, 5, 6, 7, 8)
+    run = SimpleNamespace(
+        killed_cells={3: "it ended the grading process"},
+        cells=[
+            {"index": 1, "status": "error", "error": "NameError: name 'total' is not defined"},
+            {"index": 2, "status": "timeout"},
+            {"index": 4, "status": "error", "error": "E" * 1000},
+        ],
+    )
+    skipped, raised, slow, long = _cell_notes(run, hand_in)
+    counted = "(cells counted from the top, text cells too)."
+    assert raised == (
+        "Cell 5 raised NameError: name 'total' is not defined. "
+        f'That cell starts "print(total)  # the sum" {counted}'
+    )
+    assert slow.startswith("Cell 6 took too long: ") and 'starts "while True:"' in slow
+    assert skipped.startswith("Cell 7 was skipped: it ended") and "That cell is empty" in skipped
+    assert long.startswith("Cell 8 raised EEE") and long.endswith(f'yyy…" {counted}')
+    assert len(long) < 500  # notes are capped at 500 characters: the cell's line survives
+    kinds = [_CELL_NOTE.match(note).group(1) for note in (skipped, raised, slow, long)]
+    assert kinds == ["was skipped", "raised", "took too long", "raised"]
+
+
 def test_export_without_a_gradebook_says_so(tmp_path, capsys):
     assert main(["export", "--gradebook", str(tmp_path / "none.sqlite")]) == 2
     assert "grade first" in capsys.readouterr().err
@@ -146,10 +216,15 @@ def passed_gradebook(tmp_path):
 
 def test_a_certificate_needs_the_pass_mark(passed_gradebook, tmp_path, capsys):
     key = tmp_path / "key"
-    assert (
-        main(["certificate", "bob", "--gradebook", str(passed_gradebook), "--key", str(key)]) == 1
-    )
-    assert "below the pass mark of 70%" in capsys.readouterr().err
+    argv = ["certificate", "--gradebook", str(passed_gradebook), "--key", str(key)]
+    assert main([*argv, "ada", "--pass-mark", "99"]) == 1
+    err = capsys.readouterr().err
+    total = sum(q.points for m in MODULES for q in questions_of(m.name))
+    assert f"ada has {total - 1:g} of {total:g} points (" in err  # 1 short in module 1
+    assert "below the pass mark of 99%" in err
+    assert main([*argv, "bob"]) == 1  # bob handed in module 1 alone: named, not scored
+    assert "bob has no grade for 00_welcome, 02_loss_scaling" in capsys.readouterr().err
+    assert not key.exists()  # nothing signed, no key made
 
 
 def test_certificates_verify_and_any_edit_is_rejected(passed_gradebook, tmp_path, capsys):
@@ -159,36 +234,38 @@ def test_certificates_verify_and_any_edit_is_rejected(passed_gradebook, tmp_path
     secret = key.read_text().strip()
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
     assert secret not in out.out + out.err + page.read_text()
+    assert "PRIVATE" not in page.read_text() + (tmp_path / "ada.jwt").read_text()
     assert main(["verify", str(page), "--key", str(key)]) == 0
     assert "Genuine: ada" in capsys.readouterr().out
 
     text = page.read_text()
-    fields = json.loads(text.split('id="coursekit-certificate">')[1].split("</script>")[0])
+    shown = dict(re.findall(r'<span data-field="(\w+)">(.*?)</span>', text))
     for field, forged in [
         ("name", "Mallory"),
         ("score", "100.0%"),
         ("date", "2020-01-01"),
         ("id", "CK-0000-0000-0000-0000"),
     ]:
-        for place in ("shown", "signed", "both"):
-            edited = text
-            if place in ("shown", "both"):
-                edited = edited.replace(
-                    f'data-field="{field}">{fields[field]}<', f'data-field="{field}">{forged}<'
-                )
-            if place in ("signed", "both"):
-                edited = edited.replace(json.dumps(fields[field]), json.dumps(forged), 1)
-            assert edited != text
-            forged_page = tmp_path / f"{field}-{place}.html"
-            forged_page.write_text(edited)
-            assert main(["verify", str(forged_page), "--key", str(key)]) == 1, (field, place)
-            assert "NOT genuine" in capsys.readouterr().out
+        edited = text.replace(
+            f'data-field="{field}">{shown[field]}<', f'data-field="{field}">{forged}<'
+        )
+        assert edited != text
+        forged_page = tmp_path / f"{field}.html"
+        forged_page.write_text(edited)
+        assert main(["verify", str(forged_page), "--key", str(key)]) == 1, field
+        assert "NOT genuine" in capsys.readouterr().out
+    # the signed data, edited in place: tests/test_certificates.py edits every signed field
 
 
 def test_another_key_does_not_verify(passed_gradebook, tmp_path, capsys):
     page = tmp_path / "ada.html"
     certify(passed_gradebook, "ada", tmp_path / "k1", page)
+    assert main(["verify", str(page), "--key", str(tmp_path / "k1")]) == 0
+    certify(passed_gradebook, "ada", tmp_path / "k2", tmp_path / "other.html")
     assert main(["verify", str(page), "--key", str(tmp_path / "k2")]) == 1
+    assert "the signature does not match" in capsys.readouterr().out
+    assert main(["verify", str(page), "--key", str(tmp_path / "none")]) == 2
+    assert "cannot read the key file" in capsys.readouterr().err
     assert certificates.verify("<html>nothing</html>", b"k" * 32).genuine is False
 
 

@@ -1,4 +1,4 @@
-"""The instructor's commands after grading: export, certificate, verify.
+"""The instructor's command after grading: export. (Certificates: ``commands/certificate.py``.)
 
 Whatever they print that a hand-in or a page could shape (a student's name, a file name, a
 certificate's fields) goes through :func:`~coursekit.grading.text.for_terminal`. An export
@@ -12,11 +12,10 @@ import sys
 from pathlib import Path
 
 from coursekit.checks import questions_of
-from coursekit.course import MODULES, TITLE
-from coursekit.grading.records import certificates, exports
+from coursekit.course import MODULES
+from coursekit.grading.records import exports
 from coursekit.grading.records.gradebook import Gradebook
-from coursekit.grading.records.keys import load_or_create_key
-from coursekit.grading.text import for_terminal, shown_differently
+from coursekit.grading.text import for_terminal
 
 _HIDDEN = "control, bidirectional or invisible characters"
 
@@ -92,72 +91,13 @@ def _graded_modules() -> tuple[list[str], float]:
     return graded, float(sum(sum(q.points for q in questions_of(a)) for a in graded))
 
 
-def course_score(book: Gradebook, student: str) -> tuple[float, float, list[str]]:
-    """(score, max score, missing assignments) over every graded module of the course."""
-    graded, maximum = _graded_modules()
-    current = {g.assignment: g for g in book.current_grades() if g.student == student}
-    score = sum(current[a].score for a in graded if a in current)
-    return score, maximum, [a for a in graded if a not in current]
-
-
 def course_totals(grades: list) -> list[tuple[str, float, float]]:
-    """(student, score, out of) for each student in ``grades``, totalled as certificates are:
-    every graded module counts, one not handed in as 0, and grades of other assignments not."""
+    """(student, score, out of) for each student in ``grades``, over the whole course: every
+    graded module counts, one not handed in as 0, and grades of other assignments not. (A
+    certificate instead refuses a student who has not handed in a module it covers.)"""
     graded, maximum = _graded_modules()
     totals: dict[str, float] = {}
     for grade in grades:
         counted = grade.score if grade.assignment in graded else 0.0
         totals[grade.student] = totals.get(grade.student, 0.0) + counted
     return [(student, score, maximum) for student, score in totals.items()]
-
-
-def run_certificate(
-    gradebook: Path, student: str, pass_percent: float, out: Path | None, key_path: Path | None
-) -> int:
-    if not gradebook.exists():
-        shown = for_terminal(gradebook)
-        print(f"coursekit certificate: no gradebook at {shown}.", file=sys.stderr)
-        return 2
-    with Gradebook(gradebook) as book:
-        score, maximum, missing = course_score(book, student)
-    percent = 100 * score / maximum if maximum else 0.0
-    if percent < pass_percent:
-        extra = f" Not yet graded: {', '.join(missing)}." if missing else ""
-        print(
-            f"coursekit certificate: {for_terminal(student)} has {score:g} of {maximum:g} points "
-            f"({percent:.1f}%), below the pass mark of {pass_percent:g}%.{extra}",
-            file=sys.stderr,
-        )
-        return 1
-    page, fields = certificates.issue(student, TITLE, percent, load_or_create_key(key_path))
-    target = out or Path(f"certificate-{exports.file_stem(student)}.html")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(page, encoding="utf-8", newline="")  # the bytes signed, on every system
-    print(
-        f"wrote {for_terminal(target)}: {for_terminal(student)}, {fields['score']}, "
-        f"ID {fields['id']}"
-    )
-    if shown_differently(student):
-        print(
-            f"coursekit certificate: warning: the name {_quoted(student)} holds {_HIDDEN} "
-            "(escaped here); the certificate shows and signs it as given.",
-            file=sys.stderr,
-        )
-    return 0
-
-
-def run_verify(page_path: Path, key_path: Path | None) -> int:
-    try:
-        with open(page_path, encoding="utf-8", newline="") as handle:  # no newline translation
-            page = handle.read()
-    except (OSError, UnicodeDecodeError):
-        shown = for_terminal(page_path)
-        print(f"coursekit verify: cannot read {shown} as a text file.", file=sys.stderr)
-        return 2
-    verdict = certificates.verify(page, load_or_create_key(key_path))
-    if verdict.genuine:
-        f = {name: for_terminal(value) for name, value in verdict.fields.items()}
-        print(f"Genuine: {f['name']}, {f['course']}, {f['score']}, {f['date']}, ID {f['id']}.")
-        return 0
-    print(f"NOT genuine: {for_terminal(verdict.reason)}.")
-    return 1

@@ -114,8 +114,8 @@ def write_csv(grades: list, path: Path) -> Path:
             row = [
                 visible(g.student),
                 g.assignment,
-                g.score,
-                g.max_score,
+                points(g.score),
+                points(g.max_score),
                 percent,
                 g.graded_at,
                 g.error,
@@ -149,10 +149,20 @@ def write_lms_csv(rows: list[tuple[str, float, float]], path: Path) -> Path:
     return path
 
 
+#: Decimals of every score an export shows; the gradebook keeps the grader's own values.
+SHOWN_DECIMALS = 2
+
+
 def points(value: float) -> str:
-    """A score as an importer reads it: ``8`` not ``8.0``, at most 4 decimals (``2.3333``)."""
-    text = f"{round(float(value), 4):.4f}".rstrip("0").rstrip(".")
+    """A score as an instructor (and an importer) reads it: ``8`` not ``8.0``, at most
+    :data:`SHOWN_DECIMALS` decimals (``7.43`` for 7.428571)."""
+    text = f"{float(value):.{SHOWN_DECIMALS}f}".rstrip("0").rstrip(".")
     return "0" if text in ("-0", "") else text
+
+
+def shown(value: float) -> float:
+    """A score rounded as :func:`points` writes it, as a number (for JSON exports)."""
+    return float(points(value))
 
 
 def gradescope_results(grade) -> dict:
@@ -160,14 +170,14 @@ def gradescope_results(grade) -> dict:
     tests = [
         {
             "name": q["name"],
-            "score": q["score"],
-            "max_score": q["max_score"],
+            "score": shown(q["score"]),
+            "max_score": shown(q["max_score"]),
             "output": text_for_page(q["feedback"]),
             "visibility": "visible",
         }
         for q in grade.result.get("questions", [])
     ]
-    results = {"score": grade.score, "tests": tests, "visibility": "visible"}
+    results = {"score": shown(grade.score), "tests": tests, "visibility": "visible"}
     if grade.error:
         results["output"] = text_for_page(grade.error)
     return results
@@ -192,12 +202,13 @@ body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
 .score {{ font-size: 1.6rem; font-weight: 600; }}
 .question {{ border: 1px solid #ddd; border-radius: 6px; padding: .6rem 1rem; margin: .8rem 0; }}
 .full {{ border-left: 6px solid #2e7d32; }} .partial {{ border-left: 6px solid #ef6c00; }}
+.zero {{ border-left: 6px solid #c62828; }}
 .error {{ background: #fdecea; padding: .6rem 1rem; border-radius: 6px; }}
 .notes {{ color: #555; font-size: .92rem; }}
 </style></head><body>
 <h1>{assignment}</h1>
 <p>Feedback for <b>{student}</b>, graded {graded_at}.</p>
-<p class="score">{score:g} / {max_score:g} points</p>
+<p class="score">{score} / {max_score} points</p>
 {error}
 {questions}
 {notes}
@@ -212,8 +223,8 @@ def feedback_page(grade) -> str:
         return html.escape(text_for_page(value))
 
     questions = "\n".join(
-        f'<div class="question {"full" if q["score"] == q["max_score"] else "partial"}">'
-        f"<h2>{esc(q['name'])}: {q['score']:g} / {q['max_score']:g}</h2>"
+        f'<div class="question {_standing(q["score"], q["max_score"])}">'
+        f"<h2>{esc(q['name'])}: {points(q['score'])} / {points(q['max_score'])}</h2>"
         f"<p>{esc(q['feedback'])}</p></div>"
         for q in grade.result.get("questions", [])
     )
@@ -231,12 +242,19 @@ def feedback_page(grade) -> str:
         assignment=esc(grade.assignment),
         student=html.escape(visible(grade.student)),
         graded_at=esc(grade.graded_at),
-        score=grade.score,
-        max_score=grade.max_score,
+        score=points(grade.score),
+        max_score=points(grade.max_score),
         error=error,
         questions=questions,
         notes=notes_html,
     )
+
+
+def _standing(score: float, max_score: float) -> str:
+    """The page's style for a question's score: full marks, none, or partial credit."""
+    if score >= max_score:
+        return "full"
+    return "zero" if score <= 0 else "partial"
 
 
 def write_feedback(grades: list, folder: Path) -> list[Path]:
