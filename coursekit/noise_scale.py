@@ -9,11 +9,13 @@ well below it, a bigger batch makes each step better almost for free; well above
 samples per step buy little.
 
 Measuring |G_B|^2 at two batch sizes, b < B, gives unbiased estimates of both |G|^2 and
-tr(Sigma) (the paper's appendix A.1). Accumulation hands us both sizes at no extra cost:
-each micro-batch's gradient is a small batch (b samples), the window's accumulated gradient
-the big one (B = k * b). Under DDP, each rank's local gradient is the small batch and the
-all-reduced one the big batch (:class:`DDPNoiseScale`; :mod:`coursekit.workers.noise_scale`
-runs it on two processes).
+tr(Sigma) (the paper's appendix A.1). Accumulation hands us both sizes with no extra forward
+or backward pass: each micro-batch's gradient is a small batch (b samples), the window's
+accumulated gradient the big one (B = k * b). Reading a micro-batch's gradient as the change
+of ``.grad`` across its backward costs gradient-sized copies (float64 here) and one norm per
+micro-batch. Under DDP, each rank's local gradient is the small batch and the all-reduced
+one the big batch (:class:`DDPNoiseScale`; :mod:`coursekit.workers.noise_scale` runs it on
+two processes).
 
 One estimate is noisy, and the ratio of two noisy numbers is biased, so the paper averages
 |G|^2 and tr(Sigma) separately over many steps and only then divides

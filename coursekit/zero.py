@@ -10,7 +10,8 @@ shards the K bytes over the Nd devices, stage 2 the gradients too, stage 3 every
 
 That is the paper's accounting, which the course teaches. DeepSpeed's own estimators count 18
 bytes per parameter (fp16 and fp32 gradients, fp32 weights, Adam) with the fp16 weights whole:
-stage 2 = 2 psi + 18 psi / Nd, stage 3 = 18 psi / Nd.
+stage 2 = 2 psi + 18 psi / Nd, stage 3 = 18 psi / Nd plus 4 bytes per parameter of the
+largest layer, gathered whole (not counted here).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The notebooks/ -> exercises/ + solutions/ pipeline: markup, transforms, golden outputs, sync."""
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -250,6 +251,34 @@ def test_a_student_copy_holds_no_solutions_and_refuses_to_overwrite(tmp_path, ca
     assert find_course_root(copy / "exercises", marker="exercises") == copy
     assert main(["student-copy", str(copy), "--root", str(REPO)]) == 2
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_a_student_copy_has_a_readme_of_its_own_that_names_only_what_it_holds(
+    tmp_path, monkeypatch
+):
+    from coursekit import course
+    from coursekit.authoring.student_copy import make_student_copy, student_readme
+
+    extra = course.Module("07_more", "One | more module", "Something new.", 30)
+    monkeypatch.setattr(course, "MODULES", (*course.MODULES, extra))  # follows course.py
+    copy = tmp_path / "student-course"
+    make_student_copy(REPO, copy)
+    readme = (copy / "README.md").read_text(encoding="utf-8")
+    assert readme == student_readme() != (REPO / "README.md").read_text(encoding="utf-8")
+    for gone in ("solutions/", "notebooks/", "instructor-guide", "scripts/test", "gradebook"):
+        assert gone not in readme, gone
+    table = [line for line in readme.splitlines() if line.startswith("| ")][1:]
+    assert len(table) == len(course.MODULES)
+    for row, module in zip(table, course.MODULES, strict=True):
+        assert f"[exercises/{module.name}.ipynb](exercises/{module.name}.ipynb)" in row
+        assert f" | {module.minutes} | " in row
+    assert "One \\| more module" in table[-1]  # a title's pipe does not break the table
+    # every file the README points a student to is in the copy (the extra module aside)
+    linked = re.findall(r"\]\(([^)#:]+)\)", readme)
+    mentioned = re.findall(r"`(\./scripts/\w+|docs/[\w.]+)", readme)
+    assert "./scripts/start" in mentioned and "docs/colab.md" in linked
+    for target in {*linked, *mentioned} - {"exercises/07_more.ipynb"}:
+        assert (copy / target).exists(), target
 
 
 # ------------------------------------------------------- the record of released demo cells

@@ -11,6 +11,7 @@ import re
 from html.parser import HTMLParser
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from coursekit.commands.class_report import REEXPLAIN_RULE, load_summaries, write_report
@@ -49,7 +50,13 @@ def graded(tmp_path_factory) -> Path:
     for student, cells in HAND_INS.items():
         folder = base / "hand-ins" / student
         folder.mkdir(parents=True)
-        (folder / f"{ASSIGNMENT}.ipynb").write_text(notebook(cells))
+        text = notebook(cells)
+        if student == "cyd":  # text cells count where the student looks for a cell
+            nb = nbformat.reads(text, as_version=4)
+            nb.cells.insert(0, nbformat.v4.new_markdown_cell("# My answers"))
+            nb.cells.insert(len(nb.cells) - 1, nbformat.v4.new_markdown_cell("Now a test:"))
+            text = nbformat.writes(nb)
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(text)
     gradebook = base / "gradebook.sqlite"
     with contextlib.redirect_stdout(io.StringIO()):
         status = main(
@@ -93,7 +100,12 @@ def test_flags_and_failed_or_timed_out_cells_are_listed_per_student(page):
     assert "coursekit.checks" in flagged[0][2]
     cells = table_rows(page, "Cells that failed or timed out")
     assert [row[:2] for row in cells] == [["cyd", "failed"], ["dev", "timed out"]]
-    assert "ValueError: boom" in cells[0][2] and cells[1][2].startswith("Cell 2 took too long")
+    assert cells[0][2] == (
+        "Cell 7 raised ValueError: boom. That cell starts &quot;raise ValueError(&#x27;boom&#x27;)"
+        "&quot; (cells counted from the top, text cells too)."
+    )
+    assert cells[1][2].startswith("Cell 2 took too long")
+    assert "That cell starts &quot;while True:&quot;" in cells[1][2]
 
 
 def test_the_question_most_students_lost_points_on_comes_first(graded, page):
@@ -210,14 +222,35 @@ def sample_gradebook(path: Path) -> Path:
 def test_ties_go_to_the_question_more_students_lost_points_on(tmp_path):
     (summary,) = load_summaries(sample_gradebook(tmp_path / "g.sqlite"), "02_x")
     firsts = summary.reexplain_first()
-    assert [(p.question.name, p.question.below_full) for p in firsts] == [
-        ("q3", 3),
-        ("q2", 2),
-        ("q1", 1),
-    ]
+    assert [(p.question.name, p.question.below_full) for p in firsts] == [("q3", 2), ("q2", 1)]
     assert [m.name for m in firsts[0].mistakes] == ["m_b"]
     assert summary.flagged[0].student == "cat" and summary.flagged[0].kind == "not graded"
-    assert summary.mean_total == pytest.approx(8 / 3) and summary.median_total == 3
+    # cat's hand-in was never graded: its zeros are no scores, so no number counts them
+    assert summary.not_graded == ("cat",) and summary.class_size == 3
+    assert summary.mean_total == 4 and summary.median_total == 4
+    assert [len(q.scores) for q in summary.questions] == [2, 2, 2]
+
+
+def test_a_hand_in_never_graded_is_named_and_counted_in_no_number(tmp_path):
+    page = write_report(sample_gradebook(tmp_path / "g.sqlite"), tmp_path / "r.html", "02_x")
+    page = page.read_text(encoding="utf-8")
+    assert "Every cell of every hand-in ran" not in page
+    assert "Every cell of the 2 graded hand-ins ran; 1 hand-in was not graded (listed above)." in (
+        page
+    )
+    assert "<b>1</b> not graded" in page and "the mean and median are of the 2 graded" in page
+    assert "mean total\n<b>4</b>" in page and "median total <b>4</b>" in page
+
+
+def test_a_class_none_of_whose_hand_ins_was_graded_says_so(tmp_path):
+    with Gradebook(tmp_path / "g.sqlite") as book:
+        for student in ("ada", "bob"):
+            book.record(grade(student, "01_y", [("q1", 0, 1, ())], error="Not a notebook."), None)
+    (summary,) = load_summaries(tmp_path / "g.sqlite", "01_y")
+    assert summary.mean_total is None and summary.questions == ()
+    page = write_report(tmp_path / "g.sqlite", tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "no hand-in was graded" in page and "No hand-in was graded (2 listed above)" in page
+    assert "Every student got full marks" not in page and "Every cell" not in page
 
 
 def test_without_an_assignment_each_graded_one_has_a_section(tmp_path):

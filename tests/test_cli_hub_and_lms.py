@@ -108,7 +108,7 @@ def test_the_lms_export_of_one_assignment_is_student_score_out_of(gradebook, tmp
     assert main([*argv, "--gradebook", str(gradebook)]) == 0
     assert f"wrote {out}: 3 students" in capsys.readouterr().out
     assert out.read_bytes() == (
-        "student,score,out of\r\n'=cmd,0.6667,10\r\nada,8,10\r\nzoë,7.5,10\r\n".encode()
+        "student,score,out of\r\n'=cmd,0.67,10\r\nada,8,10\r\nzoë,7.5,10\r\n".encode()
     )
 
 
@@ -124,7 +124,7 @@ def test_the_lms_export_without_an_assignment_is_the_course_total(gradebook, tmp
     rows = (out / "grades-lms.csv").read_text(encoding="utf-8").splitlines()
     assert rows == [
         "student,score,out of",
-        f"'=cmd,0.6667,{points(total)}",
+        f"'=cmd,0.67,{points(total)}",
         f"ada,13,{points(total)}",
         f"zoë,7.5,{points(total)}",
     ]
@@ -132,7 +132,16 @@ def test_the_lms_export_without_an_assignment_is_the_course_total(gradebook, tmp
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(8.0, "8"), (100.0, "100"), (7.5, "7.5"), (0.1 + 0.2, "0.3"), (2 / 3, "0.6667"), (0.0, "0")],
+    [
+        (8.0, "8"),
+        (100.0, "100"),
+        (7.5, "7.5"),
+        (0.1 + 0.2, "0.3"),
+        (2 / 3, "0.67"),
+        (52 / 7, "7.43"),
+        (-1e-9, "0"),
+        (0.0, "0"),
+    ],
 )
 def test_points_have_no_trailing_zeros(value, text):
     assert points(value) == text
@@ -143,14 +152,17 @@ def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
     monkeypatch.setattr(course, "BRANCH", "spring 2025")
     monkeypatch.setattr(course, "MODULES", (course.module("01_accumulation"),))
     assert main(["links", "--hub", "https://hub.example.org/"]) == 0
-    out = capsys.readouterr().out
-    assert out == (
-        "https://hub.example.org/hub/user-redirect/git-pull"
+    captured = capsys.readouterr()
+    assert captured.err == ""  # not the placeholder: no warning
+    name, link = captured.out.splitlines()
+    assert name == "01_accumulation  Accumulating gradients"
+    assert link == (
+        "    https://hub.example.org/hub/user-redirect/git-pull"
         "?repo=https%3A%2F%2Fgithub.com%2Fada-lab%2Fgrad-accum"
         "&branch=spring%202025"
-        "&urlpath=lab/tree/grad-accum/exercises/01_accumulation.ipynb\n"
+        "&urlpath=lab/tree/grad-accum/exercises/01_accumulation.ipynb"
     )
-    query = parse_qs(urlsplit(out.strip()).query)
+    query = parse_qs(urlsplit(link.strip()).query)
     assert query == {
         "repo": ["https://github.com/ada-lab/grad-accum"],
         "branch": ["spring 2025"],
@@ -158,12 +170,27 @@ def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
     }
 
 
-def test_links_gives_one_link_per_module(capsys):
+def test_links_names_each_module_beside_its_link(monkeypatch, capsys):
+    monkeypatch.setattr(course, "REPOSITORY", "ada-lab/grad-accum")
+    extra = course.Module("07_more", "One more module", "More.", 30)
+    monkeypatch.setattr(course, "MODULES", (*course.MODULES, extra))  # follows course.py
     assert main(["links", "--hub", "http://localhost:8000/jupyter"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    for line, module in zip(lines, course.MODULES, strict=True):
-        assert line.startswith("http://localhost:8000/jupyter/hub/user-redirect/git-pull?repo=")
-        assert line.endswith(f"/exercises/{module.name}.ipynb")
+    assert len(lines) == 2 * len(course.MODULES)
+    pairs = zip(lines[::2], lines[1::2], strict=True)
+    for (name, link), module in zip(pairs, course.MODULES, strict=True):
+        assert name == f"{module.name}  {module.title}"
+        assert link.startswith("    http://localhost:8000/jupyter/hub/user-redirect/git-pull?")
+        assert link.endswith(f"/exercises/{module.name}.ipynb")
+
+
+def test_links_to_the_placeholder_repository_come_with_a_warning(monkeypatch, capsys):
+    monkeypatch.setattr(course, "REPOSITORY", course.PLACEHOLDER_REPOSITORY)
+    assert main(["links", "--hub", "https://hub.example.org"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.startswith("coursekit links: warning: these links pull https://github")
+    assert "placeholder" in captured.err and "REPOSITORY in coursekit/course.py" in captured.err
+    assert captured.out.count("git-pull?") == len(course.MODULES)  # the links still come
 
 
 @pytest.mark.parametrize("hub", ["hub.example.org", "ftp://hub.example.org", "https://"])

@@ -1,5 +1,6 @@
 """The course's one-place facts, the README, and the coursekit commands."""
 
+import os
 import re
 import socket
 import subprocess
@@ -103,13 +104,16 @@ def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys
     seen = {}
 
     class FakeLab:
-        def __init__(self, command):
-            seen["command"] = command
+        returncode = None
+
+        def __init__(self, command, **options):
+            seen["command"], seen["options"] = command, options
 
         def poll(self):
-            return None
+            return self.returncode
 
-        def wait(self):
+        def wait(self, timeout=None):
+            self.returncode = 0
             return 0
 
     monkeypatch.setattr(launch.subprocess, "Popen", FakeLab)
@@ -123,6 +127,9 @@ def test_start_copies_the_exercises_once_and_opens_lab_there(monkeypatch, capsys
     assert (tmp_path / "my-work" / "01_accumulation.ipynb").read_text() == "{}"
     assert f"--ServerApp.root_dir={tmp_path}" in seen["command"]
     assert "--ServerApp.open_browser=False" in seen["command"]
+    assert seen["options"]["start_new_session"] and seen["options"]["stdin"] == -3  # DEVNULL
+    config = seen["options"]["env"]["JUPYTER_CONFIG_PATH"].split(os.pathsep)[-1]
+    assert not Path(config).exists()  # its folder is removed once the lab has stopped
 
 
 def test_start_finds_a_student_copy_without_the_sources(tmp_path):
@@ -141,14 +148,16 @@ def test_start_moves_on_when_lab_loses_the_port_race(monkeypatch, capsys, tmp_pa
     ports = []
 
     class Lab:
-        def __init__(self, command):
+        def __init__(self, command, **options):
             self.port = int(next(c for c in command if "ServerApp.port=" in c).split("=")[1])
             ports.append(self.port)
+            self.returncode = 1 if len(ports) == 1 else None  # the first one dies: port taken
 
         def poll(self):
-            return 1 if len(ports) == 1 else None  # the first one dies: port taken
+            return self.returncode
 
-        def wait(self):
+        def wait(self, timeout=None):
+            self.returncode = 0
             return 0
 
     monkeypatch.setattr(launch.subprocess, "Popen", Lab)

@@ -1,13 +1,18 @@
 """The course index: progress read from the verdicts the student's notebooks show, as saved."""
 
 import json
+import re
 import shutil
 
+import mistune
 import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
 
+from coursekit import course
+from coursekit.commands import course_index
 from coursekit.commands.course_index import (
+    contents_markdown,
     course_progress,
     exercise_questions,
     index_html,
@@ -61,9 +66,56 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     path = write_index(work)
     notebook = nbformat.read(path, as_version=4)
     kernels.execute(notebook, timeout_s=600, cwd=work)
-    shown = notebook.cells[1].outputs[0]["data"]["text/html"]
+    shown = notebook.cells[2].outputs[0]["data"]["text/html"]
     assert shown.count("<tr>") == len(MODULES) + 1
     assert "0 / 1" in shown  # module 0's exercise, not run yet
+
+
+def _rendered_rows(markdown: str) -> list[list[str]]:
+    """The table's body rows as rendered HTML cells (mistune's GFM tables, as JupyterLab)."""
+    page = mistune.create_markdown(plugins=["table"])(markdown)
+    body = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0]
+    return [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in body.split("</tr>")[:-1]]
+
+
+def test_the_landing_notebook_shows_the_contents_before_anything_runs(tmp_path):
+    for module in MODULES:
+        (tmp_path / f"{module.name}.ipynb").write_text("{}")  # the student's copies
+    notebook = nbformat.read(write_index(tmp_path), as_version=4)
+    kinds = [cell.cell_type for cell in notebook.cells]
+    assert kinds == ["markdown", "markdown", "code"]  # contents first, live progress below
+    contents = notebook.cells[0].source
+    rows = _rendered_rows(contents)
+    assert len(rows) == len(MODULES)
+    for row, module in zip(rows, MODULES, strict=True):
+        assert row[0] == module.name[:2]
+        assert row[1] == f'<a href="{module.name}.ipynb">{module.title}</a>'
+        assert row[3] == str(module.minutes)
+    total = sum(module.minutes for module in MODULES)
+    assert f"{total // 60} h {total % 60} min in all" in contents
+    assert "show_index" in notebook.cells[2].source
+
+
+def test_the_contents_follow_course_py_and_show_any_title_as_itself(monkeypatch):
+    hostile = course.Module(
+        "07_more stuff", "Pipes | *stars* <b>tags</b> $x$ [link](evil)", "one | two", 45
+    )
+    monkeypatch.setattr(course_index, "MODULES", (*MODULES, hostile))
+    rows = _rendered_rows(contents_markdown())
+    assert len(rows) == len(MODULES) + 1
+    number, link, learn, minutes = rows[-1]
+    assert (number, minutes, learn) == ("07", "45", "one | two")
+    assert link == (
+        '<a href="07_more%20stuff.ipynb">Pipes | *stars* &lt;b&gt;tags&lt;/b&gt; $x$ '
+        "[link](evil)</a>"
+    )
+
+
+def test_a_module_with_no_copy_yet_is_listed_without_a_broken_link(tmp_path):
+    (tmp_path / f"{MODULES[0].name}.ipynb").write_text("{}")
+    rows = _rendered_rows(contents_markdown(tmp_path))
+    assert rows[0][1] == f'<a href="{MODULES[0].name}.ipynb">{MODULES[0].title}</a>'
+    assert rows[1][1] == f"{MODULES[1].title} (not in your copy of the course yet)"
 
 
 def test_notebook_kernels_in_the_tests_print_no_transport_warning(capfd):

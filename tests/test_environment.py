@@ -62,6 +62,57 @@ def test_the_doctor_reports_each_item_and_advises_on_a_missing_gpu(monkeypatch):
     assert report.ok
 
 
+def _machine(monkeypatch, tmp_path, *, cuda_build, driver_files=(), nvidia_smi=False):
+    """Fake the doctor's probes: torch's build and devices, the driver's files, nvidia-smi."""
+    from coursekit.commands import doctor
+
+    monkeypatch.setattr(torch.version, "cuda", "12.8" if cuda_build else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
+    files = []
+    for name in ("version", "nvidia0"):
+        files.append(tmp_path / name)
+        if name in driver_files:
+            files[-1].write_text("NVRM version: 580.65\n")
+    monkeypatch.setattr(doctor, "NVIDIA_DRIVER_FILES", tuple(str(f) for f in files))
+    smi = "/usr/bin/nvidia-smi" if nvidia_smi else None
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: smi if name == "nvidia-smi" else None)
+    return files
+
+
+@pytest.mark.parametrize(
+    ("driver_files", "nvidia_smi"), [(("version",), False), (("nvidia0",), False), ((), True)]
+)
+def test_a_gpu_machine_with_a_cpu_torch_hears_both(monkeypatch, tmp_path, driver_files, nvidia_smi):
+    files = _machine(
+        monkeypatch, tmp_path, cuda_build=False, driver_files=driver_files, nvidia_smi=nvidia_smi
+    )
+    text = diagnose().render()
+    assert "No GPU found" not in text
+    assert "This machine has an NVIDIA GPU (" in text and "is built without CUDA" in text
+    assert "install a CUDA build of torch" in text
+    shown = (
+        "nvidia-smi is installed"
+        if nvidia_smi
+        else f"{files[0 if 'version' in driver_files else 1]} exists"
+    )
+    assert shown in text
+    assert "(built without CUDA)" in text.splitlines()[1]  # the torch line says it too
+
+
+def test_a_gpu_torch_cannot_use_says_why_it_may_be(monkeypatch, tmp_path):
+    _machine(monkeypatch, tmp_path, cuda_build=True, driver_files=("version",))
+    text = diagnose().render()
+    assert "built with CUDA 12.8" in text and "torch.cuda.is_available() is False" in text
+    assert "No GPU found" not in text
+
+
+def test_no_gpu_and_a_cpu_torch_says_both(monkeypatch, tmp_path):
+    _machine(monkeypatch, tmp_path, cuda_build=False)
+    text = diagnose().render()
+    assert "No GPU found" in text and "This torch is built without CUDA" in text
+
+
 def test_the_doctor_names_the_gpu_and_its_memory(monkeypatch):
     monkeypatch.setattr("coursekit.environment.pick_device", lambda: torch.device("cuda"))
     monkeypatch.setattr(
@@ -93,16 +144,6 @@ def test_the_doctor_says_how_to_get_torch_when_it_is_missing(monkeypatch):
     report = diagnose()
     assert not report.ok
     assert "pip install torch" in report.render()
-
-
-def test_the_doctor_spots_a_cpu_only_torch_on_a_gpu_machine(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr("coursekit.environment._mps_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", None)
-    monkeypatch.setattr(
-        "coursekit.commands.doctor.shutil.which", lambda name: "/usr/bin/nvidia-smi"
-    )
-    assert "this torch build has no CUDA" in diagnose().render()
 
 
 def test_seeded_gives_the_same_draws_and_gives_the_callers_generator_back():

@@ -133,7 +133,7 @@ def zipped_run(bundle, tmp_path_factory) -> tuple[dict, str, int]:
     with a last cell that loops forever and names the grader's machinery), beside a scratch
     notebook, a Jupyter checkpoint and macOS's ``__MACOSX`` copy. Its zip's settings hold a
     ``seed``, as those of a zip built before seeds were drawn per submission do. Also: the
-    number of the looping cell."""
+    number of the looping cell, as the student counts it (from the top, text cells too)."""
     root = gradescope_root(bundle, tmp_path_factory.mktemp("zipped"))
     config = root / "source" / CONFIG
     config.write_text(json.dumps({**json.loads(config.read_text()), "seed": OLD_SEED}))
@@ -148,7 +148,7 @@ def zipped_run(bundle, tmp_path_factory) -> tuple[dict, str, int]:
     (root / "submission" / "__MACOSX" / "hw").mkdir(parents=True)
     (root / "submission" / "__MACOSX" / "hw" / f"{ASSIGNMENT}.ipynb").write_bytes(b"\0\5\26\7")
     results, stdout = graded(root)
-    return results, stdout, sum(c.cell_type == "code" for c in notebook.cells)
+    return results, stdout, len(notebook.cells)
 
 
 # ------------------------------------------------------------------------- the zip itself

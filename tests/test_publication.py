@@ -104,7 +104,8 @@ def test_outside_git_and_without_origin_the_address_is_course_pys(tmp_path, repo
     assert origin_url(repo) is None
     publication = resolve(repo)
     assert (publication.repository, publication.from_remote) == (course.REPOSITORY, False)
-    assert "no git remote origin" in publication.came_from
+    assert publication.came_from.endswith("; no git remote origin")
+    assert "not in a git repository" in resolve(bare).came_from
 
 
 @needs_git
@@ -113,7 +114,30 @@ def test_a_local_path_origin_falls_back_to_course_py(repo):
     assert origin_url(repo) == "/srv/git/grad-accum.git"
     publication = resolve(repo)
     assert (publication.repository, publication.from_remote) == (course.REPOSITORY, False)
-    assert "not on GitHub" in publication.came_from
+    assert publication.came_from == (
+        "REPOSITORY in coursekit/course.py; the git remote origin is /srv/git/grad-accum.git, "
+        "which is not a GitHub repository address"
+    )
+    assert "no git remote origin" not in publication.came_from
+
+
+@needs_git
+def test_check_says_what_origin_it_found_when_it_is_not_on_github(repo, capsys):
+    git(repo, "remote", "add", "origin", "https://ci:t0ken@gitlab.example.org/ada/course.git")
+    main(["build", "--check", "--root", str(repo)])
+    out = capsys.readouterr().out
+    assert "the git remote origin is https://gitlab.example.org/ada/course.git, which is not" in (
+        out
+    )
+    assert "t0ken" not in out and "no git remote origin" not in out
+
+
+def test_without_git_the_address_says_git_could_not_be_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git on it
+    publication = resolve(tmp_path)
+    assert publication.remote is None
+    assert "git could not be run" in publication.came_from
+    assert "any git remote ignored" in from_course().came_from
 
 
 @needs_git

@@ -41,6 +41,11 @@ def github_repository(url: str) -> str | None:
 def origin_url(root: Path) -> str | None:
     """The URL of the ``origin`` remote of the git repository holding ``root``, or None where
     there is none (git missing, ``root`` outside a repository, or no remote named ``origin``)."""
+    return find_origin(root)[0]
+
+
+def find_origin(root: Path) -> tuple[str | None, str]:
+    """(the ``origin`` URL or None, why there is none in words: "" when there is one)."""
     try:
         result = subprocess.run(
             ["git", "-C", str(root), "remote", "get-url", "origin"],
@@ -49,10 +54,24 @@ def origin_url(root: Path) -> str | None:
             timeout=30,
             check=False,
         )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    except OSError:
+        return None, "git could not be run, so no git remote origin was read"
+    except subprocess.TimeoutExpired:
+        return None, "git did not answer in 30 s, so no git remote origin was read"
     url = result.stdout.strip()
-    return url if result.returncode == 0 and url else None
+    if result.returncode == 0 and url:
+        return url, ""
+    said = " ".join(result.stderr.split())
+    if "not a git repository" in said:
+        return None, "the course is not in a git repository, so there is no git remote origin"
+    if "no such remote" in said.lower() or (result.returncode == 0 and not url):
+        return None, "no git remote origin"
+    return None, f"git could not read the remote origin ({_without_credentials(said)[:200]})"
+
+
+def _without_credentials(url: str) -> str:
+    """``url`` without a user or token an https URL may carry (CI logs)."""
+    return re.sub(r"//[^@/\s]+@", "//", url)
 
 
 def placeholder_repository() -> str | None:
@@ -68,15 +87,19 @@ class Publication:
     branch: str
     remote: str | None = None  # the origin URL, whatever it is; None without one
     from_remote: bool = False  # True when ``repository`` was read from ``remote``
+    no_remote: str = "no git remote origin"  # why ``remote`` is None, in words
 
     @property
     def came_from(self) -> str:
         """Where ``repository`` was found, in words, for ``coursekit build`` to print."""
-        if self.from_remote:  # without a user or token an https URL may carry (CI logs)
-            return f"the git remote origin, {re.sub(r'//[^@/]+@', '//', self.remote or '')}"
+        if self.from_remote:
+            return f"the git remote origin, {_without_credentials(self.remote or '')}"
         if self.remote is None:
-            return "REPOSITORY in coursekit/course.py; no git remote origin"
-        return "REPOSITORY in coursekit/course.py; the git remote origin is not on GitHub"
+            return f"REPOSITORY in coursekit/course.py; {self.no_remote}"
+        return (
+            "REPOSITORY in coursekit/course.py; the git remote origin is "
+            f"{_without_credentials(self.remote)}, which is not a GitHub repository address"
+        )
 
     def repository_url(self) -> str:
         return f"https://github.com/{self.repository}"
@@ -113,7 +136,7 @@ class Publication:
 
 def from_course() -> Publication:
     """The address course.py states, ignoring any remote."""
-    return Publication(course.REPOSITORY, course.BRANCH)
+    return Publication(course.REPOSITORY, course.BRANCH, no_remote="any git remote ignored")
 
 
 def resolve(root: Path) -> Publication:
@@ -123,10 +146,10 @@ def resolve(root: Path) -> Publication:
     A remote that names course.py's repository in other letter case (GitHub ignores case) keeps
     course.py's spelling, so the generated notebooks do not change for it.
     """
-    remote = origin_url(root)
+    remote, why = find_origin(root)
     found = github_repository(remote) if remote else None
     if found is None:
-        return Publication(course.REPOSITORY, course.BRANCH, remote=remote)
+        return Publication(course.REPOSITORY, course.BRANCH, remote=remote, no_remote=why or "")
     if found.lower() == course.REPOSITORY.lower():
         found = course.REPOSITORY
     return Publication(found, course.BRANCH, remote=remote, from_remote=True)

@@ -2,9 +2,12 @@
 
 ``solutions/`` holds the worked answers and ``notebooks/`` the sources with their hidden-test
 cells; a graded course publishes neither. The copy holds what a student needs to take the
-course: the exercises, the library, the two set-up scripts and the README. (The library
-itself carries coursekit's reference code, which the in-notebook checks compare against; a
-student who calls it is flagged by the grader, see the README's "What grading trusts".)
+course: the exercises, the library, the two set-up scripts, the Colab notes, and a README
+written for students (:func:`student_readme`): the course's own README sends its reader to
+``solutions/``, ``notebooks/``, the instructor guide and ``./scripts/test``, none of which are
+in the copy. (The library itself carries coursekit's reference code, which the in-notebook
+checks compare against; a student who calls it is flagged by the grader, see the course
+README's "What grading trusts".)
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-# What a student's copy holds, relative to the course folder.
+from coursekit import course
+
+# What a student's copy holds, relative to the course folder, besides its README.
 STUDENT_FILES = (
-    "README.md",
     "pyproject.toml",
     ".gitignore",
     "coursekit",
@@ -29,6 +33,90 @@ _GIVEAWAYS = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")
 
 class StudentCopyError(ValueError):
     """The copy cannot be made; the message says why."""
+
+
+def _cell(text: str) -> str:
+    """Authored text in a Markdown table cell: one line, no column break."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _first_graded_module() -> str:
+    """The first module with a graded question (the hand-in example names it)."""
+    from coursekit.checks import questions_of
+
+    graded = [module.name for module in course.MODULES if questions_of(module.name)]
+    return (graded or [module.name for module in course.MODULES] or ["01_accumulation"])[0]
+
+
+def student_readme() -> str:
+    """The README of a student's copy: the modules (from ``coursekit.course``), how to start
+    on a laptop or on Colab, how to work and how to hand in; nothing that is not in the copy.
+    """
+    rows = [
+        "| # | Module | What you learn | Minutes | Notebook |",
+        "|---|---|---|---|---|",
+    ]
+    for module in course.MODULES:
+        path = f"exercises/{module.name}.ipynb"
+        notebook = f"[{path}]({path}) ([Colab]({course.colab_url('exercises', module.name)}))"
+        rows.append(
+            f"| {_cell(module.name.split('_', 1)[0])} | {_cell(module.title)} | "
+            f"{_cell(module.learn)} | {module.minutes} | {notebook} |"
+        )
+    hours, minutes = divmod(sum(module.minutes for module in course.MODULES), 60)
+    length = f"{hours} h {minutes} min" if hours else f"{minutes} min"
+    first = _first_graded_module()
+    return f"""# {course.TITLE}
+
+Your copy of the course: {len(course.MODULES)} modules of Jupyter notebooks, about {length}
+in all. Take them in order: each builds on the one before. Each exercise has a `check(...)` cell
+that tells you at once whether your answer passes its public checks; hidden tests run when
+your notebook is graded.
+
+## Modules
+
+{chr(10).join(rows)}
+
+## On your own machine
+
+With Python 3.10 or newer, from this folder:
+
+```bash
+./scripts/start   # sets up .venv (the first time: a few minutes) and opens JupyterLab
+```
+
+On a remote machine, `./scripts/start --no-browser` prints the address to open instead. It
+copies the notebooks of `exercises/` into `my-work/` (once: it never overwrites them) and
+opens `my-work/index.ipynb`, the table of contents, with a link to each module. Work in
+`my-work/`; stop the course with Ctrl-C in the terminal. `./scripts/setup` only sets up
+`.venv/`.
+
+## On Colab
+
+Open a module with its Colab link above, then *File > Save a copy in Drive* to keep your work:
+the notebook's first cell installs coursekit. [docs/colab.md](docs/colab.md) says what runs
+there, GPU included.
+
+## Working through a module
+
+- Fill in each `raise NotImplementedError`, run the cell, then run the `check(...)` cell below
+  it. `[passed]` means the public checks pass.
+- `.venv/bin/coursekit doctor` (or the doctor cell of the first module) says what your machine
+  offers and what to do about anything missing.
+
+## Handing in
+
+Save the notebook, then pack it:
+
+```bash
+.venv/bin/coursekit submit my-work/{first}.ipynb --student YOUR-NAME
+```
+
+This writes `my-work/YOUR-NAME-{first}.coursekit.zip` (your notebook as saved, and which
+checks it shows as passed): hand in that file, as your instructor says.
+`coursekit.submit("YOUR-NAME")` as a notebook's last cell does the same. A plain `.ipynb` is
+accepted too (on Colab: *File > Download > Download .ipynb*).
+"""
 
 
 def make_student_copy(root: Path, destination: Path) -> list[Path]:
@@ -54,6 +142,9 @@ def make_student_copy(root: Path, destination: Path) -> list[Path]:
         else:
             shutil.copy2(source, target)
         written.append(target)
+    readme = destination / "README.md"
+    readme.write_text(student_readme(), encoding="utf-8")
+    written.insert(0, readme)
     for notebook in destination.rglob("*.ipynb"):
         text = notebook.read_text(encoding="utf-8")
         if any(marker in text for marker in _GIVEAWAYS):

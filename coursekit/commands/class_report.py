@@ -33,6 +33,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from coursekit.grading.records.exports import points
 from coursekit.grading.records.gradebook import Grade, Gradebook
 from coursekit.grading.text import lossless, text_for_page, visible
 
@@ -111,24 +112,29 @@ class AssignmentSummary:
     """The class-level picture of one assignment."""
 
     assignment: str
-    totals: dict[str, float]  # student -> total score
+    totals: dict[str, float]  # student -> total score, of graded hand-ins only
     max_score: float
-    questions: tuple[QuestionScores, ...]
+    questions: tuple[QuestionScores, ...]  # scores of graded hand-ins only
     mistakes: tuple[Mistake, ...]  # most students first
     flagged: tuple[HandInNote, ...]
     cell_problems: tuple[HandInNote, ...]
+    #: Students whose hand-in was not graded (its grading holds an error, and zeros that
+    #: are no score): listed under "flagged", left out of every number.
+    not_graded: tuple[str, ...] = ()
 
     @property
     def class_size(self) -> int:
-        return len(self.totals)
+        return len(self.totals) + len(self.not_graded)
 
     @property
-    def mean_total(self) -> float:
-        return statistics.fmean(self.totals.values())
+    def mean_total(self) -> float | None:
+        """The mean total of the graded hand-ins; None where none was graded."""
+        return statistics.fmean(self.totals.values()) if self.totals else None
 
     @property
-    def median_total(self) -> float:
-        return statistics.median(self.totals.values())
+    def median_total(self) -> float | None:
+        """The median total of the graded hand-ins; None where none was graded."""
+        return statistics.median(self.totals.values()) if self.totals else None
 
     def reexplain_first(self) -> list[Priority]:
         """The questions to explain again first, by :data:`REEXPLAIN_RULE`."""
@@ -150,9 +156,12 @@ def summarise(assignment: str, grades: list[Grade]) -> AssignmentSummary:
     made: dict[tuple[str, str], list[tuple[str, dict]]] = {}  # (question, mistake) -> made by
     flagged: list[HandInNote] = []
     cell_problems: list[HandInNote] = []
+    not_graded: list[str] = []
     for grade in grades:
         student = lossless(grade.student)
-        for question in grade.result.get("questions", []):
+        if grade.error:  # its questions hold zeros the grader wrote for "not graded"
+            not_graded.append(student)
+        for question in [] if grade.error else grade.result.get("questions", []):
             name = question["name"]
             if name not in max_scores:
                 names.append(name)
@@ -177,12 +186,13 @@ def summarise(assignment: str, grades: list[Grade]) -> AssignmentSummary:
     mistakes.sort(key=lambda m: (-m.count, order[m.question], m.name))
     return AssignmentSummary(
         assignment=assignment,
-        totals={lossless(g.student): float(g.score) for g in grades},
+        totals={lossless(g.student): float(g.score) for g in grades if not g.error},
         max_score=max((float(g.max_score) for g in grades), default=0.0),
         questions=questions,
         mistakes=tuple(mistakes),
         flagged=tuple(flagged),
         cell_problems=tuple(cell_problems),
+        not_graded=tuple(not_graded),
     )
 
 
@@ -291,10 +301,6 @@ def _name(student: str) -> str:
     return html.escape(visible(student))
 
 
-def _points(value: float) -> str:
-    return f"{value:.2f}".rstrip("0").rstrip(".")
-
-
 def _plural(count: int) -> str:
     return "student" if count == 1 else "students"
 
@@ -306,6 +312,13 @@ def _students(names: tuple[str, ...] | list[str]) -> str:
 def _reexplain(summary: AssignmentSummary) -> str:
     priorities = summary.reexplain_first()
     if not priorities:
+        if not summary.totals:
+            return '<p class="none">No hand-in was graded.</p>'
+        if summary.not_graded:
+            return (
+                '<p class="none">Every graded hand-in got full marks on every question '
+                f"({len(summary.not_graded)} not graded, listed below).</p>"
+            )
         return '<p class="none">Every student got full marks on every question.</p>'
     items = []
     for priority in priorities:
@@ -327,20 +340,22 @@ def _reexplain(summary: AssignmentSummary) -> str:
 
 
 def _distribution(summary: AssignmentSummary) -> str:
+    if not summary.totals:
+        return '<p class="rule">No hand-in was graded: there are no scores to show.</p>'
     cards = [
         '<div class="card"><h4>Total</h4>'
         f'<img alt="histogram of total scores" src="'
         f'{histogram_uri(tuple(summary.totals.values()), summary.max_score, "total score")}">'
-        f"<p>out of {_points(summary.max_score)}: mean {_points(summary.mean_total)}, "
-        f"median {_points(summary.median_total)}</p></div>"
+        f"<p>out of {points(summary.max_score)}: mean {points(summary.mean_total)}, "
+        f"median {points(summary.median_total)}</p></div>"
     ]
     for q in summary.questions:
-        uri = histogram_uri(q.scores, q.max_score, f"score out of {_points(q.max_score)}")
+        uri = histogram_uri(q.scores, q.max_score, f"score out of {points(q.max_score)}")
         full = len(q.scores) - q.below_full
         cards.append(
             f'<div class="card"><h4>{_esc(q.name)}</h4>'
             f'<img alt="histogram of scores on {_esc(q.name)}" src="{uri}">'
-            f"<p>mean {_points(statistics.fmean(q.scores))} of {_points(q.max_score)} "
+            f"<p>mean {points(statistics.fmean(q.scores))} of {points(q.max_score)} "
             f"({q.mean_fraction:.0%}); full marks: {full} of {len(q.scores)} "
             f"{_plural(len(q.scores))}</p></div>"
         )
@@ -372,13 +387,44 @@ def _notes_table(notes: tuple[HandInNote, ...], empty: str) -> str:
     return f"<table><tr><th>student</th><th>what</th><th>note</th></tr>{rows}</table>"
 
 
+def _facts(summary: AssignmentSummary) -> str:
+    """The class size, mean and median total, saying how many hand-ins were not graded."""
+    size = f"<b>{summary.class_size}</b> {_plural(summary.class_size)}"
+    missing = len(summary.not_graded)
+    if not summary.totals:
+        return f"{size} &middot; no hand-in was graded (see the list below)"
+    counted = (
+        f" &middot; <b>{missing}</b> not graded (listed below; left out of every number on "
+        f"this page: the mean and median are of the {len(summary.totals)} graded)"
+        if missing
+        else ""
+    )
+    return (
+        f"{size}{counted} &middot; mean total\n<b>{points(summary.mean_total)}</b> &middot; "
+        f"median total <b>{points(summary.median_total)}</b>\n&middot; out of "
+        f"{points(summary.max_score)}"
+    )
+
+
+def _every_cell_ran(summary: AssignmentSummary) -> str:
+    """What to say where no cell failed or timed out, true of hand-ins that were not graded."""
+    missing = len(summary.not_graded)
+    if not missing:
+        return "Every cell of every hand-in ran."
+    graded = len(summary.totals)
+    if not graded:
+        return f"No hand-in was graded ({missing} listed above), so none is listed here."
+    return (
+        f"Every cell of the {graded} graded hand-in{'' if graded == 1 else 's'} ran; "
+        f"{missing} hand-in{' was' if missing == 1 else 's were'} not graded (listed above)."
+    )
+
+
 def _section(summary: AssignmentSummary) -> str:
     name = _esc(summary.assignment)
     return f"""<section class="assignment" id="{name}">
 <h2>{name}</h2>
-<p class="facts"><b>{summary.class_size}</b> {_plural(summary.class_size)} &middot; mean total
-<b>{_points(summary.mean_total)}</b> &middot; median total <b>{_points(summary.median_total)}</b>
-&middot; out of {_points(summary.max_score)}</p>
+<p class="facts">{_facts(summary)}</p>
 <h3>What to re-explain first</h3>
 {_reexplain(summary)}
 <h3>Score distribution per question</h3>
@@ -388,7 +434,7 @@ def _section(summary: AssignmentSummary) -> str:
 <h3>Hand-ins flagged for review, or not graded</h3>
 {_notes_table(summary.flagged, "None flagged.")}
 <h3>Cells that failed or timed out</h3>
-{_notes_table(summary.cell_problems, "Every cell of every hand-in ran.")}
+{_notes_table(summary.cell_problems, _every_cell_ran(summary))}
 </section>"""
 
 
@@ -414,7 +460,8 @@ def students_of(gradebook: Path, assignment: str | None = None) -> list[str]:
     Raises:
         ValueError: as :func:`load_summaries`.
     """
-    return sorted({name for s in load_summaries(gradebook, assignment) for name in s.totals})
+    summaries = load_summaries(gradebook, assignment)
+    return sorted({name for s in summaries for name in (*s.totals, *s.not_graded)})
 
 
 def write_report(gradebook: Path, out: Path, assignment: str | None = None) -> Path:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import nbformat
 
 from coursekit.authoring.markup import question_name
-from coursekit.course import MODULES, Module
+from coursekit.course import MODULES, TITLE, Module
 from coursekit.grading.submission import NOT_RUN, saved_checks
 
 INDEX_NOTEBOOK = "index.ipynb"
@@ -138,20 +140,55 @@ def show_index(root: str | Path = "..", work: str | Path = ".") -> None:
     display(HTML(index_html(course_progress(Path(root), Path(work)))))
 
 
-def index_notebook() -> nbformat.NotebookNode:
-    """The landing notebook: a welcome, how to work, and a cell that shows progress."""
-    intro = nbformat.v4.new_markdown_cell(
-        "# Gradient accumulation, hands-on\n\n"
-        "Start with module 0 and go in order: each module builds on the one before. In each "
-        "notebook, fill in every `raise NotImplementedError`, run the cell, then the "
-        "`check(...)` below it. Run the cell below (Shift+Enter) to see which exercises pass; "
-        "save your notebooks (Ctrl+S) so it sees your latest results."
+def _markdown_text(text: str) -> str:
+    """``text`` shown as itself in a Markdown table cell: no markup, no column break."""
+    text = " ".join(str(text).split())
+    return re.sub(r"([\\`*_\[\]<>|$~&#])", r"\\\1", text)
+
+
+def contents_markdown(work: Path | None = None) -> str:
+    """The course's table of contents, as Markdown: every module of ``coursekit.course``
+    with its minutes and a link to the student's copy in ``work`` (a module with no copy
+    there yet says so instead); shown before anything runs."""
+    rows = ["| # | Module | What you learn | Minutes |", "|---|---|---|---|"]
+    for module in MODULES:
+        link = f"[{_markdown_text(module.title)}]({quote(module.name)}.ipynb)"
+        if work is not None and not (work / f"{module.name}.ipynb").exists():
+            link = f"{_markdown_text(module.title)} (not in your copy of the course yet)"
+        rows.append(
+            f"| {_markdown_text(module.name[:2])} | {link} | {_markdown_text(module.learn)} "
+            f"| {module.minutes} |"
+        )
+    hours, minutes = divmod(sum(module.minutes for module in MODULES), 60)
+    return (
+        f"# {_markdown_text(TITLE)}\n\n"
+        f"{len(MODULES)} modules, about {f'{hours} h ' if hours else ''}{minutes} min in all. "
+        "Start with the first and go in order: each module builds on the one before. Click a "
+        "module to open your copy of it.\n\n"
+        + "\n".join(rows)
+        + "\n\nIn each notebook, fill in every `raise NotImplementedError`, run the cell, then "
+        "the `check(...)` below it."
+    )
+
+
+def index_notebook(work: Path | None = None) -> nbformat.NotebookNode:
+    """The landing notebook: the contents (Markdown, shown as soon as it opens), and below
+    them a cell that shows which exercises pass, as the notebooks were last saved."""
+    contents = nbformat.v4.new_markdown_cell(contents_markdown(work))
+    progress_intro = nbformat.v4.new_markdown_cell(
+        "## Your progress\n\n"
+        "Run the cell below (Shift+Enter) to see which exercises pass their checks; save your "
+        "notebooks (Ctrl+S) so it sees your latest results."
     )
     progress = nbformat.v4.new_code_cell(
         'from coursekit.commands.course_index import show_index\n\nshow_index(root="..", work=".")'
     )
-    intro["id"], progress["id"] = "index-intro", "index-progress"
-    notebook = nbformat.v4.new_notebook(cells=[intro, progress])
+    contents["id"], progress_intro["id"], progress["id"] = (
+        "index-contents",
+        "index-intro",
+        "index-progress",
+    )
+    notebook = nbformat.v4.new_notebook(cells=[contents, progress_intro, progress])
     notebook.metadata["kernelspec"] = {
         "display_name": "Python 3",
         "language": "python",
@@ -163,5 +200,5 @@ def index_notebook() -> nbformat.NotebookNode:
 def write_index(work: Path) -> Path:
     """Write (or refresh) the landing notebook in ``work``; it holds no student work."""
     path = work / INDEX_NOTEBOOK
-    nbformat.write(index_notebook(), path)
+    nbformat.write(index_notebook(work), path)
     return path

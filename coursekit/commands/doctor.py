@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import os
 import platform
 import shutil
 import sys
@@ -94,24 +95,57 @@ def diagnose() -> Report:
     return report
 
 
+#: Where an NVIDIA driver shows itself, whatever torch can do: its command, and the files
+#: the kernel module makes (a container may have the device files but not the command).
+NVIDIA_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidia0")
+
+
+def nvidia_gpu_signs() -> list[str]:
+    """What on this machine says it has an NVIDIA GPU (empty where nothing does)."""
+    signs = [f"{path} exists" for path in NVIDIA_DRIVER_FILES if os.path.exists(path)]
+    if shutil.which("nvidia-smi"):
+        signs.insert(0, "nvidia-smi is installed")
+    return signs
+
+
 def _torch_findings(add) -> None:
     import torch
 
     from coursekit.environment import gpu_summary, pick_device
 
-    add(Finding("torch", torch.__version__))
+    built_with_cuda = torch.version.cuda is not None
+    add(
+        Finding(
+            "torch",
+            f"{torch.__version__} (built with CUDA {torch.version.cuda})"
+            if built_with_cuda
+            else f"{torch.__version__} (built without CUDA)",
+        )
+    )
     device = pick_device()
     advice = ""
-    if device.type == "cpu" and torch.version.cuda is None and shutil.which("nvidia-smi"):
+    signs = nvidia_gpu_signs() if device.type == "cpu" else []
+    if signs and not built_with_cuda:
         advice = (
-            "This machine has an NVIDIA GPU, but this torch build has no CUDA: install a CUDA "
-            "build of torch to use it. Every exercise also runs on the CPU."
+            f"This machine has an NVIDIA GPU ({', '.join(signs)}), but this torch "
+            f"({torch.__version__}) is built without CUDA, so it cannot use it. To use the GPU, "
+            "install a CUDA build of torch (delete .venv and run ./scripts/setup again). "
+            "Every exercise also runs on the CPU."
+        )
+    elif signs:
+        advice = (
+            f"This machine has an NVIDIA GPU ({', '.join(signs)}) and this torch is built with "
+            f"CUDA {torch.version.cuda}, but torch cannot use the GPU "
+            "(torch.cuda.is_available() is False): the driver may be older than that CUDA, "
+            "or the GPU hidden (CUDA_VISIBLE_DEVICES). Every exercise also runs on the CPU."
         )
     elif device.type == "cpu":
         advice = (
             "No GPU found: every exercise runs on the CPU; GPU cells say when they are skipped. "
             "On Colab, choose Runtime > Change runtime type > GPU to try the CUDA path."
         )
+        if not built_with_cuda:
+            advice += " (This torch is built without CUDA: on a GPU machine, install a CUDA build.)"
     add(Finding("device", device.type, True, advice))
     gpu = gpu_summary()
     if gpu is not None:

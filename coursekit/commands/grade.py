@@ -25,6 +25,7 @@ from coursekit.grading.grader import (
     grade_all,
     prepare,
 )
+from coursekit.grading.records.exports import points
 from coursekit.grading.records.gradebook import Gradebook, GradebookError
 from coursekit.grading.sandbox.driver import (
     Limits,
@@ -173,7 +174,7 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
     def on_result(result: GradeResult) -> None:
         book.record(result, run_id)  # GradebookError stops the batch: see below
         recorded[0] += 1
-        note = f"{for_terminal(result.student)}: {result.score:g}/{result.max_score:g}"
+        note = f"{for_terminal(result.student)}: {points(result.score)}/{points(result.max_score)}"
         if any(n.startswith("Flagged for review") for n in result.notes):
             note += " (flagged for review)"
             flagged.append(for_terminal(result.student))
@@ -212,4 +213,5 @@ def _print_table(book: Gradebook, assignment: str) -> None:
     print(f"{'student'.ljust(width)}  score")
     for grade in grades:
         suffix = f"  ({for_terminal(grade.error)})" if grade.error else ""
-        print(f"{names[grade.student].ljust(width)}  {grade.score:g}/{grade.max_score:g}{suffix}")
+        score = f"{points(grade.score)}/{points(grade.max_score)}"
+        print(f"{names[grade.student].ljust(width)}  {score}{suffix}")

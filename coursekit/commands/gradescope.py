@@ -50,6 +50,7 @@ from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
+from coursekit.grading.records.exports import points
 from coursekit.grading.sandbox.driver import Limits
 
 CONFIG = "coursekit-autograder.json"  # the grading settings, at the zip's root
@@ -323,7 +324,7 @@ def results_of(result) -> dict:
     for test, question in zip(results["tests"], public["questions"], strict=True):
         if question["mistakes"]:
             test["output"] += " Mistakes named: " + ", ".join(question["mistakes"]) + "."
-    lines = [f"Score: {result.score:g} / {result.max_score:g}."]
+    lines = [f"Score: {points(result.score)} / {points(result.max_score)}."]
     if result.error:
         lines.append(lossless(result.error))
     questions = public["questions"]
@@ -477,7 +478,7 @@ def main() -> int:
     """``python -m coursekit.commands.gradescope``: what ``run_autograder`` runs."""
     root = Path(os.environ.get("AUTOGRADER_ROOT") or "/autograder")
     results = run_autograder(root)
-    print(f"Wrote {root / 'results' / 'results.json'}: {results['score']:g} points.")
+    print(f"Wrote {root / 'results' / 'results.json'}: {points(results['score'])} points.")
     return 0
 
 

@@ -44,6 +44,33 @@ def hub_links(hub_url: str) -> list[str]:
     return [nbgitpuller_link(hub_url, module.name) for module in course.MODULES]
 
 
+def labelled_links(hub_url: str) -> list[str]:
+    """What ``coursekit links`` prints: each module's name and title, its link below it.
+
+    Example::
+
+        01_accumulation  Accumulating gradients
+            https://hub.example.org/hub/user-redirect/git-pull?repo=...
+    """
+    links = hub_links(hub_url)
+    return [
+        f"{module.name}  {module.title}\n    {link}"
+        for module, link in zip(course.MODULES, links, strict=True)
+    ]
+
+
+def placeholder_warning() -> str | None:
+    """Why the links would pull the course template instead of this course, or None."""
+    placeholder = getattr(course, "PLACEHOLDER_REPOSITORY", None)
+    if placeholder is None or course.REPOSITORY.lower() != placeholder.lower():
+        return None  # GitHub ignores case in owner/name
+    return (
+        f"these links pull {course.repository_url()}, the course template's placeholder "
+        "(REPOSITORY in coursekit/course.py), not your course: set REPOSITORY there to the "
+        "GitHub owner/name your students should get, then make the links again."
+    )
+
+
 def _hub_base(hub_url: str) -> str:
     """The hub's address without a trailing slash; a ValueError for one that is no web URL."""
     parts = urlsplit(hub_url.strip())

@@ -266,20 +266,44 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def _cell_notes(run) -> list[str]:
-    """One note per cell that failed, timed out or ended the process: no points, context."""
-    notes = [
-        f"Cell {index + 1} was skipped: {why}. Grading ran the rest of the notebook without it."
-        for index, why in sorted(run.killed_cells.items())
-    ]
+FIRST_LINE_CHARS = 60  # of a cell's first line, in a note that names the cell
+
+
+def cell_name(hand_in: HandIn, index: int) -> tuple[str, str]:
+    """(the cell's number as the student counts it in JupyterLab, from the top with text
+    cells too; a sentence that quotes its first line) for the hand-in's code cell ``index``."""
+    positions = hand_in.cell_positions
+    known = 0 <= index < len(positions)
+    number = positions[index] if known else index + 1
+    source = hand_in.cells[index] if 0 <= index < len(hand_in.cells) else ""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    if len(first) > FIRST_LINE_CHARS:
+        first = first[: FIRST_LINE_CHARS - 1] + "…"
+    shown = f'starts "{lossless(first)}"' if first else "is empty"
+    counted = "cells counted from the top, text cells too" if known else "code cells counted"
+    return str(number), f"That cell {shown} ({counted})."
+
+
+def _cell_notes(run, hand_in: HandIn) -> list[str]:
+    """One note per cell that failed, timed out or ended the process: no points, context.
+    Each names the cell as the student sees it: its place among all cells, its first line."""
+    notes = []
+    for index, why in sorted(run.killed_cells.items()):
+        number, first = cell_name(hand_in, index)
+        notes.append(
+            f"Cell {number} was skipped: {why}. Grading ran the rest of the notebook without "
+            f"it. {first}"
+        )
     for cell in run.cells:
-        number = cell.get("index", 0) + 1
+        number, first = cell_name(hand_in, cell.get("index", 0))
         if cell.get("status") == "timeout":
             notes.append(
-                f"Cell {number} took too long: it was stopped at the time limit for one cell."
+                f"Cell {number} took too long: it was stopped at the time limit for one cell. "
+                f"{first}"
             )
         elif cell.get("status") == "error":
-            notes.append(f"Cell {number} raised {cell.get('error', 'an error')}.")
+            error = str(cell.get("error", "an error"))[:300]  # the note keeps its first line
+            notes.append(f"Cell {number} raised {error}. {first}")
     return notes
 
 
@@ -314,7 +338,7 @@ def grade_path(path: str, student: str, plan: Plan, warm: WarmParent | None = No
     run = run_hand_in(
         cells_to_run(hand_in, plan), plan.tasks(), plan.limits, plan.options, warm=warm
     )
-    result.notes = _cell_notes(run)
+    result.notes = _cell_notes(run, hand_in)
     flags = [f"Flagged for review: {flag}." for flag in hand_in.flags]
     found = suspicious(hand_in.cells)
     if found:

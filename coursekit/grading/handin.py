@@ -38,6 +38,9 @@ class HandIn:
     student: str
     cells: list[str]  # code cell sources, in order
     cell_ids: tuple[str | None, ...] = ()  # their ids (nbformat 4.5), None where there is none
+    # Where each code cell is among all the notebook's cells, text cells too, from 1: the
+    # number a student counts to in JupyterLab (cells[i] is cell cell_positions[i]).
+    cell_positions: tuple[int, ...] = ()
     flags: tuple[str, ...] = ()  # why an instructor should read it (a packed file's manifest)
     claimed_passed: tuple[str, ...] = ()  # questions its manifest says passed when packed
 
@@ -99,9 +102,10 @@ def read_hand_in(path: str | Path, assignment: str, student: str | None = None) 
             "This file is not a Jupyter notebook that can be read (it may be damaged, or "
             "another kind of file). Hand in the .ipynb file itself, as saved by Jupyter or Colab."
         ) from None
-    sources, ids = [], []
-    for cell in cells:
+    sources, ids, positions = [], [], []
+    for position, cell in enumerate(cells, start=1):
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            positions.append(position)
             source = cell.get("source", "")
             if isinstance(source, list):
                 source = "".join(str(part) for part in source)
@@ -125,6 +129,7 @@ def read_hand_in(path: str | Path, assignment: str, student: str | None = None) 
         student=student,
         cells=sources,
         cell_ids=tuple(ids),
+        cell_positions=tuple(positions),
         flags=tuple(flags),
         claimed_passed=claimed,
     )
