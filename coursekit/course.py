@@ -22,6 +22,9 @@ PLACEHOLDER_REPOSITORY = "coursekit/coursekit"
 #: (a public course). For a private course: an https URL ending in .whl, or a path under
 #: /content/drive/ (the cell mounts Drive first).
 INSTALL_FROM: str | None = None
+#: Named sets of modules a certificate can cover (``coursekit certificate --track NAME``): the
+#: pass mark then applies to these modules' points alone. The whole course needs no entry.
+TRACKS: dict[str, tuple[str, ...]] = {"workshop": ("01_accumulation", "02_loss_scaling")}
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,14 @@ MODULES: tuple[Module, ...] = (
         "from steps against samples, scale the learning rate with the batch, ramp the batch "
         "up, and decide when accumulating buys nothing.",
         80,
+    ),
+    Module(
+        "07_real_model",
+        "Fine-tune a real language model",
+        "Load a pretrained model with transformers, measure where its training memory goes, "
+        "let an auto-tuner pick the micro-batch for a memory budget, and fine-tune with the "
+        "whole recipe beside the HF Trainer.",
+        75,
     ),
 )
 

@@ -52,6 +52,7 @@ FRAMEWORKS = {
     "accelerate": (("accelerate",), "HF Accelerate"),
     "lightning": (("lightning",), "PyTorch Lightning"),
     "transformers": (("transformers", "accelerate"), "the HF Trainer"),  # it runs on Accelerate
+    "peft": (("peft",), "LoRA (peft)"),
 }
 
 
@@ -63,7 +64,7 @@ def missing(framework: str) -> str | None:
         >>> missing("keras")
         Traceback (most recent call last):
         ...
-        ValueError: framework must be one of accelerate, lightning, transformers; got 'keras'.
+        ValueError: framework must be one of accelerate, lightning, transformers, peft; got 'keras'.
     """
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}; got {framework!r}.")

@@ -45,6 +45,7 @@ class NotebookRun:
     scale: float
     seed: int
     sizes: dict[str, int] = field(default_factory=dict)
+    options: dict[str, object] = field(default_factory=dict)  # model, max_memory_gb (module 7)
 
     def size(self, default: int, minimum: int = 1, multiple_of: int = 1) -> int:
         """``default`` times the scale, rounded to the nearest multiple of ``multiple_of``
@@ -64,16 +65,31 @@ class NotebookRun:
         sizes = self.__dict__.get("sizes", {})
         if name in sizes:
             return sizes[name]
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
         raise AttributeError(f"this notebook has no parameter {name!r}")
 
     def __str__(self) -> str:
         parts = [f"device {self.device}", f"scale {self.scale:g}", f"seed {self.seed}"]
+        parts += [f"{name} {value}" for name, value in self.options.items()]
         parts += [f"{name} {value}" for name, value in self.sizes.items()]
         return f"Run: {', '.join(parts)}."
 
 
+_UNSET = object()
+
+
 def notebook_run(
-    device="auto", scale=1, seed=0, *, at_least: dict[str, int] | None = None, even=(), **sizes
+    device="auto",
+    scale=1,
+    seed=0,
+    *,
+    at_least: dict[str, int] | None = None,
+    even=(),
+    model=_UNSET,
+    max_memory_gb=_UNSET,
+    **sizes,
 ) -> NotebookRun:
     """Check a notebook's parameters and return them as a :class:`NotebookRun`.
 
@@ -87,6 +103,9 @@ def notebook_run(
         at_least: the smallest value of a module's own parameter where it is not 1 (a
             measurement that needs two processes: ``{"world_size": 2}``).
         even: the module's own parameters that must be even (a width split over 2 heads).
+        model: module 7's model: ``"auto"``, ``"tiny"`` or a Hugging Face model id.
+        max_memory_gb: module 7's memory budget in GiB: ``None`` (the whole card) or a
+            number above 0.
         sizes: the module's own whole-number parameters, each at least 1.
 
     Example:
@@ -99,7 +118,18 @@ def notebook_run(
     for name in even:
         if checked[name] % 2:
             raise ParameterError(f"{name} is {sizes[name]!r}; give an even number ({_OVERRIDE}).")
-    run = NotebookRun(device=_device(device), scale=_scale(scale), seed=_seed(seed), sizes=checked)
+    options = {}
+    if model is not _UNSET:
+        options["model"] = _model(model)
+    if max_memory_gb is not _UNSET:
+        options["max_memory_gb"] = _memory(max_memory_gb)
+    run = NotebookRun(
+        device=_device(device),
+        scale=_scale(scale),
+        seed=_seed(seed),
+        sizes=checked,
+        options=options,
+    )
     if run.on_gpu:
         torch.cuda.set_device(run.device)
     return run
@@ -139,6 +169,27 @@ def _device(device) -> torch.device:
     raise ParameterError(
         f"device is {device!r}; give one of {', '.join(DEVICE_CHOICES)} ({_OVERRIDE})."
     )
+
+
+def _model(value) -> str:
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value.strip()):
+        raise ParameterError(
+            f"model is {value!r}; give 'auto', 'tiny' or a Hugging Face model id such as "
+            f"'gpt2' ({_OVERRIDE})."
+        )
+    return value.strip()
+
+
+def _memory(value) -> float | None:
+    if value is None or (isinstance(value, str) and value.strip() in ("None", "none", "")):
+        return None
+    number = _number(value, "max_memory_gb")
+    if not 0 < number < math.inf:
+        raise ParameterError(
+            f"max_memory_gb is {value!r}; give a number of GiB above 0, or None for the whole "
+            f"card ({_OVERRIDE})."
+        )
+    return float(number)
 
 
 def _number(value, name: str):

@@ -34,6 +34,7 @@ MODULE_OVERRIDES = {
     "04_distributed": {"world_size": 3},
     "05_capstone": {"width": 16, "steps": 32},
     "06_batch_size": {"steps": 100, "world_size": 3},
+    "07_real_model": {"model": "tiny", "max_memory_gb": 0.02, "seq_len": 48, "steps": 2},
 }
 # Per module: (cell, what it prints with these overrides and not at the defaults), each
 # showing a size or a draw that only the overrides give.
@@ -59,6 +60,12 @@ EVIDENCE = {
     "06_batch_size": [
         ("m06-03", r"^per-sample gradients: \(128, 161\)"),  # scale
         ("m06-11", r"oracle on all 3 ranks' samples"),  # world_size
+    ],
+    "07_real_model": [
+        ("m07-01", r"^memory budget: 0\.02 GiB"),  # max_memory_gb
+        ("m07-03", r"sequences of \d+ to 48 tokens"),  # seq_len
+        ("m07-09", r": 32 samples per optimizer step"),  # target_batch 128 x 0.25
+        ("m07-20", r"^1 x 32 \(large batch\): losses \[[^,\]]+, [^,\]]+\]$"),  # steps 2
     ],
 }
 
@@ -117,7 +124,12 @@ def test_each_source_opens_with_one_parameters_cell_that_notebook_run_receives_w
     values = assigned_literals(cell.source)
     assert COMMON <= set(values), f"{name} lacks {COMMON - set(values)}"
     assert (values["device"], values["scale"]) == ("auto", 1)
-    assert set(values) <= COMMON | {"width", "steps", "epochs", "world_size"}
+    assert set(values) <= COMMON | {"width", "steps", "epochs", "world_size"} | {
+        "model",
+        "max_memory_gb",
+        "seq_len",
+        "target_batch",
+    }
     keywords = notebook_run_keywords(cells[1].source)
     rules = {k: keywords.pop(k) for k in ("at_least", "even") if k in keywords}
     assert keywords == {parameter: parameter for parameter in values}

@@ -163,6 +163,7 @@ HAND_INS = {
             "ramp_plan": "loss_scale_not_updated",
         },
     ],
+    "07_real_model": [{"autotune": "freed_while_error_alive"}],
 }
 
 

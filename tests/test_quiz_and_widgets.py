@@ -198,3 +198,30 @@ def test_quiz_options_that_wrap_get_room_instead_of_overlapping():
         assert isinstance(options, ipywidgets.RadioButtons)
         assert "coursekit-quiz-options" in options._dom_classes
         assert ".coursekit-quiz-options label" in style
+
+
+def test_module_7_quiz_checks_the_numbers_it_teaches():
+    module7 = quiz("07_real_model")
+    text = module7.as_text()
+    # ceil(256 / 24) = 11 = 3 x 24 + 8 x 23; ceil(256 / 28) = 10 = 6 x 26 + 4 x 25
+    assert "3 of 24 and 8 of 23" in text and "6 of 26 and 4 of 25" in text
+    assert 3 * 24 + 8 * 23 == 6 * 26 + 4 * 25 == 256
+    assert len({q.answer for q in module7.questions}) == 3  # the right answer moves around
+
+
+def test_the_autotune_explorer_follows_its_sliders():
+    from coursekit.autotune_widget import autotune_explorer
+
+    # 2 MiB fixed, 1.7 MiB per sample: a 1/32 GiB card less 10% holds 15
+    memory, target, devices, margin, view = autotune_explorer(
+        2 * 2**20, 17 * 2**20 // 10, 1 / 32
+    ).children
+    assert "largest micro-batch that fits: 15" in view.value
+    assert "256 samples per optimizer step" in view.value
+    memory.value = 1 / 64  # half the card: the micro-batch about halves, the batch stays
+    assert "largest micro-batch that fits: 7" in view.value
+    assert "256 samples per optimizer step" in view.value
+    devices.value = 4
+    assert "on each of 4 devices" in view.value
+    memory.value = 2**-10  # 1 MiB: not even one sample
+    assert "No plan:" in view.value and "micro-batch of 1 needs" in view.value

@@ -83,7 +83,7 @@ def _build(args: argparse.Namespace) -> int:
 
     root = Path(args.root).resolve() if args.root else find_course_root()
     publication = from_course() if args.repository_from == "course" else resolve(root)
-    print(f"Repository: {publication.repository} (from {publication.came_from}).")
+    print(f"Repository: {publication.repository} (from {_shown(publication.came_from)}).")
     conflict = publication.placeholder_conflict()
     if conflict and not args.check:
         print(f"Note: {_shown(conflict)}", file=sys.stderr)
@@ -209,18 +209,79 @@ def _export(args: argparse.Namespace) -> int:
     return run_export(Path(args.gradebook), args.format, Path(args.out), args.assignment)
 
 
-def _certificate(args: argparse.Namespace) -> int:
-    from coursekit.commands.instructor import run_certificate
+def _given(**options) -> dict:
+    """The options given on the command line (not None), so that every other one takes the
+    command function's own default."""
+    return {name: value for name, value in options.items() if value is not None}
 
-    out = Path(args.out) if args.out else None
-    key = Path(args.key) if args.key else None
-    return run_certificate(Path(args.gradebook), args.student, args.pass_mark, out, key)
+
+def _path_or_none(value: str | None) -> Path | None:
+    return Path(value) if value else None
+
+
+def _certificate_command(name: str):
+    """A certificate command, or None (with the reason printed) where the ``instructor``
+    extra it needs is not installed."""
+    try:
+        from coursekit.commands import certificate
+    except ModuleNotFoundError as error:
+        print(
+            f"coursekit: certificates need the {(error.name or '?').split('.')[0]} package, not "
+            "installed here. "
+            'Install the instructor extra: pip install "coursekit[instructor]"',
+            file=sys.stderr,
+        )
+        return None
+    return getattr(certificate, name)
+
+
+def _certificate(args: argparse.Namespace) -> int:
+    run_certificate = _certificate_command("run_certificate")
+    if run_certificate is None:
+        return 2
+    return run_certificate(
+        student=args.student,
+        **_given(
+            gradebook=_path_or_none(args.gradebook),
+            pass_percent=args.pass_mark,
+            out=_path_or_none(args.out),
+            key_path=_path_or_none(args.key),
+            track=args.track,
+            modules=args.modules,
+            did_web=args.did_web,
+        ),
+    )
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from coursekit.commands.instructor import run_verify
+    run_verify = _certificate_command("run_verify")
+    if run_verify is None:
+        return 2
+    return run_verify(
+        certificate=Path(args.certificate),
+        **_given(key_path=_path_or_none(args.key), revoked_path=_path_or_none(args.revoked)),
+    )
 
-    return run_verify(Path(args.certificate), Path(args.key) if args.key else None)
+
+def _issuer_key(args: argparse.Namespace) -> int:
+    run_issuer_key = _certificate_command("run_issuer_key")
+    if run_issuer_key is None:
+        return 2
+    return run_issuer_key(
+        **_given(
+            out=_path_or_none(args.out), key_path=_path_or_none(args.key), did_web=args.did_web
+        )
+    )
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    run_revoke = _certificate_command("run_revoke")
+    if run_revoke is None:
+        return 2
+    return run_revoke(
+        certificate_id=args.certificate_id,
+        **_given(reason=args.reason, revoked_path=_path_or_none(args.revoked)),
+    )
 
 
 def _limits(args: argparse.Namespace):
@@ -289,13 +350,16 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _links(args: argparse.Namespace) -> int:
-    from coursekit.commands.hub_links import hub_links
+    from coursekit.commands.hub_links import labelled_links, placeholder_warning
 
     try:
-        links = hub_links(args.hub)
+        links = labelled_links(args.hub)
     except ValueError as error:
         print(f"coursekit links: {_shown(error)}", file=sys.stderr)
         return 2
+    warning = placeholder_warning()
+    if warning:
+        print(f"coursekit links: warning: {warning}", file=sys.stderr)
     print("\n".join(links))
     return 0
 
@@ -411,21 +475,67 @@ def parser() -> argparse.ArgumentParser:
     gradescope.add_argument("--root", help="course folder (default: found from the current folder)")
     gradescope.set_defaults(run=_gradescope)
 
-    certificate = commands.add_parser("certificate", help="certificate for a student who passed")
+    # Defaults are the command functions' own (instructor.run_*): an option not given is not
+    # passed. The help names them; importing instructor here would load torch for every command.
+    certificate = commands.add_parser(
+        "certificate",
+        help="signed certificate (page, Open Badges credential, badge) for a student who passed",
+    )
     certificate.add_argument("student")
-    certificate.add_argument("--pass-mark", type=float, default=70.0, help="percent (default 70)")
-    certificate.add_argument("--out", help="HTML file to write")
-    certificate.add_argument("--gradebook", default="gradebook.sqlite")
-    certificate.add_argument("--key", help="signing key file (made on first use)")
+    certificate.add_argument(
+        "--pass-mark", type=float, help="percent of the covered modules' points (default 70)"
+    )
+    certificate.add_argument(
+        "--out", help="HTML page to write; the .jwt credential and .png badge go beside it"
+    )
+    certificate.add_argument("--gradebook", help="default gradebook.sqlite")
+    certificate.add_argument(
+        "--key", help="private signing key (Ed25519, made on first use in ~/.config/coursekit)"
+    )
+    certificate.add_argument(
+        "--track", help="a track of coursekit/course.py TRACKS, or the name for --modules"
+    )
+    certificate.add_argument(
+        "--modules", help="modules covered, e.g. 01_accumulation,02_loss_scaling (default: all)"
+    )
+    certificate.add_argument(
+        "--did-web", help="issue as this did:web (e.g. did:web:example.edu), not the key's did:key"
+    )
     certificate.set_defaults(run=_certificate)
 
-    verify = commands.add_parser("verify", help="check that a certificate is genuine")
-    verify.add_argument("certificate", help="the certificate's HTML file")
-    verify.add_argument("--key", help="signing key file")
+    verify = commands.add_parser(
+        "verify", help="check a certificate offline with the issuer's public key"
+    )
+    verify.add_argument(
+        "certificate", help="the page (.html), credential (.jwt), badge (.png) or scanned QR text"
+    )
+    verify.add_argument(
+        "--key",
+        help="the issuer's public key (default: certificates/issuer-public-key.pem of the "
+        "course), or the old HMAC key for certificates issued before",
+    )
+    verify.add_argument(
+        "--revoked", help="revocation list (default: revoked.json beside the key, if any)"
+    )
     verify.set_defaults(run=_verify)
 
+    issuer_key = commands.add_parser(
+        "issuer-key", help="export the certificate issuer's public key for the course to publish"
+    )
+    issuer_key.add_argument("--out", help="folder (default certificates/)")
+    issuer_key.add_argument("--key", help="private signing key (as for certificate)")
+    issuer_key.add_argument("--did-web", help="also write did.json for this did:web issuer")
+    issuer_key.set_defaults(run=_issuer_key)
+
+    revoke = commands.add_parser("revoke", help="revoke a certificate (the published list)")
+    revoke.add_argument("certificate_id", help="its ID, CK-XXXX-XXXX-XXXX-XXXX")
+    revoke.add_argument("--reason", help="shown by verify")
+    revoke.add_argument("--revoked", help="the list (default certificates/revoked.json)")
+    revoke.set_defaults(run=_revoke)
+
     links = commands.add_parser(
-        "links", help="one nbgitpuller link per module, to open the course on a JupyterHub"
+        "links",
+        help="each module's name and nbgitpuller link, to open the course on a JupyterHub",
     )
     links.add_argument(
         "--hub", required=True, help="the JupyterHub's address, e.g. https://hub.example.org"

@@ -30,6 +30,9 @@ from tests.corpora.student_code import (
 from tests.corpora.student_code import (
     module06_noise as student_code_06_noise,
 )
+from tests.corpora.student_code import (
+    module07 as student_code_07,
+)
 from tests.corpora.student_code.module00 import EFFECTIVE_BATCH_SIZE
 from tests.corpora.student_code.module01 import (
     ACCUMULATE_WINDOW,
@@ -61,6 +64,7 @@ BY_QUESTION = {
     **student_code_05.BY_QUESTION,
     **student_code_06_noise.BY_QUESTION,
     **student_code_06_batch.BY_QUESTION,
+    **student_code_07.BY_QUESTION,
 }
 
 # Variants whose mistake is named after another one that shows first.
@@ -73,6 +77,7 @@ NAMED_AS = {
     **student_code_05.NAMED_AS,
     **student_code_06_noise.NAMED_AS,
     **student_code_06_batch.NAMED_AS,
+    **student_code_07.NAMED_AS,
 }
 
 _MODULES = (
@@ -84,6 +89,7 @@ _MODULES = (
     student_code_05,
     student_code_06_noise,
     student_code_06_batch,
+    student_code_07,
 )
 
 # (question, variant) pairs, for tests/helpers/mutation.py:
