@@ -204,9 +204,9 @@ def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, m
     ).as_dict()
 
 
-#: The card a CPU simulates when no budget is given: 32 MiB, about what the tiny model needs
-#: for a micro-batch of 16 sequences of 64 tokens.
-CPU_CARD_GB = 1 / 32
+#: The card a CPU simulates when no budget is given: 64 MiB, about what the tiny model needs
+#: for a micro-batch of 32 sequences of 64 tokens.
+CPU_CARD_GB = 1 / 16
 
 
 def memory_budget_gb(max_memory_gb, device: torch.device) -> float:

@@ -64,8 +64,8 @@ EVIDENCE = {
     "07_real_model": [
         ("m07-01", r"^memory budget: 0\.02 GiB"),  # max_memory_gb
         ("m07-03", r"sequences of \d+ to 48 tokens"),  # seq_len
-        ("m07-09", r": 32 samples per optimizer step"),  # target_batch 128 x 0.25
-        ("m07-20", r"^1 x 32 \(large batch\): losses \[[^,\]]+, [^,\]]+\]$"),  # steps 2
+        ("m07-09", r": 64 samples per optimizer step"),  # target_batch 256 x 0.25
+        ("m07-20", r"^1 x 64 \(large batch\): losses \[[^,\]]+, [^,\]]+\]$"),  # steps 2
     ],
 }
 

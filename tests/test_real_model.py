@@ -253,6 +253,9 @@ def test_certificates_without_the_instructor_extra_say_what_to_install(monkeypat
             ("coursekit.commands.certificate", "coursekit.grading.records.", "cryptography")
         ):
             monkeypatch.delitem(sys.modules, name)
+    import coursekit.commands
+
+    monkeypatch.delattr(coursekit.commands, "certificate", raising=False)  # as never imported
     monkeypatch.setitem(sys.modules, "cryptography", None)
     assert main(["verify", "certificate.html"]) == 2
     told = capsys.readouterr().err

@@ -234,7 +234,21 @@ def serve(
     provenance, tripwire_provenance, reporter, arm_tripwires, sealed = instruments.take()
     provenance.trust(trusted)
     tripwire_provenance.trust(trusted)
-    reporter.append(report)
+    testing: list[str] = [""]  # the question whose test runs now
+
+    def answer_called(question: str, where: str) -> None:
+        """A call to coursekit's answer to ``question``: flagged when that question is one of
+        the assignment's own. An earlier module's answer is library code to a later one
+        (module 7's tuner may plan its window with module 5's planner)."""
+        now = questions.get(testing[0])
+        if now is None or question not in questions or questions[question].module != now.module:
+            return
+        if question == testing[0]:
+            report(f"its {question} called coursekit's own answer ({where})")
+        else:
+            report(f"its {testing[0]} called coursekit's own answer to {question} ({where})")
+
+    reporter.append(answer_called)
     tampering.install_audit_hook(report, trusted, provenance)
     changes = harness_seal.changes
     answer({"kind": "ready", "applied": applied})
@@ -250,7 +264,8 @@ def serve(
                 shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
             )
         elif kind == "task":
-            if not arm_tripwires() or reporter[0] is not report:
+            testing[0] = str(command.get("question", ""))
+            if not arm_tripwires() or reporter[0] is not answer_called:
                 report("it changed the grader's tripwires on coursekit's own answers")
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
@@ -258,7 +273,7 @@ def serve(
             reply = own.run_task(
                 shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
             )
-            if not arm_tripwires() or reporter[0] is not report:  # as the test left them
+            if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             reply = {}

@@ -290,8 +290,9 @@ def install_tripwires(questions: dict, reporter: list, provenance):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...) and the check's ``reference()``. Once the
     returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
-    them is reported (to ``reporter[0]``, set by the hand-in's process): its function hands
-    in coursekit's answer. Calls from coursekit's own code, and calls while the cells run
+    them is reported (``reporter[0](question, where)``, set by the hand-in's process, which
+    counts it only where the answer is one of the assignment's own questions): its function
+    hands in coursekit's answer. Calls from coursekit's own code, and calls while the cells run
     (demonstrations), are not. Installed in the warm parent, before the harness is sealed
     (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are what the seal records."""
 
@@ -307,7 +308,7 @@ def install_tripwires(questions: dict, reporter: list, provenance):
         @functools.wraps(function)
         def tripwire(*args, **kwargs):
             if armed and reporter and not is_library(getframe(1).f_code):
-                reporter[0](f"its {question} called coursekit's own answer ({where})")
+                reporter[0](question, where)
             return function(*args, **kwargs)
 
         del tripwire.__wrapped__  # no plain path back to the unwatched function
