@@ -77,7 +77,7 @@ apt-get update
 apt-get install -y --no-install-recommends python3 python3-pip python3-venv
 python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install --upgrade pip
-# torch first, from the CPU index: coursekit's "torch>=2.2" is then met, and pip fetches no
+# torch first, from the CPU index: coursekit's "torch>=2.9" is then met, and pip fetches no
 # CUDA build (gigabytes that a CPU-only container never uses).
 "$ROOT/venv/bin/python" -m pip install --index-url {index} "torch=={torch}"
 "$ROOT/venv/bin/python" -m pip install "$SOURCE/{package}"

@@ -52,8 +52,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
 class _ReduceScatters:
     """Records the dtype and bytes of the reduce-scatters FSDP2 calls in this process.
 
-    FSDP2's default reduce-scatter calls ``torch.distributed.reduce_scatter_single``
-    through the module, so replacing the module's function sees every call.
+    FSDP2's default reduce-scatter calls ``torch.distributed.reduce_scatter_single`` (torch
+    2.13 on) or ``reduce_scatter_tensor`` (before; same arguments) through the module, so
+    replacing the module's function sees every call.
     """
 
     def __init__(self):
@@ -61,7 +62,9 @@ class _ReduceScatters:
         self.bytes = 0
 
     def __enter__(self) -> _ReduceScatters:
-        self._original = dist.reduce_scatter_single
+        single = hasattr(dist, "reduce_scatter_single")
+        self._name = "reduce_scatter_single" if single else "reduce_scatter_tensor"
+        self._original = getattr(dist, self._name)
 
         def recorded(*args, **kwargs):
             tensor = kwargs.get("input", args[1] if len(args) > 1 else None)
@@ -70,11 +73,11 @@ class _ReduceScatters:
                 self.bytes += tensor.numel() * tensor.element_size()
             return self._original(*args, **kwargs)
 
-        dist.reduce_scatter_single = recorded
+        setattr(dist, self._name, recorded)
         return self
 
     def __exit__(self, *exc) -> None:
-        dist.reduce_scatter_single = self._original
+        setattr(dist, self._name, self._original)
 
 
 def _waiting_dtype(model: nn.Module) -> str | None:
