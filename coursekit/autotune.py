@@ -36,7 +36,13 @@ from dataclasses import dataclass, field
 import torch
 
 from coursekit.arguments import real, whole
-from coursekit.budget import WHEN_NOTHING_FITS, AccumulationPlan, NothingFits, plan_accumulation
+from coursekit.budget import (
+    WHEN_NOTHING_FITS,
+    AccumulationPlan,
+    NothingFits,
+    largest_micro_batch,
+    plan_accumulation,
+)
 from coursekit.progress import Progress
 from coursekit.units import format_bytes
 
@@ -156,7 +162,10 @@ def tune(
             bar.step(f"micro-batch {size}: {format_bytes(peak)}")
             return peak <= limit_bytes
 
-        largest = _search(fits, share)
+        try:  # grow by doubling, then bisect; each size probed once (module 1's search)
+            largest = largest_micro_batch(fits, share)
+        except NothingFits:
+            largest = 0
         bar.total = bar.done
     if largest < 1:
         one = dict(probes).get(1)
@@ -167,29 +176,6 @@ def tune(
         )
     plan = plan_accumulation(target_batch, largest, world_size)
     return Tuning(largest, plan, limit_bytes, probes)
-
-
-def _search(fits: Callable[[int], bool], limit: int) -> int:
-    """The largest size in 1..limit that fits (0 if none): grow by doubling, then bisect.
-    Each size is probed at most once, so a size that failed is never chosen."""
-    if not fits(1):
-        return 0
-    good, bad = 1, None
-    while good < limit:
-        trial = min(2 * good, limit)
-        if not fits(trial):
-            bad = trial
-            break
-        good = trial
-    if bad is None:
-        return good
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        if fits(middle):
-            good = middle
-        else:
-            bad = middle
-    return good
 
 
 def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, margin=0.1):
