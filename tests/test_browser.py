@@ -163,6 +163,27 @@ def test_the_notebook_runs_in_jupyterlab_and_its_widgets_render(folder, name, la
     quiz = {w["index"]: w for w in result.widgets}.get(quiz_cell(notebook))
     assert quiz, f"{path}: the quiz cell shows no widget"
     assert quiz["radio_buttons"] and quiz["buttons"], f"{path}: the quiz has no options: {quiz}"
+    if folder == "exercises":  # what test_notebooks.py's untouched-exercise run asserts
+        assert_untouched_exercise(notebook, path)
+
+
+def assert_untouched_exercise(notebook: dict, path: str) -> None:
+    """An exercise as released: every ``check(...)`` says "[not attempted]". (With the
+    checks above, this is all of tests/test_notebooks.py's run of the untouched exercise,
+    which leaves that run to this test when both run in one session: see conftest.py.)"""
+    checks = [
+        cell
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code" and "".join(cell["source"]).lstrip().startswith("check(")
+    ]
+    assert checks, f"{path}: each module has graded questions"
+    for cell in checks:
+        printed = "".join(
+            "".join(o.get("text", ""))
+            for o in cell.get("outputs", [])
+            if o["output_type"] == "stream" and o.get("name") == "stdout"
+        )
+        assert printed.startswith("[not attempted]"), f"{path}: {printed!r}"
 
 
 # The harness itself, on notebooks broken on purpose: a check that cannot fail checks nothing.
