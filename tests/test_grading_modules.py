@@ -252,3 +252,36 @@ def test_each_mistake_is_named_and_costs_only_its_question(graded):
                 mistake = student_code.mistake_of(variant)
                 assert mistake in graded_question["mistakes"], (student, graded_question)
                 assert graded_question["score"] < question.points
+
+
+def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_planner_is_not(
+    tmp_path,
+):
+    """Module 7's notebook imports ``coursekit.autotune.tune`` for its demonstrations: a
+    hand-in whose autotune just calls it is flagged for review (the question names it in
+    ``library_answers``), while one that plans its window with module 5's answer is not
+    (an earlier module's answer is library code here)."""
+    borrowed = (
+        "from coursekit.autotune import tune\n\n"
+        "def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1,"
+        " margin=0.1):\n"
+        "    return tune(try_step, target_batch, max_memory_gb, world_size, margin,"
+        " free_memory, False).as_dict()\n"
+    )
+    for student, source in {
+        "eve": borrowed,
+        "dev": student_code.BY_QUESTION["autotune"]["correct_top_down_bisection"],
+    }.items():
+        folder = tmp_path / "hand-ins" / student
+        folder.mkdir(parents=True)
+        cells = ["import torch\nimport coursekit", f"# Question: autotune\n{source}"]
+        (folder / "07_real_model.ipynb").write_text(notebook(cells, "07_real_model"))
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        arguments = ["grade", str(tmp_path / "hand-ins"), "--assignment", "07_real_model"]
+        arguments += ["--json", "--gradebook", str(tmp_path / "g.sqlite"), "--root", str(REPO)]
+        assert main(arguments) == 0
+    results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
+    flags = {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
+    assert flags["dev"] == [], flags
+    assert any("its autotune called coursekit's own answer" in n for n in flags["eve"]), flags

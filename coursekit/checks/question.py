@@ -34,6 +34,9 @@ class Question:
     module: str
     points: int
     hidden_tests: bool = True  # does the grader draw specs of its own (hidden_specs)?
+    #: Library functions that answer the question under another name ("module.function"):
+    #: the grader flags a hand-in that calls one while its answer is tested.
+    library_answers: tuple[str, ...] = ()
 
     def public_specs(self) -> list[Spec]:
         """Fixed inputs that ``check(...)`` uses in the notebook."""

@@ -288,7 +288,9 @@ def warm_up() -> None:
 
 def install_tripwires(questions: dict, reporter: list, provenance):
     """Wrap coursekit's own answers to each question: the library function of the same name
-    (``coursekit.training.train_accumulated``...) and the check's ``reference()``. Once the
+    (``coursekit.training.train_accumulated``...), those a question names in its
+    ``library_answers`` (the same answer under another name: ``coursekit.autotune.tune``) and
+    the check's ``reference()``. Once the
     returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
     them is reported (``reporter[0](question, where)``, set by the hand-in's process, which
     counts it only where the answer is one of the assignment's own questions): its function
@@ -329,6 +331,15 @@ def install_tripwires(questions: dict, reporter: list, provenance):
             ):
                 where = f"{function.__module__}.{question_name}"
                 setattr(module, question_name, wrap(function, question_name, where))
+        for dotted in getattr(question, "library_answers", ()):  # the answer by another name
+            owner, _, attribute = dotted.rpartition(".")
+            function = vars(sys.modules.get(owner, types)).get(attribute)
+            if not isinstance(function, types.FunctionType):
+                continue
+            for _, module in modules:
+                for name, value in list(vars(module).items()):
+                    if value is function:
+                        setattr(module, name, wrap(function, question_name, dotted))
         try:
             reference = question.reference()
         except Exception:  # a question without a reference here: nothing to wrap
