@@ -153,21 +153,86 @@ def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
     monkeypatch.setattr(course, "MODULES", (course.module("01_accumulation"),))
     assert main(["links", "--hub", "https://hub.example.org/"]) == 0
     captured = capsys.readouterr()
-    assert captured.err == ""  # not the placeholder: no warning
+    # not the placeholder: no warning, only where the links take the course from, and to
+    assert captured.err == (
+        "coursekit links: these links clone https://github.com/ada-lab/grad-accum (branch "
+        "spring 2025) into the folder grad-accum/ of each student's home on the hub, and open "
+        "the module there.\n"
+    )
     name, link = captured.out.splitlines()
     assert name == "01_accumulation  Accumulating gradients"
     assert link == (
         "    https://hub.example.org/hub/user-redirect/git-pull"
         "?repo=https%3A%2F%2Fgithub.com%2Fada-lab%2Fgrad-accum"
         "&branch=spring%202025"
-        "&urlpath=lab/tree/grad-accum/exercises/01_accumulation.ipynb"
+        "&targetpath=grad-accum"
+        "&app=lab"
+        "&subpath=exercises/01_accumulation.ipynb"
     )
     query = parse_qs(urlsplit(link.strip()).query)
     assert query == {
         "repo": ["https://github.com/ada-lab/grad-accum"],
         "branch": ["spring 2025"],
-        "urlpath": ["lab/tree/grad-accum/exercises/01_accumulation.ipynb"],
+        "targetpath": ["grad-accum"],
+        "app": ["lab"],
+        "subpath": ["exercises/01_accumulation.ipynb"],
     }
+
+
+@pytest.mark.parametrize(
+    ("repository", "folder"),
+    [
+        # nbgitpuller alone would clone these into "grad-accum.git" and "" (its handlers.py)
+        ("https://gitlab.example.org/ada/grad-accum.git", "grad-accum"),
+        ("https://gitlab.example.org/ada/grad-accum/", "grad-accum"),
+        ("git@gitlab.example.org:ada/grad-accum.git", "grad-accum"),
+        ("ssh://git@example.org:2222/srv/grad-accum.git", "grad-accum"),
+        ("file:///srv/courses/grad-accum", "grad-accum"),
+        ("/srv/courses/grad-accum.git", "grad-accum"),
+        ("https://example.org/git/ml%20course", "ml%20course"),
+    ],
+)
+def test_links_to_any_repository_name_the_folder_they_open(repository, folder, capsys):
+    assert main(["links", "--hub", "https://hub.example.org", "--repository", repository]) == 0
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err  # --repository: the placeholder does not matter
+    assert f"into the folder {folder}/" in captured.err
+    for link in captured.out.splitlines()[1::2]:
+        query = parse_qs(urlsplit(link.strip()).query)
+        assert query["repo"] == [repository]
+        assert query["targetpath"] == [folder]  # where the clone lands...
+        assert query["app"] == ["lab"] and query["subpath"][0].startswith("exercises/")
+        assert "urlpath" not in query  # ...and what opens, relative to it (parent folder too)
+
+
+def test_links_take_a_branch(capsys):
+    assert main(["links", "--hub", "https://hub.example.org", "--branch", "week-2"]) == 0
+    links = capsys.readouterr().out.splitlines()[1::2]
+    assert all(parse_qs(urlsplit(link.strip()).query)["branch"] == ["week-2"] for link in links)
+
+
+@pytest.mark.parametrize(
+    ("repository", "said"),
+    [
+        ("courses/grad-accum", "relative path"),
+        ("", "empty"),
+        ("https://ada:s3cret@gitlab.example.org/ada/grad-accum.git", "password or token"),
+        ("ftp://example.org/grad-accum", "not an address git can clone"),
+        ("https://gitlab.example.org/", "names no folder"),
+        ("https://example.org/grad-accum?ref=x", "query or fragment"),
+        ("/srv/my course", "space"),
+    ],
+)
+def test_links_refuse_a_repository_a_hub_cannot_clone(repository, said, capsys):
+    assert main(["links", "--hub", "https://hub.example.org", "--repository", repository]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and said in captured.err and "Traceback" not in captured.err
+    assert "s3cret" not in captured.err
+
+
+def test_links_refuse_an_empty_branch(capsys):
+    assert main(["links", "--hub", "https://hub.example.org", "--branch", " "]) == 2
+    assert "branch is empty" in capsys.readouterr().err
 
 
 def test_links_names_each_module_beside_its_link(monkeypatch, capsys):
@@ -181,7 +246,7 @@ def test_links_names_each_module_beside_its_link(monkeypatch, capsys):
     for (name, link), module in zip(pairs, course.MODULES, strict=True):
         assert name == f"{module.name}  {module.title}"
         assert link.startswith("    http://localhost:8000/jupyter/hub/user-redirect/git-pull?")
-        assert link.endswith(f"/exercises/{module.name}.ipynb")
+        assert link.endswith(f"&subpath=exercises/{module.name}.ipynb")
 
 
 def test_links_to_the_placeholder_repository_come_with_a_warning(monkeypatch, capsys):

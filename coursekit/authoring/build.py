@@ -1,5 +1,8 @@
 """``coursekit build``: write exercises/ and solutions/ from notebooks/, or check they match.
 
+It also writes the README's module table and a hub's environment, ``binder/requirements.txt``
+(see ``hub_environment``), which name the course's address too.
+
 Each output is the source notebook passed through a fixed pipeline of small transforms.
 The order is data, not a comment: validation first, then the transforms in sequence, then the
 set-up cell, whose code depends on where the course is published (see ``publication``).
@@ -19,6 +22,7 @@ import nbformat
 from coursekit.authoring.assignment_tag import tag_assignment
 from coursekit.authoring.demo_cells import demo_problems, released_demos
 from coursekit.authoring.hidden_tests import drop_hidden_tests
+from coursekit.authoring.hub_environment import REQUIREMENTS, hub_requirements
 from coursekit.authoring.markup import MarkupError, validate
 from coursekit.authoring.outputs import clear_outputs
 from coursekit.authoring.publication import Publication, resolve
@@ -109,6 +113,7 @@ def plan_build(root: Path, publication: Publication | None = None) -> BuildPlan:
     record = wanted_record(root, demos)  # every release's demo cells, for the grader
     if record is not None:
         plan.wanted[root / RECORD] = record
+    plan.wanted[root / REQUIREMENTS] = hub_requirements(publication, install_from_setting())
     readme = root / "README.md"
     if readme.exists():
         plan.wanted[readme] = with_module_table(readme.read_text(encoding="utf-8"), publication)

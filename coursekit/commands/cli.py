@@ -100,8 +100,8 @@ def _build(args: argparse.Namespace) -> int:
                 print(f"  {name}", file=sys.stderr)
             return 1
         print(
-            "exercises/, solutions/, the README table and the released demo cells' record "
-            "match notebooks/."
+            "exercises/, solutions/, the README table, the released demo cells' record and "
+            "binder/requirements.txt match notebooks/ and coursekit/course.py."
         )
         return 0
     print("\n".join(f"wrote {name}" for name in names) or "Everything was up to date.")
@@ -350,16 +350,18 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _links(args: argparse.Namespace) -> int:
-    from coursekit.commands.hub_links import labelled_links, placeholder_warning
+    from coursekit.commands.hub_links import course_source, labelled_links, placeholder_warning
 
     try:
-        links = labelled_links(args.hub)
+        source = course_source(args.repository, args.branch)
+        links = labelled_links(args.hub, source)
     except ValueError as error:
         print(f"coursekit links: {_shown(error)}", file=sys.stderr)
         return 2
-    warning = placeholder_warning()
+    warning = None if args.repository is not None else placeholder_warning()
     if warning:
         print(f"coursekit links: warning: {warning}", file=sys.stderr)
+    print(f"coursekit links: {_shown(source.describe())}.", file=sys.stderr)
     print("\n".join(links))
     return 0
 
@@ -540,6 +542,13 @@ def parser() -> argparse.ArgumentParser:
     links.add_argument(
         "--hub", required=True, help="the JupyterHub's address, e.g. https://hub.example.org"
     )
+    links.add_argument(
+        "--repository",
+        help="the repository students get: any address git clones on the hub, e.g. "
+        "https://gitlab.example.org/ada/grad-accum.git or /srv/courses/grad-accum "
+        "(default: REPOSITORY in coursekit/course.py, on GitHub)",
+    )
+    links.add_argument("--branch", help="its branch (default: BRANCH in coursekit/course.py)")
     links.set_defaults(run=_links)
 
     report = commands.add_parser(
