@@ -48,7 +48,7 @@ def test_the_image_gets_what_a_hub_and_jupyterlab_4_need():
     wanted = requirements(hub_requirements(from_course()))
     assert set(wanted) == {"torch", "coursekit", "ipywidgets", "nbgitpuller", "jupyterhub"}
     assert str(wanted["torch"].specifier) == f"=={TESTED_TORCH}"
-    assert not wanted["ipywidgets"].specifier.contains("7.7.1")  # JupyterLab 4 needs 8
+    assert not wanted["ipywidgets"].specifier.contains("7.7.1")  # the tested major: 8
     assert wanted["ipywidgets"].specifier.contains("8.1.5")
 
 

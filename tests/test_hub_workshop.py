@@ -4,7 +4,8 @@ The instructor publishes the student copy (``coursekit student-copy``) as a git 
 and prints the links with ``coursekit links --hub ... --repository ...``. A student opens
 module 1's link, logs in, and nbgitpuller copies the course into their home and opens the
 exercise in JupyterLab; they run the set-up and imports cells, solve the first exercise and
-run its ``check(...)``, and save. The instructor then commits a fix to the course, the student
+run its ``check(...)``, open the module's quiz (widgets, drawn by the image's JupyterLab
+extension), and save. The instructor then commits a fix to the course, the student
 clicks the same link again, and the fix arrives while their own work stays.
 
 The hub (tests/helpers/hub.py) is JupyterHub with configurable-http-proxy, a dummy
@@ -35,7 +36,13 @@ from tests.helpers.hub import (
     processes_of,
     running_hub,
 )
-from tests.helpers.lab_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, missing_browser_reason
+from tests.helpers.lab_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    VIEWPORT,
+    WIDGET_ERROR,
+    missing_browser_reason,
+)
 
 REASON = missing_browser_reason() or missing_hub_reason()
 pytestmark = [
@@ -154,6 +161,12 @@ def test_a_student_clicks_a_module_link_works_and_gets_the_instructors_fix(tmp_p
     from playwright.sync_api import sync_playwright
 
     repository = course_repository(tmp_path / "grad-accum")
+    published = repository / "exercises" / f"{MODULE}.ipynb"
+    (quiz,) = [
+        i
+        for i, c in enumerate(json.loads(published.read_text())["cells"])
+        if "".join(c["source"]).startswith(f'coursekit.quiz("{MODULE}")')
+    ]
     times = {}
     with running_hub(tmp_path / "hub", {"NBGITPULLER_PARENTPATH": PARENT}) as hub:
         link = module_link(hub.url, repository, capsys)
@@ -194,12 +207,16 @@ def test_a_student_clicks_a_module_link_works_and_gets_the_instructors_fix(tmp_p
             times["check"] = time.monotonic() - start
             assert "[passed] accumulate_window" in verdict, verdict
             shot(page, "3-checked")
+            # The module's quiz: ipywidgets, drawn by the image's JupyterLab extension.
+            run_cell(page, quiz)
+            quiz_cell = cell(page, quiz)
+            quiz_cell.locator(".widget-radio-box").first.wait_for(timeout=STEP_TIMEOUT_MS)
+            assert page.get_by_text(WIDGET_ERROR).count() == 0
             page.keyboard.press("Control+s")
             notebook = saved_notebook(copy / "exercises" / f"{MODULE}.ipynb")
             assert "ada's answer" in "".join(notebook["cells"][10]["source"]), "not saved"
 
             # 4. The instructor fixes the module's summary and the README, and pushes.
-            published = repository / "exercises" / f"{MODULE}.ipynb"
             source = json.loads(published.read_text())
             summary = source["cells"][-1]
             assert "".join(summary["source"]).startswith("## Summary")

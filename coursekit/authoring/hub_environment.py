@@ -7,8 +7,8 @@ On a hub, nbgitpuller copies the course's *files* into each student's home; the 
   ``lab`` extra (JupyterLab, ipykernel) and ``frameworks`` (module 5's Accelerate and
   Lightning, module 7's peft);
 - torch at the version CI tests (coursekit itself accepts a range, so Colab keeps its torch);
-- ipywidgets 8: JupyterLab 4 renders widgets only with version 8 (its ``jupyterlab_widgets``),
-  while coursekit's own range admits Colab's 7.7;
+- ipywidgets 8, the version the course's widgets are tested with in JupyterLab 4 (the browser
+  test draws them all, the hub test the quiz); coursekit's own range also admits Colab's 7.7;
 - nbgitpuller, which the links need, and ``jupyterhub``, whose ``jupyterhub-singleuser`` the
   hub starts for each student.
 
@@ -70,7 +70,8 @@ def hub_requirements(
             f"torch=={TESTED_TORCH}",
             *note,
             f"coursekit[{EXTRAS}] @ {source}",
-            "# JupyterLab 4 shows widgets with ipywidgets 8 only (coursekit alone accepts 7.7).",
+            "# ipywidgets 8: the version the course's widgets are tested with in JupyterLab 4",
+            "# (coursekit alone also accepts Colab's 7.7).",
             "ipywidgets>=8",
             "# the course's links (`coursekit links --hub ...`) open modules through nbgitpuller",
             "nbgitpuller>=1.2",
