@@ -149,22 +149,22 @@ def test_points_have_no_trailing_zeros(value, text):
 
 def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
     monkeypatch.setattr(course, "REPOSITORY", "ada-lab/grad-accum")
-    monkeypatch.setattr(course, "BRANCH", "spring 2025")
+    monkeypatch.setattr(course, "BRANCH", "spring/2025")
     monkeypatch.setattr(course, "MODULES", (course.module("01_accumulation"),))
     assert main(["links", "--hub", "https://hub.example.org/"]) == 0
     captured = capsys.readouterr()
     # not the placeholder: no warning, only where the links take the course from, and to
     assert captured.err == (
         "coursekit links: these links clone https://github.com/ada-lab/grad-accum (branch "
-        "spring 2025) into the folder grad-accum/ of each student's home on the hub, and open "
-        "the module there.\n"
+        "spring/2025) into the folder grad-accum/ of each student's home on the hub (under "
+        "NBGITPULLER_PARENTPATH where the hub sets one), and open the module there.\n"
     )
     name, link = captured.out.splitlines()
     assert name == "01_accumulation  Accumulating gradients"
     assert link == (
         "    https://hub.example.org/hub/user-redirect/git-pull"
         "?repo=https%3A%2F%2Fgithub.com%2Fada-lab%2Fgrad-accum"
-        "&branch=spring%202025"
+        "&branch=spring%2F2025"
         "&targetpath=grad-accum"
         "&app=lab"
         "&subpath=exercises/01_accumulation.ipynb"
@@ -172,7 +172,7 @@ def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
     query = parse_qs(urlsplit(link.strip()).query)
     assert query == {
         "repo": ["https://github.com/ada-lab/grad-accum"],
-        "branch": ["spring 2025"],
+        "branch": ["spring/2025"],
         "targetpath": ["grad-accum"],
         "app": ["lab"],
         "subpath": ["exercises/01_accumulation.ipynb"],
@@ -182,14 +182,20 @@ def test_links_prints_the_nbgitpuller_link_of_each_module(monkeypatch, capsys):
 @pytest.mark.parametrize(
     ("repository", "folder"),
     [
-        # nbgitpuller alone would clone these into "grad-accum.git" and "" (its handlers.py)
+        # nbgitpuller alone would clone this one into "grad-accum.git" (its handlers.py)
         ("https://gitlab.example.org/ada/grad-accum.git", "grad-accum"),
         ("https://gitlab.example.org/ada/grad-accum/", "grad-accum"),
         ("git@gitlab.example.org:ada/grad-accum.git", "grad-accum"),
+        ("gitlab.example.org:ada/grad-accum.git", "grad-accum"),
+        ("gitlab.example.org:/srv/grad-accum.git", "grad-accum"),
         ("ssh://git@example.org:2222/srv/grad-accum.git", "grad-accum"),
         ("file:///srv/courses/grad-accum", "grad-accum"),
         ("/srv/courses/grad-accum.git", "grad-accum"),
-        ("https://example.org/git/ml%20course", "ml%20course"),
+        ("/srv/courses/grad-accum/.git", "grad-accum"),
+        ("my_host:courses/grad-accum", "grad-accum"),  # an ssh alias
+        # nbgitpuller's status page redirects to the folder's name as it is: "%" would break it
+        ("https://example.org/git/ml%20course", "ml-20course"),
+        ("https://example.org/git/.course.git", "course"),  # JupyterLab hides dot-folders
     ],
 )
 def test_links_to_any_repository_name_the_folder_they_open(repository, folder, capsys):
@@ -217,6 +223,7 @@ def test_links_take_a_branch(capsys):
         ("courses/grad-accum", "relative path"),
         ("", "empty"),
         ("https://ada:s3cret@gitlab.example.org/ada/grad-accum.git", "password or token"),
+        ("https://s3cret@github.com/ada-lab/grad-accum", "password or token"),  # a token
         ("ftp://example.org/grad-accum", "not an address git can clone"),
         ("https://gitlab.example.org/", "names no folder"),
         ("https://example.org/grad-accum?ref=x", "query or fragment"),
@@ -230,9 +237,14 @@ def test_links_refuse_a_repository_a_hub_cannot_clone(repository, said, capsys):
     assert "s3cret" not in captured.err
 
 
-def test_links_refuse_an_empty_branch(capsys):
-    assert main(["links", "--hub", "https://hub.example.org", "--branch", " "]) == 2
-    assert "branch is empty" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("branch", "said"),
+    [(" ", "branch is empty"), ("spring 2025", "not a name git allows"), ("a..b", "not a name")],
+)
+def test_links_refuse_a_branch_git_would_refuse(branch, said, capsys):
+    assert main(["links", "--hub", "https://hub.example.org", "--branch", branch]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and said in captured.err
 
 
 def test_links_names_each_module_beside_its_link(monkeypatch, capsys):

@@ -12,11 +12,12 @@ On a hub, nbgitpuller copies the course's *files* into each student's home; the 
 - nbgitpuller, which the links need, and ``jupyterhub``, whose ``jupyterhub-singleuser`` the
   hub starts for each student.
 
-repo2docker (and so BinderHub and Zero to JupyterHub images built with it) reads
-``binder/requirements.txt`` and runs ``binder/postBuild``; a Dockerfile on the Jupyter Docker
-stacks installs it with ``pip install -r``. ``coursekit build`` writes the file from
-course.py, so the coursekit line follows ``REPOSITORY``, ``BRANCH`` and ``INSTALL_FROM`` as the
-set-up cell does, and ``build --check`` names it when it is out of date.
+repo2docker (which BinderHub runs, and which can build a Zero to JupyterHub
+``singleuser.image``) installs ``binder/requirements.txt`` and runs ``binder/postBuild``; a
+Dockerfile on the Jupyter Docker stacks installs it with ``pip install -r``.
+``coursekit build`` writes the file from course.py, so the coursekit line follows
+``REPOSITORY``, ``BRANCH`` and ``INSTALL_FROM`` as the set-up cell does, and ``build --check``
+names it when it is out of date.
 ``scripts/setup --browser`` builds the hub test's environment from this very file
 (:func:`local_requirements` swaps only the coursekit line for the checkout).
 """
@@ -59,14 +60,15 @@ def hub_requirements(
         [
             "# The single-user environment of a JupyterHub for this course (written by",
             "# `coursekit build` from coursekit/course.py: edit that, not this file).",
-            "# repo2docker reads this file (Zero to JupyterHub, BinderHub); on a Jupyter Docker",
-            "# stacks image: `pip install -r binder/requirements.txt`, then run binder/postBuild.",
+            "# repo2docker builds an image from it and binder/postBuild (BinderHub does; so can",
+            "# you, for Zero to JupyterHub's singleuser.image). On a Jupyter Docker stacks image:",
+            "# `pip install -r binder/requirements.txt`, then run binder/postBuild.",
             "# The course's tests build a hub's environment from this file and click its links.",
             "#",
             "# torch: the version the course's CI tests. From PyPI on Linux x86-64 this is the",
             "# CUDA build (several GB; it also runs on CPU-only nodes). For a CPU-only hub, write",
-            f"# torch=={TESTED_TORCH}+cpu, with `--extra-index-url https://download.pytorch.org/whl/cpu`",
-            "# on a line above it.",
+            f"# torch=={TESTED_TORCH}+cpu, and add a line of its own:",
+            "# --extra-index-url https://download.pytorch.org/whl/cpu",
             f"torch=={TESTED_TORCH}",
             *note,
             f"coursekit[{EXTRAS}] @ {source}",

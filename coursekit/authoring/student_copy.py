@@ -2,7 +2,8 @@
 
 ``solutions/`` holds the worked answers and ``notebooks/`` the sources with their hidden-test
 cells; a graded course publishes neither. The copy holds what a student needs to take the
-course: the exercises, the library, the two set-up scripts, the Colab notes, and a README
+course: the exercises, the library, the two set-up scripts, the Colab notes, the environment
+a hub's image is built from (``binder/``), and a README
 written for students (:func:`student_readme`): the course's own README sends its reader to
 ``solutions/``, ``notebooks/``, the instructor guide and ``./scripts/test``, none of which are
 in the copy. (The library itself carries coursekit's reference code, which the in-notebook
@@ -26,6 +27,7 @@ STUDENT_FILES = (
     "scripts/setup",
     "scripts/start",
     "docs/colab.md",
+    "binder",  # the environment of a JupyterHub's or Binder's image (hub_environment)
 )
 _NOT_COPIED = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", ".ipynb_checkpoints")
 _GIVEAWAYS = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS")

@@ -353,7 +353,7 @@ def _links(args: argparse.Namespace) -> int:
     from coursekit.commands.hub_links import course_source, labelled_links, placeholder_warning
 
     try:
-        source = course_source(args.repository, args.branch)
+        source = course_source(repository=args.repository, branch=args.branch)
         links = labelled_links(args.hub, source)
     except ValueError as error:
         print(f"coursekit links: {_shown(error)}", file=sys.stderr)
@@ -544,7 +544,8 @@ def parser() -> argparse.ArgumentParser:
     )
     links.add_argument(
         "--repository",
-        help="the repository students get: any address git clones on the hub, e.g. "
+        help="the repository students get: a URL, [user@]host:path or an absolute path that "
+        "git clones on the hub, e.g. "
         "https://gitlab.example.org/ada/grad-accum.git or /srv/courses/grad-accum "
         "(default: REPOSITORY in coursekit/course.py, on GitHub)",
     )

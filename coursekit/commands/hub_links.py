@@ -29,9 +29,16 @@ from urllib.parse import quote, urlsplit
 
 from coursekit import course
 
-#: Address forms ``git clone`` takes that a hub can reach: a URL, or scp-like ``user@host:path``.
+#: Address forms ``git clone`` takes that a hub can reach: a URL, or scp-like ``[user@]host:path``
+#: (git reads an address as scp-like when a colon comes before any slash; it refuses a host
+#: that starts with "-").
 _URL_SCHEMES = ("https", "http", "git", "ssh", "file")
-_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^/\\].*$")
+_SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9][A-Za-z0-9._-]+:.+$")
+#: What a folder name may hold: nbgitpuller's status page puts the folder into the address it
+#: redirects to as it is (its index.js), so "#", "?" or "%" would break the redirect.
+_UNSAFE_IN_FOLDER = re.compile(r"[^A-Za-z0-9._-]+")
+#: Branch names git refuses (``git check-ref-format --branch``'s rules, in short).
+_BAD_BRANCH = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|^[-/.]|[/.]$|\.lock$|/\.|^@$")
 
 
 @dataclass(frozen=True)
@@ -46,35 +53,43 @@ class CourseSource:
         """One line for the instructor: where a click takes the course from, and to."""
         return (
             f"these links clone {self.repository} (branch {self.branch}) into the folder "
-            f"{self.folder}/ of each student's home on the hub, and open the module there"
+            f"{self.folder}/ of each student's home on the hub (under NBGITPULLER_PARENTPATH "
+            "where the hub sets one), and open the module there"
         )
 
 
-def course_source(repository: str | None = None, branch: str | None = None) -> CourseSource:
+def course_source(*, repository: str | None = None, branch: str | None = None) -> CourseSource:
     """The repository and branch the links pull: course.py's unless given.
 
     A ValueError, saying what to give instead, for an address ``git clone`` on a hub cannot
-    use: empty, a relative path (relative to what, on the hub?), or one with no name for the
-    folder.
+    use (empty, a relative path: relative to what, on the hub?), one that would show a
+    password or token to every student, or a branch name git refuses.
     """
     address = (repository if repository is not None else course.repository_url()).strip()
     branch = (branch if branch is not None else course.BRANCH).strip()
     if not branch:
         raise ValueError("the branch is empty: give the branch students should get, e.g. main")
+    if _BAD_BRANCH.search(branch):
+        raise ValueError(
+            f"{branch!r} is not a name git allows for a branch (no spaces, no ~^:?*[\\, "
+            "no '..'): give the branch's name as `git branch` shows it"
+        )
     _check_repository(address)
     return CourseSource(address, branch, repository_folder(address))
 
 
 def repository_folder(repository: str) -> str:
-    """The folder a clone of ``repository`` gets: its last part, without ``.git``.
+    """The folder a clone of ``repository`` gets: its last part, without ``.git``, with any
+    character a hub's redirect or JupyterLab would trip on replaced by "-".
 
     >>> repository_folder("https://gitlab.example.org/ada/grad-accum.git/")
     'grad-accum'
     """
     path = urlsplit(repository).path if "://" in repository else repository
-    last = path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
-    folder = last.removesuffix(".git")
-    if folder in {"", ".", ".."}:
+    path = path.replace("\\", "/").rstrip("/").removesuffix("/.git")
+    last = path.rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+    folder = _UNSAFE_IN_FOLDER.sub("-", last.removesuffix(".git")).strip("-.")
+    if not folder:
         raise ValueError(
             f"{repository!r} names no folder to clone into: give the repository's full "
             "address, e.g. https://github.com/ada-lab/grad-accum"
@@ -97,14 +112,17 @@ def _check_repository(address: str) -> None:
             )
         if parts.query or parts.fragment:
             raise ValueError(f"{address!r} has a query or fragment: give the repository alone")
-        if parts.password is not None:
+        # GitHub and GitLab take a token as the user name too: over http(s) any user name
+        # may be one. ssh's user name (git@) is no secret.
+        if parts.password is not None or (parts.username and parts.scheme in ("http", "https")):
             raise ValueError(
-                "the repository's address holds a password or token, which every student "
-                "would see in the links: give an address students' servers can clone without one"
+                "the repository's address holds a user name, password or token, which every "
+                "student would see in the links: give an address the students' servers can "
+                "clone without one"
             )
         return
     if address.startswith("/") or _SCP_LIKE.match(address):
-        return  # a path on the hub's machine, or ssh's user@host:path
+        return  # a path on the hub's machine, or ssh's [user@]host:path
     raise ValueError(
         f"{address!r} is a relative path, which each student's server would read from its own "
         f"folder: give a URL or an absolute path on the hub's machine, {example}"

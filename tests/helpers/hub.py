@@ -20,6 +20,7 @@ import contextlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -28,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coursekit.authoring.student_copy import make_student_copy
-from coursekit.commands.launch import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HUB_ENV = REPO / ".venv" / "hub"
 HUB_BIN = HUB_ENV / "bin"
 PROXY = HUB_ENV / "node" / "node_modules" / ".bin" / "configurable-http-proxy"
-#: The environment variable every process of a test hub carries: ``<test's PID>-<token>``.
+#: The environment variable every process of a test hub carries:
+#: ``<test's PID>-<its start time>-<token>``, so that a PID reused by another process is not
+#: taken for the test run that started the hub.
 MARKER = "COURSEKIT_HUB_TEST"
 PASSWORD = "workshop"  # the dummy authenticator's shared password
 
@@ -69,11 +71,17 @@ class Hub:
 
 
 def processes_of(marker_prefix: str) -> dict[int, str]:
-    """PID -> command line of every live process whose :data:`MARKER` starts with the prefix."""
+    """PID -> command line of every live process whose :data:`MARKER` starts with the prefix.
+
+    Only processes in this process's PID namespace: a container's PIDs mean nothing here.
+    """
     wanted = f"{MARKER}={marker_prefix}".encode()
+    own_namespace = _pid_namespace("self")
     found = {}
     for proc in Path("/proc").glob("[0-9]*"):
         try:
+            if _pid_namespace(proc.name) != own_namespace:
+                continue
             environment = (proc / "environ").read_bytes()
             if not any(item.startswith(wanted) for item in environment.split(b"\0")):
                 continue
@@ -86,37 +94,46 @@ def processes_of(marker_prefix: str) -> dict[int, str]:
     return found
 
 
-def stop_processes(pids: list[int], wait_s: float = 10) -> None:
-    """SIGTERM, then SIGKILL what is still there after ``wait_s``."""
+def _pid_namespace(pid: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+def stop_processes(marker_prefix: str, wait_s: float = 10) -> None:
+    """SIGTERM every process carrying the marker, then SIGKILL those still there after
+    ``wait_s``. Each round looks the processes up again, so a PID that ended meanwhile (and
+    may now be another program's) is never signalled."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
+        for pid in processes_of(marker_prefix):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        while time.monotonic() < deadline and processes_of(marker_prefix):
             time.sleep(0.2)
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int | str) -> str:
+    """When the process started, in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def _owner_alive(marker: str) -> bool:
+    """Whether the test run named in a marker (its PID and start time) still runs."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        pid, started, _ = marker.split("-", 2)
+        return _start_time(pid) == started
+    except (OSError, ValueError, IndexError):
         return False
-    return state not in "ZX"
 
 
-def stop_leftovers_of_dead_runs() -> list[str]:
-    """Stop test hubs' processes whose test run (the PID in their marker) has died."""
-    stale = {}
-    for pid, command in processes_of("").items():
-        try:
-            owner = int(_marker_of(pid).split("-", 1)[0])
-        except (OSError, ValueError):
-            continue
-        if not _alive(owner):
-            stale[pid] = command
-    stop_processes(list(stale))
-    return list(stale.values())
+def stop_leftovers_of_dead_runs() -> None:
+    """Stop the processes of test hubs whose test run has died (killed before it could)."""
+    markers = set()
+    for pid in processes_of(""):
+        with contextlib.suppress(OSError, ValueError):
+            markers.add(_marker_of(pid))
+    for marker in markers:
+        if not _owner_alive(marker):
+            stop_processes(marker)
 
 
 def _marker_of(pid: int) -> str:
@@ -133,6 +150,7 @@ def hub_config(workdir: Path, port: int, marker: str, environment: dict[str, str
     what it is told to: no variable of the test's own leaks into the students' servers).
     """
     home = workdir / "home" / "{username}"
+    hub_port, proxy_api_port = free_ports(2)
     server_env = {
         "PATH": f"{HUB_BIN}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
         "LANG": "C.UTF-8",
@@ -145,8 +163,8 @@ def hub_config(workdir: Path, port: int, marker: str, environment: dict[str, str
     settings = {
         "JupyterHub.bind_url": f"http://127.0.0.1:{port}",
         "JupyterHub.hub_ip": "127.0.0.1",
-        "JupyterHub.hub_port": free_port(port + 1),
-        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{free_port(port + 20)}",
+        "JupyterHub.hub_port": hub_port,
+        "ConfigurableHTTPProxy.api_url": f"http://127.0.0.1:{proxy_api_port}",
         "ConfigurableHTTPProxy.command": [str(PROXY)],
         "ConfigurableHTTPProxy.pid_file": str(workdir / "proxy.pid"),
         "JupyterHub.pid_file": str(workdir / "jupyterhub.pid"),
@@ -171,6 +189,15 @@ def hub_config(workdir: Path, port: int, marker: str, environment: dict[str, str
     return "\n".join(lines) + "\n"
 
 
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct ports nothing listens on: the kernel picks them, all bound at once."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for probe in sockets:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in sockets]
+
+
 @contextlib.contextmanager
 def running_hub(
     workdir: Path, environment: dict[str, str] | None = None, wait_s: float = 120
@@ -183,8 +210,8 @@ def running_hub(
     """
     stop_leftovers_of_dead_runs()
     workdir.mkdir(parents=True, exist_ok=True)
-    marker = f"{os.getpid()}-{secrets.token_hex(6)}"
-    port = free_port(18700)
+    marker = f"{os.getpid()}-{_start_time('self')}-{secrets.token_hex(6)}"
+    (port,) = free_ports(1)
     config = workdir / "jupyterhub_config.py"
     config.write_text(hub_config(workdir, port, marker, environment or {}))
     env = {
@@ -218,12 +245,12 @@ def running_hub(
             process.wait()
         log.close()
         survivors = processes_of(marker)
-        deadline = time.monotonic() + 15  # a kernel may still be exiting as the hub returns
+        deadline = time.monotonic() + wait_s  # a kernel may still be exiting as the hub returns
         while survivors and time.monotonic() < deadline:
             time.sleep(0.3)
             survivors = processes_of(marker)
         hub.leftovers = [f"{pid}: {command}" for pid, command in survivors.items()]
-        stop_processes(list(survivors))
+        stop_processes(marker)
 
 
 def _answers(url: str) -> bool:
