@@ -143,14 +143,15 @@ def _marker_of(pid: int) -> str:
     raise ValueError("no marker")
 
 
-def hub_config(workdir: Path, port: int, marker: str, environment: dict[str, str]) -> str:
-    """The hub's ``jupyterhub_config.py``: everything under ``workdir``, on ports of its own.
+def hub_config(workdir: Path, ports: list[int], marker: str, environment: dict[str, str]) -> str:
+    """The hub's ``jupyterhub_config.py``: everything under ``workdir``, on ports of its own
+    (``ports``: the public one, the hub's API and the proxy's API).
 
     ``environment``: extra variables for each student's server (the hub passes a server only
     what it is told to: no variable of the test's own leaks into the students' servers).
     """
     home = workdir / "home" / "{username}"
-    hub_port, proxy_api_port = free_ports(2)
+    port, hub_port, proxy_api_port = ports
     server_env = {
         "PATH": f"{HUB_BIN}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
         "LANG": "C.UTF-8",
@@ -211,9 +212,9 @@ def running_hub(
     stop_leftovers_of_dead_runs()
     workdir.mkdir(parents=True, exist_ok=True)
     marker = f"{os.getpid()}-{_start_time('self')}-{secrets.token_hex(6)}"
-    (port,) = free_ports(1)
+    ports = free_ports(3)
     config = workdir / "jupyterhub_config.py"
-    config.write_text(hub_config(workdir, port, marker, environment or {}))
+    config.write_text(hub_config(workdir, ports, marker, environment or {}))
     env = {
         "PATH": f"{HUB_BIN}{os.pathsep}{os.environ.get('PATH', '/usr/bin:/bin')}",
         "HOME": str(workdir),
@@ -228,7 +229,7 @@ def running_hub(
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    hub = Hub(f"http://127.0.0.1:{port}", workdir, marker, process)
+    hub = Hub(f"http://127.0.0.1:{ports[0]}", workdir, marker, process)
     try:
         deadline = time.monotonic() + wait_s
         while not _answers(f"{hub.url}/hub/api/"):
