@@ -472,6 +472,69 @@ def test_the_badge_image_carries_the_credential_as_open_badges_says(course, caps
     assert zlib.crc32(b"IEND") == int.from_bytes(png[-4:], "big")  # ends as PNG files end
 
 
+def _same_bytes_other_text(part: str) -> list[str]:
+    """Every other base64url text of ``part``'s bytes: its last character with other
+    values in the bits that encode nothing (a lenient decoder reads them all alike)."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    unused_bits = 6 * len(part) - 8 * len(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    value = alphabet.index(part[-1])
+    variants = [
+        part[:-1] + alphabet[(value & ~(2**unused_bits - 1)) | low] for low in range(2**unused_bits)
+    ]
+    decode = lambda text: base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))  # noqa: E731
+    assert all(decode(text) == decode(part) for text in variants)  # the same bytes
+    return [text for text in variants if text != part]
+
+
+def test_only_the_canonical_base64url_of_a_signature_verifies(course, capsys):
+    assert certify("ada") == 0
+    token = (course / "out" / "ada.jwt").read_text().strip()
+    page = (course / "out" / "ada.html").read_text()
+    summary = re.search(r'id="coursekit-summary">(.*?)</script>', page).group(1)
+    for name, signed in (("ada.jwt", token), ("scanned.txt", summary)):
+        head, _, signature = signed.rpartition(".")
+        others = _same_bytes_other_text(signature)
+        assert len(others) >= 3  # an Ed25519 signature's last character has unused bits
+        for other in others:
+            (course / name).write_text(f"{head}.{other}\n")
+            capsys.readouterr()
+            assert verify(course / name) == 1, other
+            assert "Genuine" not in capsys.readouterr().out
+        (course / name).write_text(signed + "\n")
+        assert verify(course / name) == 0
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+
+def test_a_badge_with_anything_beside_its_credential_claiming_to_be_one_is_refused(course, capsys):
+    assert certify("ada") == 0
+    png = (course / "out" / "ada.png").read_bytes()
+    forged = (course / "out" / "ada.jwt").read_text().strip().replace("A", "B", 1)
+    end = png.index(b"IEND") - 4
+    extra = {
+        "an Open Badges 2.0 keyword": _chunk(b"tEXt", b"openbadges\0" + forged.encode()),
+        "a compressed copy": _chunk(b"zTXt", b"openbadgecredential\0\0" + zlib.compress(b"x")),
+        "another case": _chunk(b"iTXt", b"OpenBadgeCredential\0\0\0\0\0" + forged.encode()),
+        "a JWS under another keyword": _chunk(b"tEXt", b"Comment\0" + forged.encode()),
+        "a compressed JWS": _chunk(b"zTXt", b"Comment\0\0" + zlib.compress(forged.encode())),
+        "a private chunk": _chunk(b"obAd", b"openbadgecredential " + forged.encode()),
+    }
+    for what, chunk in extra.items():
+        (course / "forged.png").write_bytes(png[:end] + chunk + png[end:])
+        capsys.readouterr()
+        assert verify(course / "forged.png") != 0, what
+        assert "Genuine" not in capsys.readouterr().out, what
+        with pytest.raises(baking.BakingError, match="claims to hold a badge credential"):
+            baking.credential_in(png[:end] + chunk + png[end:])
+    with pytest.raises(baking.BakingError, match="after its end"):
+        baking.credential_in(png + _chunk(b"tEXt", b"openbadges\0" + forged.encode()))
+    harmless = _chunk(b"tEXt", b"Software\0coursekit")  # other text is allowed
+    token = (course / "out" / "ada.jwt").read_text().strip()
+    assert baking.credential_in(png[:end] + harmless + png[end:]) == token
+
+
 def test_key_files_are_checked_and_the_public_key_exported(course, capsys):
     capsys.readouterr()
     assert (

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from coursekit.checks.question import Failure, Question
 from coursekit.grading.sandbox.channel import parse_outputs
+from coursekit.grading.text import error_feedback
 
 MESSAGE_CHARS = 600  # feedback comes partly from a hand-in's outputs: keep it short
 
@@ -33,8 +34,11 @@ def task_outputs(record: dict) -> dict | None:
     return parse_outputs(record.get("outputs_json"))
 
 
-def judge_test(question: Question, spec: dict, record: dict, expected: dict, task_timeout_s):
-    """(passed, message, mistake) for one test; messages never quote test code."""
+def judge_test(
+    question: Question, spec: dict, record: dict, expected: dict, task_timeout_s, hidden=True
+):
+    """(passed, message, mistake) for one test; messages never quote test code, nor (on a
+    ``hidden`` test) the text of an exception the student's code raised."""
     status = record.get("status") if isinstance(record, dict) else None
     name = question.name
     outputs = task_outputs(record) if status == "ok" else None
@@ -65,14 +69,15 @@ def judge_test(question: Question, spec: dict, record: dict, expected: dict, tas
             None,
         )
     if status == "error":
-        return False, str(record.get("message", "it raised an error"))[:MESSAGE_CHARS], None
+        return False, error_feedback(record.get("message", ""), hidden), None
     return False, f"{name} could not be run.", None
 
 
 def judge_question(question, specs, records, expected, task_timeout_s) -> QuestionResult:
     """Score one question: an equal share of its points for each test passed."""
+    public = question.public_specs()  # the inputs a notebook shows: their errors in full
     verdicts = [
-        judge_test(question, spec, record, reference, task_timeout_s)
+        judge_test(question, spec, record, reference, task_timeout_s, hidden=spec not in public)
         for spec, record, reference in zip(specs, records, expected, strict=True)
     ]
     passed = sum(ok for ok, _, _ in verdicts)

@@ -14,6 +14,8 @@ and number: a hand-in must not be able to grow the gradebook or a feedback page 
 
 from __future__ import annotations
 
+import builtins
+import re
 import unicodedata
 
 NOTE_CHARS = 500
@@ -117,3 +119,40 @@ def capped_notes(notes: list[str]) -> list[str]:
     if len(notes) > MAX_NOTES:
         kept.append(f"... and {len(notes) - MAX_NOTES} more notes like these.")
     return kept
+
+
+_RAISED = re.compile(r"Your function raised ([A-Za-z_]\w{0,59}):")
+_LINE = re.compile(r"\(line (\d{1,4}): ")
+#: Exception classes whose names may be shown: a class name is the hand-in's own text too
+#: (``type(f"E{secret}", (Exception,), {})``), so only names Python or torch define pass.
+_KNOWN_ERRORS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+) | {"OutOfMemoryError", "ParameterError"}
+
+
+def error_feedback(message: object, hidden: bool, chars: int = 300) -> str:
+    """The feedback for a test on which the student's code raised, from the message the
+    hand-in's process sent (``registry.error_message``: type, text, line of their code).
+
+    That message is the hand-in's own text, and on a hidden test its exception could quote
+    the test's inputs (``raise ValueError(repr(batch))``, or torch's shapes of them): there
+    the exception's text is never shown; only its class's name, where Python or torch
+    defines that name, and the line number (up to 9999) are kept. On a public test (inputs
+    the notebook shows anyway) the first line is kept, cut to ``chars`` characters."""
+    text = lossless(message)
+    if not hidden:
+        first = text.splitlines()[0] if text.strip() else "Your function raised an error."
+        return first if len(first) <= chars else first[:chars] + "..."
+    raised = _RAISED.match(text)
+    line = _LINE.search(text)
+    if raised and raised.group(1) in _KNOWN_ERRORS:
+        what = f"Your function raised {raised.group(1)}"
+    else:
+        what = "Your function raised an error"
+    where = f" (line {int(line.group(1))} of your code)" if line else ""
+    return (
+        f"{what}{where} on a hidden test. Its message is not shown, since it could hold the "
+        "hidden test's inputs; run your function on inputs of your own like the public tests'."
+    )

@@ -130,7 +130,8 @@ class PlanMicroBatch(Question):
         except NotImplementedError:
             raise
         except Exception as exc:  # which exception is part of the answer here
-            return {"raised": type(exc).__name__, "message": str(exc)[:200]}
+            # the first line only: the feedback quotes it, and the inputs it shows are the spec's
+            return {"raised": type(exc).__name__, "message": str(exc).split("\n")[0][:200]}
         if isinstance(answer, (tuple, list)) and len(answer) == 2:
             try:
                 return {"answer": [int(answer[0]), int(answer[1])]}
@@ -199,7 +200,8 @@ class PlanMicroBatch(Question):
                 "not_largest",
             )
         if raised:
-            raise Failure(f"Your function raised {raised}: {outputs.get('message', '')} {where}")
+            message = str(outputs.get("message", "")).split("\n")[0][:200]
+            raise Failure(f"Your function raised {raised}: {message} {where}")
         answer = outputs.get("answer")
         if not (isinstance(answer, list) and len(answer) == 2):
             raise Failure(

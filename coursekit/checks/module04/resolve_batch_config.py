@@ -112,7 +112,7 @@ class ResolveBatchConfig(Question):
                 says_something = len(message) >= 20 or (
                     len(message) >= 5 and any(c.isdigit() for c in message)
                 )
-                if not says_something:
+                if not says_something:  # under 20 characters: quoted whole
                     raise Failure(
                         f"You raised ValueError, but its message ({message!r}) does not say what "
                         f"is wrong: name the settings or show the numbers {setting}.",
@@ -143,8 +143,8 @@ class ResolveBatchConfig(Question):
             )
         if raised:
             raise Failure(
-                f"You raised {raised} ({outputs.get('message', '')[:120]}), but the settings fit "
-                f"together: expected {tuple(expected['answer'])} {setting}."
+                f"You raised {raised} ({_first_line(outputs.get('message'), 120)}), but the "
+                f"settings fit together: expected {tuple(expected['answer'])} {setting}."
             )
         answer = outputs.get("answer")
         if answer == expected["answer"]:
@@ -176,3 +176,8 @@ class ResolveBatchConfig(Question):
             f"Expected (train_batch_size, train_micro_batch_size_per_gpu, "
             f"gradient_accumulation_steps) = {tuple(expected['answer'])}; got {answer} {setting}."
         )
+
+
+def _first_line(message: object, chars: int) -> str:
+    """A student's exception message as feedback quotes it: its first line, cut short."""
+    return str(message or "").split("\n")[0][:chars]

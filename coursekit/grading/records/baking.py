@@ -10,6 +10,7 @@ with two credentials in it.
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -81,8 +82,12 @@ def _chunks(png: bytes):
         (crc,) = struct.unpack(">I", png[end - 4 : end])
         if crc != zlib.crc32(kind + data):
             raise BakingError(f"the image's {kind.decode('latin-1')!r} chunk is damaged")
+        if at == len(SIGNATURE) and kind != b"IHDR":
+            raise BakingError("the image does not start with its header (IHDR)")
         yield kind, data
         if kind == b"IEND":
+            if end != len(png):
+                raise BakingError("the image has data after its end (IEND)")
             return
         at = end
     raise BakingError("the image has no end (IEND)")
@@ -98,21 +103,70 @@ def bake(png: bytes, token: str) -> bytes:
     return png[:header_end] + _chunk(b"iTXt", text) + png[header_end:]
 
 
+_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
+#: What a chunk that claims to be (or to hold) a badge says of itself: the Open Badges 3.0
+#: keyword, the 2.0 one (``openbadges``), any spelling or case of either.
+_CLAIM = re.compile(rb"open[\s_-]?badge", re.IGNORECASE)
+#: A compact JWS: three base64url parts; a credential in any other text chunk is a forgery.
+_COMPACT_JWS = re.compile(rb"[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}")
+
+
+def _inflate(data: bytes) -> bytes:
+    """A compressed text chunk's text, at most MAX_PNG_BYTES of it (no zip bomb)."""
+    try:
+        return zlib.decompressobj().decompress(data, MAX_PNG_BYTES)
+    except zlib.error:
+        raise BakingError("a compressed text chunk of the image is damaged") from None
+
+
+def _text_of(kind: bytes, data: bytes) -> tuple[bytes, bytes]:
+    """(keyword, text) of a PNG text chunk, decompressed where it is compressed."""
+    keyword, _, rest = data.partition(b"\0")
+    if kind == b"tEXt":
+        return keyword, rest
+    if kind == b"zTXt":
+        return keyword, _inflate(rest[1:])
+    compressed = rest[:1] == b"\1"
+    parts = rest[2:].split(b"\0", 2)
+    text = parts[2] if len(parts) == 3 else b""
+    return keyword, _inflate(text) if compressed else text
+
+
+def _the_credential_chunk(kind: bytes, data: bytes) -> bool:
+    return kind == b"iTXt" and data.startswith(KEYWORD + b"\0")
+
+
 def credential_in(png: bytes, missing_ok: bool = False) -> str | None:
     """The text of the ``openbadgecredential`` chunk (a compact JWS), checked to be the
-    only one and uncompressed."""
+    only one and uncompressed.
+
+    Only an image with exactly one credential and nothing beside it that claims to be one
+    is read: a second ``openbadgecredential`` chunk, any other chunk naming Open Badges
+    (``openbadges``, another case or chunk type), a compact JWS in any other text chunk, or
+    bytes after the image's end are refused, since a reader other than this one might
+    take the forged one for the badge."""
     found = []
     for kind, data in _chunks(png):
-        if kind != b"iTXt" or not data.startswith(KEYWORD + b"\0"):
+        if _the_credential_chunk(kind, data):
+            rest = data[len(KEYWORD) + 1 :]
+            if len(rest) < 2 or rest[0] != 0:
+                raise BakingError("the baked credential is compressed, which Open Badges forbids")
+            try:
+                _language, _translated, text = rest[2:].split(b"\0", 2)
+                found.append(text.decode("utf-8"))
+            except (ValueError, UnicodeDecodeError):
+                raise BakingError("the baked credential is damaged") from None
             continue
-        rest = data[len(KEYWORD) + 1 :]
-        if len(rest) < 2 or rest[0] != 0:
-            raise BakingError("the baked credential is compressed, which Open Badges forbids")
-        try:
-            _language, _translated, text = rest[2:].split(b"\0", 2)
-            found.append(text.decode("utf-8"))
-        except (ValueError, UnicodeDecodeError):
-            raise BakingError("the baked credential is damaged") from None
+        claims = _CLAIM.search(kind + data) is not None
+        if kind in _TEXT_CHUNKS:
+            keyword, text = _text_of(kind, data)
+            claims = claims or _CLAIM.search(keyword + text) or _COMPACT_JWS.search(text)
+        if claims:
+            name = kind.decode("latin-1")
+            raise BakingError(
+                f"the image has a {name!r} chunk that claims to hold a badge credential beside "
+                "the one a badge may hold: it is not a genuine coursekit badge"
+            )
     if len(found) > 1:
         raise BakingError("the image holds two credentials; a badge holds one")
     if not found and not missing_ok:

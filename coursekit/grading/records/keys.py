@@ -67,10 +67,17 @@ def b64url(data: bytes) -> str:
 
 
 def b64url_decode(text: str) -> bytes:
-    """Strict base64url (RFC 7515: no padding, no other characters)."""
+    """Strict, canonical base64url (RFC 7515: no padding, no other characters).
+
+    The last character of a base64 text can carry unused bits; a decoder that ignores them
+    reads several texts as the same bytes, so a signature edited in those bits would still
+    verify. Only the one text that encodes the bytes back is accepted (RFC 4648 section 3.5)."""
     if not re.fullmatch(r"[A-Za-z0-9_-]*", text) or len(text) % 4 == 1:
         raise ValueError("not base64url")
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    data = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if b64url(data) != text:
+        raise ValueError("not canonical base64url (unused bits set in its last character)")
+    return data
 
 
 def _read(path: Path) -> bytes:
