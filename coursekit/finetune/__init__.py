@@ -1,0 +1,66 @@
+"""Fitting an LLM fine-tune on one 8-24 GB card: where the memory goes, what fits, and the
+micro-batch and accumulation steps that reach a target batch in tokens (module 8).
+
+One idea per module: ``configs`` (published model configurations built on the ``meta``
+device, so a 7B model is counted exactly without a download), ``weights`` (bytes of a frozen
+base in fp32, bf16, 8-bit LLM.int8 or 4-bit NF4, LoRA adapters, gradients and optimizer state
+in AdamW fp32 or bitsandbytes' 8-bit AdamW), ``activations`` (what autograd saves per token,
+measured on small copies of the architecture, and Korthikanti et al.'s formula beside it),
+``estimate`` (one training step's peak, part by part), ``planner`` (the micro-batch and the
+accumulation steps for a card), ``table`` ("what fits on 8 / 12 / 16 / 24 GB"), ``measured``
+(the model against what torch holds on the CPU), ``auto_batch`` (the HF Trainer's
+``auto_find_batch_size`` against :func:`coursekit.autotune.tune` on a simulated card) and
+``widget``. Notebooks import every name from here.
+
+The API (module 8 calls these; sizes in bytes, cards in GiB)::
+
+    MODES                      # "full-fp32", "full-bf16-adam8bit", "lora-fp32", "lora-bf16",
+                               # "lora-int8", "qlora-nf4"; TABLE_MODES: the table's four
+    PUBLISHED_CONFIGS, SOURCES, TABLE_MODELS
+    published_config(name) -> transformers config
+    meta_model(config) -> nn.Module on the meta device
+    count_parameters(model) -> int
+
+    estimate_memory(config, mode, micro_batch_size, seq_len, *, checkpointing=False,
+                    lora_rank=16, lora_targets="all-linear", context_gb=CONTEXT_GB)
+        -> MemoryEstimate  # .weights_bytes .gradients_bytes .optimizer_bytes
+                           # .activations_bytes .logits_bytes .context_bytes .total_bytes
+                           # .parts() -> dict, .largest_part() -> str, str() a breakdown
+
+    plan_fine_tune(config, card_gb, mode, seq_len, tokens_per_step, *, checkpointing=False,
+                   lora_rank=16, lora_targets="all-linear", margin=0.1, context_gb=CONTEXT_GB)
+        -> FineTunePlan    # .fits .micro_batch_size .accum_steps .effective_tokens
+                           # .estimate (MemoryEstimate at that micro-batch, or at 1)
+                           # str(): the plan, or "does not fit even at micro-batch 1: ..."
+    planner_widget(config="Qwen2.5-1.5B") -> ipywidgets.VBox
+
+    fits_table(models=TABLE_MODELS, cards_gb=(8, 12, 16, 24), modes=TABLE_MODES,
+               seq_len=1024, tokens_per_step=65536, checkpointing=(False, True))
+        -> list[FitRow]
+    render_fits_table(rows, fmt="markdown" | "html") -> str
+
+    compare_with_measurement(model="tiny" | "gpt2", mode="full-fp32", micro_batch_size=2,
+                             seq_len=32, checkpointing=False) -> list[Comparison]
+
+    auto_batch_comparison(card=None, per_device_train_batch_size=64,
+                          gradient_accumulation_steps=4) -> AutoBatchComparison
+        # .trainer and .tuner: micro_batch_size, accum_steps, effective_batch, tried sizes
+"""
+
+from coursekit.finetune.configs import (
+    PUBLISHED_CONFIGS,
+    SOURCES,
+    TABLE_MODELS,
+    count_parameters,
+    meta_model,
+    published_config,
+)
+
+__all__ = [
+    "PUBLISHED_CONFIGS",
+    "SOURCES",
+    "TABLE_MODELS",
+    "count_parameters",
+    "meta_model",
+    "published_config",
+]
