@@ -104,13 +104,16 @@ def set_accumulation_momentum(model: nn.Module, accum_steps: int) -> None:
 
 
 def convert_batchnorm(model: nn.Module, num_groups: int) -> nn.Module:
-    """Replace every BatchNorm with ``GroupNorm(num_groups, channels)``, keeping its affine
-    weight and bias; nested layers too. Returns ``model`` (changed in place).
+    """Replace every BatchNorm with ``GroupNorm(num_groups, channels)``, keeping its eps, dtype,
+    device and affine weight and bias (weight 1 and bias 0 for one built with
+    ``affine=False``); nested layers too. Returns ``model`` (changed in place).
     """
     for name, child in model.named_children():
         if isinstance(child, nn.modules.batchnorm._BatchNorm):
             group_norm = nn.GroupNorm(num_groups, child.num_features, eps=child.eps)
-            group_norm = group_norm.to(device=child.weight.device, dtype=child.weight.dtype)
+            like = child.weight if child.affine else child.running_mean
+            if like is not None:  # affine=False without running statistics has no tensor
+                group_norm = group_norm.to(device=like.device, dtype=like.dtype)
             if child.affine:
                 with torch.no_grad():
                     group_norm.weight.copy_(child.weight)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Spec = dict[str, Any]
@@ -27,6 +28,27 @@ class Failure(Exception):
         self.mistake = mistake
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One rule the exercise's text states, and what holds an answer to it.
+
+    ``text`` is quoted word for word from the exercise (tests/test_question_specs.py finds it
+    there). ``specs`` says in words which tests an answer that breaks the rule fails, and
+    ``where`` picks those tests out of the public specs and the hidden draw (None: every
+    test); ``mutants`` are hand-ins of the mutation corpus that break this rule
+    (tests/corpora/student_code/). benchmarks/mutation.py shows each of them failing one of
+    the rule's tests on every draw: a rule no test can fail is a rule the grade ignores.
+    """
+
+    text: str
+    specs: str
+    mutants: tuple[str, ...]
+    where: Callable[[Spec], bool] | None = None
+
+    def covers(self, spec: Spec) -> bool:
+        return self.where is None or bool(self.where(spec))
+
+
 class Question:
     """A graded question. Subclasses set the class attributes and the four methods."""
 
@@ -37,6 +59,8 @@ class Question:
     #: Library functions that answer the question under another name ("module.function"):
     #: the grader flags a hand-in that calls one while its answer is tested.
     library_answers: tuple[str, ...] = ()
+    #: The rules its exercise states (see :class:`Rule`): every one tested, none unstated.
+    rules: tuple[Rule, ...] = ()
 
     def public_specs(self) -> list[Spec]:
         """Fixed inputs that ``check(...)`` uses in the notebook."""

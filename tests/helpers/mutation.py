@@ -9,12 +9,19 @@ one of those tests fails (so it loses points); a correct style must pass them al
 mistake name a judge attaches to a mutant's failure must be true of it: the one
 ``student_code.mistake_of`` gives, or one listed in ``student_code.ALSO_NAMED``; a mutant in
 ``student_code.UNNAMED`` must get no name at all.
+
+Each rule a question states (``Question.rules``) names mutants that break it: on every seed,
+each of them must fail one of the rule's own tests (``Rule.where``), not merely some test.
+And the feedback a killed mutant gets (its first failing test's message, as the grader shows
+it) *names the mistake* when it carries a mistake name true of the mutant, or, for a mutant
+with no true name (``UNNAMED``), when it says what ``student_code.DESCRIBED`` says it must.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import warnings
 from dataclasses import dataclass, field
 
@@ -65,6 +72,15 @@ class Score:
     false_names: dict[str, set[str]] = field(default_factory=dict)  # mutant -> untrue names
     marked_down: dict[str, list[int]] = field(default_factory=dict)  # correct style -> seeds
     crashed: dict[str, str] = field(default_factory=dict)  # variant -> an unexpected error
+    # (rule's index, mutant) -> seeds where it failed none of the rule's own tests
+    rule_missed: dict[tuple[int, str], list[int]] = field(default_factory=dict)
+    kills: int = 0  # (killed mutant, seed) pairs
+    named: int = 0  # of those, how many got feedback that names the mistake
+    not_named: dict[str, str] = field(default_factory=dict)  # mutant -> a message that did not
+
+    @property
+    def named_share(self) -> float:
+        return self.named / self.kills if self.kills else 1.0
 
     @property
     def mutants(self) -> int:
@@ -81,6 +97,14 @@ class Score:
     @property
     def styles_passed(self) -> int:
         return self.styles - len(self.marked_down)
+
+
+def names_the_mistake(name: str, variant: str, failure: Failure) -> bool:
+    """Whether a killed mutant's feedback names its mistake (see the module's docstring)."""
+    if (name, variant) in student_code.UNNAMED:
+        said = student_code.DESCRIBED.get((name, variant))
+        return said is not None and re.search(said, failure.message) is not None
+    return failure.mistake is not None and failure.mistake in allowed_names(name, variant)
 
 
 def _verdicts(question, fn, specs, expected) -> list[Failure | None]:
@@ -128,9 +152,14 @@ def _score(name: str, seeds: range) -> Score:
             result.crashed[variant] = f"does not load: {error!r}"
             continue
         public_verdicts[variant] = _verdicts(question, fn, public, public_expected)
+    rules = list(enumerate(question.rules))
     for seed in seeds:
         hidden = specs_for(name, seed)[len(public) :]
         expected = [_round_trip(question.run(reference, spec)) for spec in hidden]
+        covered = [
+            [at for at, spec in enumerate(public + hidden) if rule.covers(spec)]
+            for _, rule in rules
+        ]
         for variant, verdicts_public in public_verdicts.items():
             fn = student_code.load(name, variant)
             verdicts = verdicts_public + _verdicts(question, fn, hidden, expected)
@@ -138,9 +167,19 @@ def _score(name: str, seeds: range) -> Score:
                 if any(verdicts):
                     result.marked_down.setdefault(variant, []).append(seed)
                 continue
-            if not any(verdicts):
+            for (index, rule), tests in zip(rules, covered, strict=True):
+                if variant in rule.mutants and not any(verdicts[at] for at in tests):
+                    result.rule_missed.setdefault((index, variant), []).append(seed)
+            failures = [f for f in verdicts if f]
+            if not failures:
                 result.survived.setdefault(variant, []).append(seed)
-            untrue = {f.mistake for f in verdicts if f} - allowed_names(name, variant)
+                continue
+            result.kills += 1
+            if names_the_mistake(name, variant, failures[0]):
+                result.named += 1
+            else:
+                result.not_named.setdefault(variant, failures[0].message[:300])
+            untrue = {f.mistake for f in failures} - allowed_names(name, variant)
             if untrue:
                 result.false_names.setdefault(variant, set()).update(untrue)
     return result

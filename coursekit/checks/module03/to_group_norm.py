@@ -1,11 +1,12 @@
 """``to_group_norm``: swap every BatchNorm of a model for a GroupNorm with its affine values.
 
 The check gives a float64 model with BatchNorm 1d and 2d (one inside a nested Sequential)
-whose weights, biases included, look trained, then reads the returned model's normalisation
-layers (kind, groups, channels, dtype, weight and bias), runs it on a batch of images and
+whose weights, biases included, look trained, some with an ``eps`` other than the default
+and one built with ``affine=False``, then reads the returned model's normalisation layers
+(kind, groups, channels, eps, dtype, weight and bias), runs it on a batch of images and
 compares its other weights. A verdict names the layer and the slip: a BatchNorm left, the
-wrong layer or number of groups, the affine values not copied or rounded through float32,
-a dtype other than the model's, the model not returned.
+wrong layer or number of groups, eps not kept, the affine values not copied or rounded
+through float32, a dtype other than the model's, the model not returned.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 
 from coursekit.batch_norm import convert_batchnorm
-from coursekit.checks.instruments import tensor_list, weights_of
+from coursekit.checks.instruments import tensor_list
 from coursekit.checks.module03.common import MODULE
 from coursekit.checks.question import Failure, Question, number_list, relative_gap
 from coursekit.checks.registry import register
@@ -27,19 +28,21 @@ def _float32(values: list) -> list:
 
 
 def _bn_model(spec) -> nn.Module:
-    """BatchNorm 1d and 2d, nested, with non-trivial affine values (as after training)."""
+    """BatchNorm 1d and 2d, nested, with non-trivial affine values (as after training), each
+    with the spec's ``eps``; with ``plain``, the nested one is built with ``affine=False``."""
     generator = torch.Generator().manual_seed(spec["seed"])
-    width = spec["width"]
+    width, eps = spec["width"], spec.get("eps", 1e-5)
+    nested = nn.BatchNorm2d(2 * width, eps=eps, affine=not spec.get("plain", False))
     model = nn.Sequential(
         nn.Conv2d(1, width, 3, padding=1),
-        nn.BatchNorm2d(width),
+        nn.BatchNorm2d(width, eps=eps),
         nn.ReLU(),
-        nn.Sequential(nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width)),
+        nn.Sequential(nn.Conv2d(width, 2 * width, 3, padding=1), nested),
         nn.ReLU(),
         nn.AdaptiveAvgPool2d(1),
         nn.Flatten(),
         nn.Linear(2 * width, 4 * width),
-        nn.BatchNorm1d(4 * width),
+        nn.BatchNorm1d(4 * width, eps=eps),
         nn.Tanh(),
         nn.Linear(4 * width, 3),
     ).double()
@@ -50,6 +53,18 @@ def _bn_model(spec) -> nn.Module:
 
 
 NESTED_NORM = 1  # in _bn_model's module order, the BatchNorm inside a nested Sequential
+_NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm1d)
+
+
+def _other_weights(model: nn.Module) -> list[float]:
+    """The weights of every layer but the normalisation ones, in order, as one list."""
+    kept = [
+        p.detach().flatten()
+        for module in model.modules()
+        if not isinstance(module, _NORMS)
+        for p in module.parameters(recurse=False)
+    ]
+    return torch.cat(kept).tolist() if kept else []
 
 
 def _describe(model: nn.Module) -> list:
@@ -64,6 +79,7 @@ def _describe(model: nn.Module) -> list:
                     "kind": "GroupNorm",
                     "groups": module.num_groups,
                     "channels": module.num_channels,
+                    "eps": module.eps,
                     "dtype": str(module.weight.dtype) if module.affine else None,
                     "weight": tensor_list(module.weight) if module.affine else None,
                     "bias": tensor_list(module.bias) if module.affine else None,
@@ -98,7 +114,9 @@ class ToGroupNorm(Question):
         return [
             {"seed": 1, "width": 4, "num_groups": 2},
             {"seed": 2, "width": 8, "num_groups": 4},
-            {"seed": 3, "width": 6, "num_groups": 1},
+            {"seed": 3, "width": 6, "num_groups": 1, "eps": 1e-3},
+            # the nested BatchNorm has no weight or bias: its GroupNorm is at weight 1, bias 0
+            {"seed": 4, "width": 4, "num_groups": 2, "plain": True},
         ]
 
     def hidden_specs(self, rng):
@@ -107,6 +125,8 @@ class ToGroupNorm(Question):
             width = rng.choice([4, 6, 8, 12])
             groups = rng.choice([g for g in (2, 3, 4) if width % g == 0])
             specs.append({"seed": rng.randrange(10**6), "width": width, "num_groups": groups})
+        specs[-1]["eps"] = rng.choice([1e-4, 1e-3, 0.01])
+        specs[-1]["plain"] = rng.random() < 0.5
         return specs
 
     def run(self, fn, spec):
@@ -128,7 +148,7 @@ class ToGroupNorm(Question):
             **left,
             "layers": _describe(returned),
             "runs": ran,
-            "weights": weights_of(returned),
+            "weights": _other_weights(returned),
         }
 
     def reference(self):
@@ -168,7 +188,7 @@ class ToGroupNorm(Question):
                 "GroupNorm with num_groups groups works on (N, C) and (N, C, H, W) alike.",
                 "wrong_layer",
             )
-        for got, want in zip(layers, wanted, strict=True):
+        for index, (got, want) in enumerate(zip(layers, wanted, strict=True)):
             if (got.get("groups"), got.get("channels")) != (want["groups"], want["channels"]):
                 raise Failure(
                     f"A GroupNorm has {got.get('groups')} groups over {got.get('channels')} "
@@ -176,6 +196,23 @@ class ToGroupNorm(Question):
                     f"{setting}.",
                     "wrong_groups",
                 )
+            if got.get("eps") != want["eps"]:
+                raise Failure(
+                    f"A GroupNorm has eps {got.get('eps')!r}, but the BatchNorm it replaces "
+                    f"has eps {want['eps']!r} {setting}: build it with eps=child.eps.",
+                    "eps_not_kept",
+                )
+            if index == NESTED_NORM and spec.get("plain"):
+                if got.get("weight") is None:
+                    continue  # affine=False: the same as weight 1 and bias 0
+                if got.get("weight") != want["weight"] or got.get("bias") != want["bias"]:
+                    raise Failure(
+                        "The BatchNorm inside the nested Sequential was built with "
+                        "affine=False: it has no weight or bias to copy. Its GroupNorm must "
+                        "normalise only: leave it at weight 1 and bias 0 (as built), "
+                        f"{setting}.",
+                        "affine_not_copied",
+                    )
             if got.get("weight") is None and want["weight"] is not None:
                 raise Failure(
                     "A GroupNorm has no weight and bias (affine=False): a trained model would "

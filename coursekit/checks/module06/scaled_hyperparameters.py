@@ -127,7 +127,15 @@ class ScaledHyperparameters(Question):
             {"base_lr": 0.1, "base_batch": 256, "new_batch": 1024, "kind": "sgd", "warmup": 500},
             {"base_lr": 3e-4, "base_batch": 64, "new_batch": 256, "kind": "adam", "warmup": 1000},
             # k = 2.5: not a whole ratio; the warm-up's samples are not a whole number of steps
-            {"base_lr": 0.05, "base_batch": 48, "new_batch": 120, "kind": "sgd", "warmup": 101},
+            # (and SGD's weight decay, a term of its loss, returned unchanged: rules 2 and 4)
+            {
+                "base_lr": 0.05,
+                "base_batch": 48,
+                "new_batch": 120,
+                "kind": "sgd",
+                "warmup": 101,
+                "weight_decay": 1e-4,
+            },
             # k = 16 with a short warm-up: rounded down it would vanish
             {
                 "base_lr": 1e-3,
@@ -184,6 +192,15 @@ class ScaledHyperparameters(Question):
             {"base_lr": 0.1, "base_batch": 1024, "new_batch": 192, "kind": "sgd", "warmup": 1597},
             # a tiny remainder (11 x 192 / 1024 = 2.06): a nudged float ceiling gives 2, not 3
             {"base_lr": 0.1, "base_batch": 192, "new_batch": 1024, "kind": "sgd", "warmup": 11},
+            # SGD's weight decay is in the loss: returned, unchanged
+            {
+                "base_lr": 0.1,
+                "base_batch": 128,
+                "new_batch": 512,
+                "kind": "sgd",
+                "warmup": 20,
+                "weight_decay": 5e-4,
+            },
             # Adam's weight decay is in the loss: unchanged
             {
                 "base_lr": 3e-4,
@@ -238,6 +255,7 @@ class ScaledHyperparameters(Question):
                 ]
                 spec["betas"] = rng.choice(fits)
                 spec["eps"] = rng.choice([1e-8, 1e-6])
+            if kind != "sgd" or rng.random() < 0.5:
                 spec["weight_decay"] = rng.choice([0.01, 0.05, 0.1])
             specs.append(spec)
         return specs
@@ -289,6 +307,12 @@ class ScaledHyperparameters(Question):
         keys = ["lr", "warmup_steps"] + (["betas", "eps"] if kind != "sgd" else [])
         keys += ["weight_decay"] if "weight_decay" in spec else []
         missing = [key for key in keys if key not in values]
+        if missing == ["weight_decay"]:
+            raise Failure(
+                f"Your dict has no 'weight_decay' {setting}, yet one was given: return it "
+                f"whenever it is given (rule 4), for {kind!r} too.",
+                "weight_decay_dropped",
+            )
         if missing:
             raise Failure(
                 f"Your dict has no {', '.join(map(repr, missing))} {setting}: for {kind!r} "

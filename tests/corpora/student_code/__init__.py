@@ -33,6 +33,9 @@ from tests.corpora.student_code import (
 from tests.corpora.student_code import (
     module07 as student_code_07,
 )
+from tests.corpora.student_code import (
+    module08 as student_code_08,
+)
 from tests.corpora.student_code.module00 import EFFECTIVE_BATCH_SIZE
 from tests.corpora.student_code.module01 import (
     ACCUMULATE_WINDOW,
@@ -44,6 +47,7 @@ __all__ = [
     "ACCUMULATE_WINDOW",
     "ALSO_NAMED",
     "BY_QUESTION",
+    "DESCRIBED",
     "EFFECTIVE_BATCH_SIZE",
     "HIDDEN_ONLY",
     "NAMED_AS",
@@ -65,6 +69,7 @@ BY_QUESTION = {
     **student_code_06_noise.BY_QUESTION,
     **student_code_06_batch.BY_QUESTION,
     **student_code_07.BY_QUESTION,
+    **student_code_08.BY_QUESTION,
 }
 
 # Variants whose mistake is named after another one that shows first.
@@ -78,6 +83,7 @@ NAMED_AS = {
     **student_code_06_noise.NAMED_AS,
     **student_code_06_batch.NAMED_AS,
     **student_code_07.NAMED_AS,
+    **student_code_08.NAMED_AS,
 }
 
 _MODULES = (
@@ -90,6 +96,7 @@ _MODULES = (
     student_code_06_noise,
     student_code_06_batch,
     student_code_07,
+    student_code_08,
 )
 
 # (question, variant) pairs, for tests/helpers/mutation.py:
@@ -103,6 +110,9 @@ NON_TEXTBOOK = set().union(*(getattr(m, "NON_TEXTBOOK", set()) for m in _MODULES
 HIDDEN_ONLY = set().union(*(getattr(m, "HIDDEN_ONLY", set()) for m in _MODULES))
 UNNAMED = set().union(*(getattr(m, "UNNAMED", set()) for m in _MODULES))
 ALSO_NAMED = {k: v for m in _MODULES for k, v in getattr(m, "ALSO_NAMED", {}).items()}
+# - DESCRIBED: for an UNNAMED mutant, a regular expression its feedback must match to count
+#   as naming its mistake (tests/helpers/mutation.py measures how often feedback does).
+DESCRIBED = {k: v for m in _MODULES for k, v in getattr(m, "DESCRIBED", {}).items()}
 
 
 def mistake_of(variant: str) -> str:

@@ -174,6 +174,14 @@ def scaled_hyperparameters(base_lr, base_batch, new_batch, optimizer_kind, warmu
     "betas_as_powers": _hyper(betas="[beta ** k for beta in betas]"),
     "eps_not_scaled": _hyper(eps="eps"),
     "weight_decay_not_scaled": _hyper(decay="weight_decay"),
+    # rule 4: SGD's weight decay, given, left out of its dict
+    "weight_decay_dropped": _hyper().replace(
+        '"warmup_steps": warmup, **extra}', '"warmup_steps": warmup}'
+    ),
+    # SGD's weight decay scaled as AdamW's is
+    "weight_decay_scaled_for_sgd": _hyper(
+        decay="weight_decay * (1 if optimizer_kind == 'adam' else math.sqrt(k))"
+    ),
     "weight_decay_scaled_by_k": _hyper(
         decay="weight_decay * (k if optimizer_kind == 'adamw' else 1)"
     ),
@@ -473,6 +481,7 @@ BY_QUESTION = {"scaled_hyperparameters": SCALED_HYPERPARAMETERS, "ramp_plan": RA
 
 NAMED_AS = {
     "betas_not_scaled_nor_checked": "betas_not_scaled",
+    "weight_decay_scaled_for_sgd": "weight_decay_scaled_in_the_loss",
     "schedule_popped": "inputs_changed",
     # in the public specs no later pair is reached when read in micro-batches: its windows
     # are a schedule ignored's, and that message is worded true of both

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 
 SETS = ("NON_TEXTBOOK", "HIDDEN_ONLY", "UNNAMED")
-MAPS = ("ALSO_NAMED", "NAMED_AS")
+MAPS = ("ALSO_NAMED", "NAMED_AS", "DESCRIBED")
 
 
 def merged(questions: tuple[ModuleType, ...]) -> dict:

@@ -26,4 +26,4 @@ _SETS = merged(_QUESTIONS)
 # The mutation-testing sets (tests/corpora/student_code/__init__.py says what each means),
 # and NAMED_AS: variants whose mistake is named after another one that shows first.
 NON_TEXTBOOK, HIDDEN_ONLY, UNNAMED = (_SETS[name] for name in SETS)
-ALSO_NAMED, NAMED_AS = (_SETS[name] for name in MAPS)
+ALSO_NAMED, NAMED_AS, DESCRIBED = (_SETS[name] for name in MAPS)
