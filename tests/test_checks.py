@@ -187,6 +187,11 @@ def _verdict(question: str, variant: str, spec: dict):
         ("ramp_plan", "windows_in_default_argument", "Called twice", "window 1"),
         ("recipe_window", "labels_shifted_again", "shifted once more", "differ from the recipe"),
         ("scaled_hyperparameters", "weight_decay_not_scaled", "decoupled", "by the rules"),
+        ("scaled_hyperparameters", "weight_decay_dropped", "rule 4", "by the rules"),
+        ("to_group_norm", "eps_not_kept", "eps=child.eps", "learned weight"),
+        ("to_group_norm", "affine_off_zeroed", "affine=False", "rounded"),
+        # observed: the card's limit reached, never "did not stop" (it may have, later)
+        ("autotune", "counting_down", "called try_step 20 times", "never"),
     ],
 )
 def test_a_recognisable_mistake_is_named_in_its_message(question, variant, says, never):

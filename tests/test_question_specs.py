@@ -45,3 +45,18 @@ def test_judges_refuse_outputs_of_the_wrong_shape():
     for outputs in ({}, {"weights": "lots"}, {"weights": [1.0, "x"]}, {"weights": [1.0]}):
         with pytest.raises(Failure):
             question.judge(spec, outputs, expected)
+
+
+def _stub(*args, **kwargs):
+    raise NotImplementedError  # the exercise as handed out
+
+
+@pytest.mark.parametrize("name", sorted(QUESTIONS))
+def test_the_stub_as_handed_out_is_not_attempted_on_every_spec(name):
+    """Every test of the untouched stub raises NotImplementedError out of ``run`` (the
+    grader's "not attempted", 0 points): no spec, a refusal included, may take the stub's
+    error for an answer."""
+    question = QUESTIONS[name]
+    for spec in question.public_specs() + question.hidden_specs(random.Random(0)):
+        with pytest.raises(NotImplementedError):
+            question.run(_stub, round_trip(spec))

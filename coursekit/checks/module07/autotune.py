@@ -6,12 +6,15 @@ world_size=1, margin=0.1)``. Each spec hands it a simulated card
 (:mod:`coursekit.simulated_device`) that runs out of memory above some size, may fail now and
 then near its edge, may keep a failed try's memory until it is freed, may raise an error that
 is not about memory, and stops a search that never ends. The card logs every call, so the
-judge reads what the search did, not only what it returned: right answers may probe in any
-order (grow then bisect, bisect from the top, count down), and a flaky card lets two right
-answers differ. A mistake is named from the log: a size chosen that failed or was never
-run, a size that fitted left unchosen, memory not freed (or freed while the exception still
-held it), an error swallowed, the budget or its margin ignored, a window that misses the
-target.
+judge reads what the search did, not only what it returned: a right answer may probe in any
+order that finds the largest fit within the card's calls (:func:`probe_budget`: room for
+growing then bisecting, as the exercise asks, or for bisecting from the top, but not for
+counting down one size at a time), and a flaky card lets two right answers differ. A
+mistake is named from the log: more calls than the card allows, a size chosen that failed or
+was never run, a size that fitted left unchosen, memory not freed (or freed while the
+exception still held it), an error swallowed, the budget or its margin ignored, a window
+that misses the target. An answer that raises NotImplementedError is not attempted, on every
+spec (the refusals included).
 """
 
 from __future__ import annotations
@@ -26,13 +29,14 @@ from coursekit.checks.module07.common import (
     gib,
     largest_possible,
     limit_bytes,
+    probe_budget,
     surely_fits,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import register
 from coursekit.simulated_device import ProbingDidNotStop
 
-MAX_LOG = 120  # entries of a card's log sent back; a search needs a few dozen at most
+MAX_LOG = 120  # entries of a card's log sent back: over twice what probe_budget allows
 
 
 def _spec(label, capacity, base, per_sample_mib, budget, target, world=1, margin=0.1, **more):
@@ -169,6 +173,10 @@ class Autotune(Question):
         if _refusal(spec) is not None:
             try:
                 returned = fn(*args)
+            except NotImplementedError:  # the stub as handed out: not attempted
+                raise
+            except ProbingDidNotStop:
+                outputs = {"stopped": False}
             except Exception as error:  # the refusal is what this spec checks
                 outputs = {
                     "raised": type(error).__name__,
@@ -183,7 +191,7 @@ class Autotune(Question):
             except ProbingDidNotStop:
                 outputs = {"stopped": False}
             except Exception as error:
-                if spec.get("error_from") is None:
+                if spec.get("error_from") is None or isinstance(error, NotImplementedError):
                     raise
                 chain = (error, error.__cause__)
                 outputs = {
@@ -196,6 +204,7 @@ class Autotune(Question):
                 if again is not None and again != outputs:
                     outputs["again"] = again
         log = device.log
+        outputs["calls"] = device.calls
         outputs["log"] = log[:MAX_LOG]
         outputs["held_at_end"] = device.held_bytes
         return outputs
@@ -208,19 +217,22 @@ class Autotune(Question):
             f"(card: {spec['label']}; max_memory_gb {spec['max_memory_gb']:g}, margin "
             f"{spec['margin']:g}, target_batch {spec['target']}, world_size {spec['world']})"
         )
+        log = outputs.get("log") or []
+        if outputs.get("stopped") is False or any(e.get("event") == "stopped" for e in log):
+            tried = [e.get("size") for e in log if e.get("event") in ("ok", "oom")][-6:]
+            share, budget = spec["target"] // spec["world"], probe_budget(spec)
+            raise Failure(
+                f"Your search called try_step {budget} times, all this card allows for a "
+                f"share of {share} (2 x ceil(log2({share})) + 4), and was still probing; "
+                f"its last sizes were {tried} {setting}. Grow by doubling until a size "
+                "fails, then bisect between the last size that fitted and the first that "
+                "failed until they are 1 apart: about 2 x log2(share) calls.",
+                "too_many_probes",
+            )
         reason = _refusal(spec)
         if reason is not None:
             _judge_refusal(outputs, reason, setting, _why_accepted(spec, outputs))
             return
-        log = outputs.get("log") or []
-        if outputs.get("stopped") is False or any(e.get("event") == "stopped" for e in log):
-            tried = [e.get("size") for e in log if e.get("event") in ("ok", "oom")][-6:]
-            raise Failure(
-                f"Your search never stopped: try_step was called {len(log)} times, the last "
-                f"sizes {tried} {setting}. Grow until a size fails, then bisect between the "
-                "last size that fitted and the first that failed until they are 1 apart.",
-                "probing_never_stops",
-            )
         if spec.get("error_from") is not None:
             _judge_bug(spec, outputs, log, setting)
             return
@@ -233,15 +245,25 @@ class Autotune(Question):
                 "default argument). Each call must probe its own card from scratch.",
                 "state_across_calls",
             )
-        _judge_freeing(log, outputs.get("held_at_end", 0), setting)
-        if "returned" in outputs:
-            raise Failure(
-                "Return a dict with largest_fit, accum_steps and micro_batch_sizes (whole "
-                f"numbers, and a list of them) {setting}; yours returned {outputs['returned']}."
-            )
-        largest = outputs["largest_fit"]
-        _judge_largest(spec, largest, log, setting)
-        _judge_window(spec, largest, outputs["accum_steps"], outputs["sizes"], setting)
+        _judge_result(spec, outputs, log, setting)
+
+
+def _judge_result(spec, outputs, log, setting):
+    """What a search left and returned: memory freed, the largest fit, the window."""
+    _judge_freeing(log, outputs.get("held_at_end", 0), setting)
+    if "raised" in outputs:
+        raise Failure(
+            f"Your function raised {outputs['raised']} {setting}, although no size it tried "
+            "raised an error that is not about memory: return the plan."
+        )
+    if "returned" in outputs or "largest_fit" not in outputs:
+        raise Failure(
+            "Return a dict with largest_fit, accum_steps and micro_batch_sizes (whole "
+            f"numbers, and a list of them) {setting}; yours returned {outputs.get('returned')}."
+        )
+    largest = outputs["largest_fit"]
+    _judge_largest(spec, largest, log, setting)
+    _judge_window(spec, largest, outputs["accum_steps"], outputs["sizes"], setting)
 
 
 def _called_again(fn, spec) -> dict | None:
@@ -318,8 +340,9 @@ def _judge_refusal(outputs, reason, setting, name="bad_input_accepted"):
 
 def _judge_bug(spec, outputs, log, setting):
     bug = next((e["size"] for e in log if e.get("event") == "error"), None)
-    if bug is None:
-        return  # the search never reached the faulty sizes: nothing to let through
+    if bug is None:  # the search never reached the faulty sizes: judged as any other card
+        _judge_result(spec, outputs, log, setting)
+        return
     if outputs.get("propagated") is True:
         return
     what = f"raised {outputs['raised']} instead" if "raised" in outputs else "went on and returned"

@@ -9,9 +9,21 @@ MODULE = "07_real_model"
 MIB = 2**20
 
 
+def probe_budget(spec: dict) -> int:
+    """The calls to ``try_step`` a card of the checks allows: ``2 * ceil(log2(share)) + 4``.
+
+    Growing by doubling takes at most ``ceil(log2(share)) + 1`` calls and bisecting what is
+    left at most ``ceil(log2(share))``, so a search as the exercise describes it always has
+    room for a few more (a retry, a last confirming step); counting down one size at a time
+    from the share does not."""
+    share = max(1, spec["target"] // spec["world"])
+    return 2 * max(1, (share - 1).bit_length()) + 4
+
+
 def card(spec: dict) -> SimulatedDevice:
     """The simulated card a spec describes (sizes in GiB and MiB, as people say them)."""
     return SimulatedDevice(
+        max_calls=probe_budget(spec),
         capacity_bytes=int(spec["capacity_gib"] * GIB),
         base_bytes=int(spec["base_gib"] * GIB),
         per_sample_bytes=int(spec["per_sample_mib"] * MIB),

@@ -207,6 +207,35 @@ def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, m
     sizes = [base + 1] * extra + [base] * (steps - extra)
     return {"largest_fit": size, "accum_steps": steps, "micro_batch_sizes": sizes}
 """,
+    # counting down from the share, one size at a time: right in the end, after share - b
+    # calls where the exercise's search needs about 2 log2(share)
+    "counting_down": """
+import torch
+
+def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, margin=0.1):
+    if target_batch % world_size:
+        raise ValueError("the target batch must divide among the devices")
+    share = target_batch // world_size
+    limit = max_memory_gb * 2**30 * (1 - margin)
+    size = share
+    while size >= 1:
+        peak = None
+        try:
+            peak = try_step(size)
+        except torch.OutOfMemoryError:
+            pass
+        if peak is None:
+            free_memory()
+        elif peak <= limit:
+            break
+        size -= 1
+    if size < 1:
+        raise ValueError("not even a micro-batch of 1 fits the budget")
+    steps = -(-share // size)
+    base, extra = divmod(share, steps)
+    sizes = [base + 1] * extra + [base] * (steps - extra)
+    return {"largest_fit": size, "accum_steps": steps, "micro_batch_sizes": sizes}
+""",
     # a bisection that moves the wrong end when the middle fits
     "bisection_keeps_wrong_end": _tuner(good_update="bad = middle"),
     "effective_batch_missed": _tuner(steps="share // largest", sizes="[largest] * steps"),
@@ -239,6 +268,8 @@ def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, m
 }
 
 NAMED_AS = {
+    "probing_never_stops": "too_many_probes",
+    "counting_down": "too_many_probes",
     "window_rounded_up": "effective_batch_missed",
     "nothing_fits_returned_empty": "bad_input_accepted",
     "flaky_size_retried": "failed_size_chosen",
@@ -249,6 +280,7 @@ NON_TEXTBOOK = {
     ("autotune", "flaky_size_retried"),
     ("autotune", "state_across_calls"),
     ("autotune", "bisection_keeps_wrong_end"),
+    ("autotune", "counting_down"),
 }
 # No name is true of these: each is told exactly what differs.
 UNNAMED = {
