@@ -435,8 +435,10 @@ def parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--unconfined",
         action="store_true",
-        help="run hand-ins even where they would run as your own user with no namespaces "
-        "(not root, and no user namespaces): only for hand-ins you trust",
+        help="run hand-ins even where their reads cannot be confined: as your own user with "
+        "no namespaces (not root, and no user namespaces), or on this machine's files with no "
+        "Landlock while grade finds the course or other hand-ins readable to them (it names "
+        "each): only for hand-ins you trust",
     )
     grade.set_defaults(run=_grade)
 

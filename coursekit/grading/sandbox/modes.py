@@ -4,11 +4,15 @@ The runner reports what it applied (namespaces, the hand-in's own user, Landlock
 cgroups); from that :func:`mode_of` says in one line how hand-ins run, :func:`describe_confinement`
 lists the protections in place and those missing with what that means (``grade`` prints both
 before the first hand-in), and :func:`unconfined_refusal` stops grading where a hand-in would run
-as the grader's own user with no namespace of its own, unless the instructor accepted that.
+as the grader's own user with no namespace of its own, or where it would share the machine's
+files with no Landlock while the course or other students' work is readable to it
+(:mod:`~coursekit.grading.sandbox.read_shield` first closes them), unless the instructor
+accepted that (``--unconfined``).
 """
 
 from __future__ import annotations
 
+from coursekit.grading.sandbox import read_shield
 from coursekit.grading.sandbox.errors import SandboxSetupError
 
 
@@ -17,10 +21,12 @@ class UnconfinedError(SandboxSetupError):
 
 
 def unconfined_refusal(applied: dict) -> str | None:
-    """Why grading must stop when hand-ins would run as the grader's own user with no
-    namespaces (an instructor's account in a container); None when they would not."""
+    """Why grading must stop before a sandbox that reported ``applied`` runs any cell: hand-ins
+    would run as the grader's own user with no namespaces (an instructor's account in a
+    container), or on the machine's files with no Landlock while something protected is
+    readable to them (:func:`read_shield.refusal`, which closes it first); None when neither."""
     if applied.get("root_user") or applied.get("user_namespace"):
-        return None
+        return read_shield.refusal(applied)
     why = applied.get("why_no_namespaces") or "no namespaces were made"
     return (
         "hand-ins would run unconfined, as your own user: this account is not root and "
@@ -74,9 +80,11 @@ def describe_confinement(applied: dict) -> tuple[list[str], list[str]]:
     check(
         root.get("root") == "own",
         f"its own read-only root with {int(root.get('scratch_bytes', 0)) // 2**20} MiB of scratch",
-        f"root file system of its own{because}: a hand-in sees the host's files (Landlock, "
-        "where there is one, limits what it may read and write) and its scratch folder, on "
-        "the host's disk, has no size cap",
+        f"root file system of its own{because}: a hand-in sees the host's files. Grading "
+        "makes the course's folder, the hand-ins and the gradebook's folder unreadable to it "
+        "while it runs (checked as a hand-in's user); what every user may read elsewhere, it "
+        "may read too, unless Landlock (where there is one) keeps it out. Its scratch "
+        "folder, on the host's disk, has no size cap",
     )
     check(
         "network" in names,

@@ -1,0 +1,231 @@
+"""The read shield (issue 40): where hand-ins share the grader's files with no Landlock, the
+course, the hand-ins and the gradebook are closed to them first, checked as a hand-in's user,
+and given back afterwards, however grading ends.
+
+Each test builds a small course in a temporary folder and asks the shield what a sandbox
+without a root of its own reports (``applied``, as the runner sends it). Reads are measured by
+a process that has become a hand-in's user (tests/test_read_shield_docker_like.py grades a
+batch end to end in the Docker-like mode without Landlock).
+"""
+
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from coursekit.grading.sandbox import privileges, read_shield, shield_journal
+from coursekit.grading.sandbox.modes import unconfined_refusal
+
+pytestmark = [
+    pytest.mark.grading,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root, as CI has (a hand-in's user)"),
+]
+# what a runner reports without namespaces, as root, with and without Landlock
+SHARED_FILES = {"root_user": True, "hand_in_user": privileges.HAND_IN_ID_BASE + 1, "root": {}}
+SHARED_FILES_LANDLOCK = {**SHARED_FILES, "landlock": 4}
+
+
+def _tree(base: Path) -> dict[str, Path]:
+    """A course (with a virtual environment inside it, as an editable install has), two
+    batches of hand-ins beside each other and a gradebook, all readable by every user."""
+    paths = {
+        "course": base / "course",
+        "solution": base / "course" / "solutions" / "01_accumulation.ipynb",
+        "source": base / "course" / "notebooks" / "01_accumulation.ipynb",
+        "readme": base / "course" / "README.md",
+        "venv": base / "course" / ".venv",
+        "library": base / "course" / ".venv" / "lib.py",
+        "graded": base / "hand-ins" / "week2" / "ada.ipynb",
+        "other_batch": base / "hand-ins" / "week1" / "bob.ipynb",
+        "gradebook": base / "books" / "gradebook.sqlite",
+    }
+    for name, path in paths.items():
+        if path.suffix:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(name)
+    for path in [base, *base.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+    return paths
+
+
+def _modes(base: Path) -> dict[str, int]:
+    return {str(p): stat.S_IMODE(os.lstat(p).st_mode) for p in [base, *base.rglob("*")]}
+
+
+def _protected(paths) -> read_shield.Protected:
+    return read_shield.grade_protected(
+        paths["course"], [str(paths["graded"].parent)], paths["gradebook"]
+    )
+
+
+@pytest.fixture
+def base():
+    """A folder every user may pass through (pytest's own temporary folders are root's
+    alone, which would hide everything before the shield does)."""
+    folder = Path(tempfile.mkdtemp(prefix="coursekit-shield-test-"))
+    os.chmod(folder, 0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def needs_venv(monkeypatch):
+    """The hand-ins' Python, as the shield sees it: the course's .venv (and the host's own,
+    so the probe's process can still run)."""
+
+    def needed(hidden):
+        return sorted({read_shield._real(p) for p in needed.paths})
+
+    needed.paths = []
+    monkeypatch.setattr(read_shield, "needed_paths", needed)
+    return needed
+
+
+def _reads_as_hand_in(paths: list[Path]) -> list[str]:
+    return read_shield.probe([(str(p), "whole") for p in paths])
+
+
+def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    secrets = [paths[n] for n in ("solution", "source", "readme", "graded", "other_batch")]
+    secrets.append(paths["gradebook"])
+    assert len(_reads_as_hand_in(secrets)) == len(secrets)  # the attack of issue 40, before
+    said = []
+    protected = _protected(paths)
+    with read_shield.shielding(protected, paths["course"], say=said.append):
+        assert unconfined_refusal(SHARED_FILES) is None, said
+        assert _reads_as_hand_in(secrets) == []
+        # its Python stays reachable through the closed course folder, but not listable
+        assert _reads_as_hand_in([paths["library"]]) == [str(paths["library"])]
+        assert read_shield.probe([(str(paths["course"]), "list")]) == []
+        assert list(paths["course"].glob(".coursekit-read-shield-*.json"))  # the journal
+    assert _modes(base) == before
+    assert not list(paths["course"].glob(".coursekit-read-shield-*"))
+    assert any("unreadable to other users" in s for s in said)
+    assert any("Checked as a hand-in's user" in s for s in said)
+
+
+def test_a_path_it_may_not_change_is_named_with_its_fix_and_grading_refused(base, needs_venv):
+    paths = _tree(base)
+    solutions = paths["solution"].parent
+    os.chown(solutions, 4321, 4321)  # an instructor's folder, graded as root
+    link = paths["course"] / "data"
+    outside = base / "elsewhere.txt"
+    outside.write_text("a copy of the answers")
+    os.chmod(outside, 0o644)
+    needs_venv.paths = [paths["venv"]]
+    link.symlink_to(outside)
+    with read_shield.shielding(_protected(paths), paths["course"], say=lambda _: None):
+        refusal = unconfined_refusal(SHARED_FILES)
+        assert refusal is not None
+        assert f"chmod o-rwx {solutions}" in refusal
+        assert "uid 4321" in refusal
+        assert f"{link}: a link to {outside}" in refusal
+        assert "--unconfined" in refusal
+        # with Landlock, which keeps reads to its allow list, the same is no refusal
+        assert unconfined_refusal(SHARED_FILES_LANDLOCK) is None
+
+
+def test_unconfined_goes_on_and_says_what_a_hand_in_can_read(base, needs_venv):
+    paths = _tree(base)
+    os.chown(paths["readme"], 4321, 4321)
+    needs_venv.paths = [paths["venv"]]
+    said = []
+    with read_shield.shielding(_protected(paths), paths["course"], True, said.append):
+        refusal = unconfined_refusal(SHARED_FILES)  # the driver goes on with --unconfined
+    assert str(paths["readme"]) in refusal
+    assert any(s.startswith("--unconfined: grading goes on") and "README.md" in s for s in said)
+
+
+def test_without_a_shield_or_landlock_hand_ins_sharing_the_files_are_refused():
+    assert "coursekit grade" in unconfined_refusal(SHARED_FILES)
+    assert unconfined_refusal(SHARED_FILES_LANDLOCK) is None
+    # as the grader's own user in a user namespace, with no root of its own: permissions
+    # cannot help, so only Landlock can confine reads
+    own_user = {"user_namespace": True, "root": {}}
+    assert "--unconfined" in unconfined_refusal(own_user)
+    assert unconfined_refusal({**own_user, "landlock": 3}) is None
+    assert unconfined_refusal({**own_user, "root": {"root": "own"}}) is None
+
+
+def test_modes_a_killed_grader_left_are_given_back_by_the_next_run(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    steps = read_shield.plan(_protected(paths), needs_venv(()))
+    dead = os.fork()
+    if dead == 0:  # a grader that writes its journal, makes its changes and is killed
+        shield_journal.write(paths["course"], steps.changes)
+        for change in steps.changes:
+            shield_journal.apply(change)
+        os.kill(os.getpid(), signal.SIGKILL)
+    os.waitpid(dead, 0)
+    assert _modes(base) != before
+    said = []
+    with read_shield.shielding(_protected(paths), paths["course"], say=said.append):
+        assert _modes(base) == before
+    assert any("killed grading run" in s for s in said)
+
+
+def test_a_journal_not_written_by_this_user_is_never_followed(tmp_path):
+    target = tmp_path / "target"
+    target.write_text("")
+    os.chmod(target, 0o600)
+    status = os.stat(target)
+    change = {"path": str(target), "dev": status.st_dev, "ino": status.st_ino}
+    planted = tmp_path / f"{shield_journal.PREFIX}1.json"
+    planted.write_text(
+        json.dumps({"pid": 1, "changes": [{**change, "before": 0o666, "after": 0o600}]})
+    )
+    os.chown(planted, 4321, 4321)  # a hand-in's, say
+    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [])
+    os.chown(planted, 0, 0)
+    os.chmod(planted, 0o666)  # or one anybody could have written
+    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [])
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+
+
+def test_sigterm_while_grading_gives_the_modes_back(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)  # as a fresh process has it
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            with read_shield.shielding(_protected(paths), paths["course"], say=lambda _: None):
+                unconfined_refusal(SHARED_FILES)
+                assert _modes(base) != before
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)  # the handler raises here at once
+                pytest.fail("SIGTERM did not end the block")
+        assert stopped.value.code == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert _modes(base) == before
+
+
+def test_what_grade_protects():
+    root = Path("/srv/course")
+    protected = read_shield.grade_protected(
+        root, ["/data/hand-ins/week2", "/data/hand-ins/week3/ada.ipynb"], Path("/tmp/g.sqlite")
+    )
+    assert root in protected.required and Path("/data/hand-ins/week2") in protected.required
+    # the batches beside them, where the grader owns their folder
+    assert Path("/data/hand-ins") in protected.extra
+    assert Path("/data/hand-ins/week3") in protected.extra
+    # a gradebook in a folder every user shares: the gradebook and SQLite's files beside it
+    assert Path("/tmp/g.sqlite-wal") in protected.required and Path("/tmp") not in [
+        *protected.required,
+        *protected.extra,
+    ]
