@@ -61,7 +61,9 @@ def with_lightning(
 ) -> FinderResult:
     """Lightning's ``Tuner.scale_batch_size`` (the ``BatchSizeFinder`` callback) in
     ``mode``, on a LightningModule whose training step is the probe. ``samples`` is the
-    data set's length: the finder stops growing there."""
+    data set's length: the finder stops growing there. Needs Lightning 2.6 or newer, the
+    first with ``max_val`` and with the margin (5% of the batch size found, in ``binsearch``
+    mode) that the finder then takes off; check with ``missing("lightning", at_least="2.6")``."""
     import lightning.pytorch as pl
     from lightning.pytorch.tuner import Tuner
 

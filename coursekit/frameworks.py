@@ -15,7 +15,9 @@ Example:
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import re
 
 from coursekit.framework_comparison import Row, compare, table
 from coursekit.framework_runs import (
@@ -56,9 +58,10 @@ FRAMEWORKS = {
 }
 
 
-def missing(framework: str) -> str | None:
-    """``None`` if ``framework`` (``"accelerate"``, ``"lightning"`` or ``"transformers"``) can
-    be imported, else one line saying what to install, for a notebook cell to print and skip.
+def missing(framework: str, at_least: str | None = None) -> str | None:
+    """``None`` if ``framework`` (``"accelerate"``, ``"lightning"``, ``"transformers"`` or
+    ``"peft"``) can be imported, and its installed version is ``at_least`` that where one is
+    given; else one line saying what to install, for a notebook cell to print and skip.
 
     Example:
         >>> missing("keras")
@@ -70,9 +73,24 @@ def missing(framework: str) -> str | None:
         raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}; got {framework!r}.")
     modules, title = FRAMEWORKS[framework]
     absent = [module for module in modules if importlib.util.find_spec(module) is None]
+    if not absent and at_least is not None:
+        installed = importlib.metadata.version(modules[0])
+        if _release(installed) < _release(at_least):
+            return (
+                f"Skipped: this needs {title} {at_least} or newer; {installed} is installed "
+                'here. Upgrade with: pip install "coursekit[frameworks]"'
+            )
     if not absent:
         return None
     return (
         f"Skipped: {title} needs {' and '.join(absent)}, not installed here. "
         'Install the extras with: pip install "coursekit[frameworks]"'
     )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The release numbers of a version string: ``"2.6.0rc1"`` is (2, 6, 0)."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    if match is None:
+        raise ValueError(f"not a version number: {version!r}")
+    return tuple(int(part) for part in match.group().split("."))

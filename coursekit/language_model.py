@@ -14,6 +14,7 @@ lengths, and a window's loss must be divided by its tokens, not averaged per mic
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -24,6 +25,13 @@ from torch import nn
 from coursekit.parameters import ParameterError
 
 TINY = "tiny"
+#: ``"config:gpt2"`` builds ``transformers``' default GPT-2 configuration (``GPT2Config()``:
+#: 124 M parameters, a 50,257-token output layer) with random weights: a real model's size and
+#: memory where the Hub cannot be reached, fed by the course's tokenizer.
+FROM_CONFIG = "config:"
+#: The model types ``config:`` builds. Only small defaults: Llama's default configuration, for
+#: one, has 6.7 B parameters, 27 GB of float32 weights before any training.
+CONFIG_TYPES = ("gpt2",)
 #: The checkpoint ``model="auto"`` loads on a GPU: small enough for a 15 GB T4 in fp32.
 DEFAULT_HUB_MODEL = "gpt2"
 END_OF_TEXT = "<|endoftext|>"
@@ -43,13 +51,24 @@ class LanguageModel:
     def parameters(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
 
+    @property
+    def vocabulary(self) -> int:
+        """The model's output size: the tokens its loss chooses among."""
+        return int(self.model.config.vocab_size)
+
     def __str__(self) -> str:
-        where = "from the Hugging Face Hub" if self.from_hub else "built from a configuration"
+        where = (
+            "pretrained, from the Hugging Face Hub"
+            if self.from_hub
+            else "built from a configuration: random weights"
+        )
         config = self.model.config
+        used = len(self.tokenizer)
+        tokens = f" (the tokenizer uses {used:,} of them)" if used != self.vocabulary else ""
         return (
             f"{self.name} ({config.model_type}, {where}): {self.parameters / 1e6:.2f} M "
             f"parameters, {config.num_hidden_layers} layers, vocabulary "
-            f"{len(self.tokenizer):,}"
+            f"{self.vocabulary:,}{tokens}"
         )
 
 
@@ -91,7 +110,8 @@ def tiny_config(vocab_size: int, end_of_text: int, max_positions: int = 512):
 
 def resolve_name(model: str, device: torch.device) -> str:
     """``model`` as the notebook passes it: ``"auto"`` is the hub's ``gpt2`` on a GPU and the
-    tiny model on a CPU (a real model trains for hours there)."""
+    tiny model on a CPU (a real model trains for hours there); ``"tiny"``,
+    ``"config:<model type>"`` (see :data:`FROM_CONFIG`) and hub ids stay as they are."""
     if not isinstance(model, str) or not model.strip():
         raise ParameterError(
             f"model is {model!r}; give 'auto', 'tiny' or a Hugging Face model id such as "
@@ -121,6 +141,8 @@ def load(model: str, device: torch.device, seed: int = 0, max_positions: int = 5
             config = tiny_config(len(tokenizer), tokenizer.eos_token_id, max_positions)
             lm = AutoModelForCausalLM.from_config(config)
         return LanguageModel(TINY, lm.to(device), tokenizer, from_hub=False)
+    if name.startswith(FROM_CONFIG):
+        return _from_default_config(name, device, seed)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
         lm = AutoModelForCausalLM.from_pretrained(name)
@@ -138,6 +160,28 @@ def load(model: str, device: torch.device, seed: int = 0, max_positions: int = 5
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LanguageModel(name, without_dropout(lm).to(device), tokenizer, from_hub=True)
+
+
+def _from_default_config(name: str, device: torch.device, seed: int) -> LanguageModel:
+    """``config:<model type>``: transformers' default configuration of that type (one of
+    :data:`CONFIG_TYPES`), random weights (seeded), dropout off, and the course's tokenizer.
+    Nothing is downloaded."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    model_type = name[len(FROM_CONFIG) :]
+    if model_type not in CONFIG_TYPES:
+        raise ParameterError(
+            f"model is {name!r}; a model built from a default configuration is one of "
+            f"{', '.join(FROM_CONFIG + t for t in CONFIG_TYPES)} (other defaults are far "
+            "bigger), or give 'tiny' or a Hugging Face model id."
+        )
+    config = AutoConfig.for_model(model_type)
+    tokenizer = course_tokenizer()
+    config.bos_token_id = config.eos_token_id = tokenizer.eos_token_id
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        lm = AutoModelForCausalLM.from_config(config)
+    return LanguageModel(name, without_dropout(lm).to(device), tokenizer, from_hub=False)
 
 
 def without_dropout(model: nn.Module) -> nn.Module:
@@ -183,8 +227,9 @@ def collate(batch: list[list[int]], pad_id: int, device=None) -> dict[str, torch
 
 def predicted_tokens(batch: dict[str, torch.Tensor]) -> int:
     """The tokens a causal LM's loss scores: every label but the first of each sequence
-    (nothing predicts it) and the padding. The HF Trainer counts the same
-    (``labels[..., 1:] != -100``) for its ``num_items_in_batch``."""
+    (nothing predicts it) and the padding. The HF Trainer's ``num_items_in_batch`` counts the
+    same (``labels[..., 1:] != -100``) only for models whose ``loss_type`` maps to the
+    causal-LM loss; for GPT-2 it counts every label (module 7, m07-25)."""
     return int((batch["labels"][:, 1:] != IGNORE).sum())
 
 
@@ -199,6 +244,21 @@ def summed_loss(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tenso
         ignore_index=IGNORE,
         reduction="sum",
     )
+
+
+@torch.no_grad()
+def mean_token_loss(lm: LanguageModel, sequences: list[list[int]], count: int = 32) -> float:
+    """The model's mean loss per predicted token on the first ``count`` sequences: near
+    :func:`uniform_loss` for random weights, well below it for a pretrained model."""
+    device = next(lm.model.parameters()).device
+    batch = collate(sequences[:count], lm.tokenizer.pad_token_id, device)
+    return float(summed_loss(lm.model, batch) / predicted_tokens(batch))
+
+
+def uniform_loss(lm: LanguageModel) -> float:
+    """ln V, the loss of a model that spreads its guess evenly over its V output tokens, which
+    is about where a model with random weights starts."""
+    return math.log(lm.vocabulary)
 
 
 @torch.no_grad()

@@ -7,18 +7,26 @@ micro-batch and the sequence length. Each *mode* below changes one of them:
 - ``fp32``: everything in float32;
 - ``checkpointing``: ``gradient_checkpointing_enable()`` keeps only each block's input and
   recomputes the rest in backward (activations fall, compute rises by about a third);
-- ``fp16``: autocast to float16 with a ``GradScaler`` (the T4, Colab's usual GPU, has no
-  bfloat16); ``bf16``: autocast to bfloat16, no scaler. Both halve most activations, not
-  the float32 weights, gradients or optimizer state;
+- ``fp16``: autocast to float16 with a ``GradScaler``, for GPUs that do not compute in
+  bfloat16 (before compute capability 8.0: the T4, Colab's usual GPU, only emulates it);
+  ``bf16``: autocast to bfloat16, no scaler. Both halve most activations, not the float32
+  weights, gradients or optimizer state;
 - ``lora``: LoRA adapters (``peft``) on the attention: the base weights are frozen, so they
   need no gradients and no optimizer state, and only the adapters train.
 
 On a GPU the peak is the CUDA allocator's (``torch.cuda.max_memory_allocated``), from a fresh
-peak count before the step. On a CPU no allocator keeps one, so two of the course's own
-measures stand in: the live tensors the step creates, watched one allocation at a time
-(:func:`coursekit.memory.peak_live_bytes`), and an estimate from what autograd saves for
-backward (:func:`coursekit.memory.activation_bytes`) plus the gradients; both add the weights
-and AdamW's two float32 moments per trainable parameter, which exist before the step.
+peak count before the step, less what was allocated before it: whatever else the process
+holds (the notebook's own copy of the model, another probe) is not this step's memory. On a
+CPU no allocator keeps one, so the live tensors the step creates stand in, watched one
+allocation at a time (:func:`coursekit.memory.peak_live_bytes`). Beside it, on both, the
+course's estimate: what autograd saves for backward (:func:`coursekit.memory.activation_bytes`)
+plus the gradients. Each adds the model's weights and AdamW's two float32 moments per
+trainable parameter, which exist before the step.
+
+Neither counts the optimizer step's own moment: PyTorch's default (foreach) AdamW allocates
+about 4 more bytes per trainable parameter for a temporary (the square root of the second
+moment) while weights, gradients and both moments are live; ``fused=True`` avoids most of
+it. The tuner's 10% margin is there for this, and for fragmentation.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ class Measurement:
     micro_batch: int
     seq_len: int
     peak_bytes: int  # measured: the allocator's peak on a GPU, live tensors on a CPU
-    estimate_bytes: int | None  # the course's estimate (CPU only)
+    estimate_bytes: int | None  # the course's estimate (None where it was not computed)
     tokens_per_second: float
 
 
@@ -126,25 +134,30 @@ def step(model: nn.Module, batch: dict, mode: str, scaler=None) -> None:
     (scaler.scale(loss) if scaler is not None else loss).backward()
 
 
-def measure(model: nn.Module, batch: dict, mode: str) -> tuple[int, int | None]:
-    """(peak bytes of one training step, the course's estimate or None on a GPU)."""
+def measure(
+    model: nn.Module, batch: dict, mode: str, estimate: bool = True
+) -> tuple[int, int | None]:
+    """(peak bytes of one training step, the course's estimate, or None with
+    ``estimate=False``), both counting the weights and AdamW's state (module docstring)."""
     device = batch["input_ids"].device
     scaler = torch.amp.GradScaler(device.type) if needs_scaler(mode) else None
     model.zero_grad(set_to_none=True)
     try:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+            before = torch.cuda.memory_allocated(device)
             torch.cuda.reset_peak_memory_stats(device)
             step(model, batch, mode, scaler)
             torch.cuda.synchronize(device)
-            weights = sum(p.numel() * p.element_size() for p in model.parameters())
-            optimizer_state = static_bytes(model) - weights  # not allocated by this probe
-            return torch.cuda.max_memory_allocated(device) + optimizer_state, None
-        live = peak_live_bytes(lambda: step(model, batch, mode, scaler))
+            added = torch.cuda.max_memory_allocated(device) - before
+        else:
+            added = peak_live_bytes(lambda: step(model, batch, mode, scaler))
         model.zero_grad(set_to_none=True)
+        if not estimate:
+            return static_bytes(model) + added, None
         saved = _saved_bytes(model, batch, mode)
         grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        return static_bytes(model) + live, static_bytes(model) + saved + grads
+        return static_bytes(model) + added, static_bytes(model) + saved + grads
     finally:
         model.zero_grad(set_to_none=True)
 
@@ -237,17 +250,48 @@ def sweep(
     return rows
 
 
-def probe(lm: LanguageModel, mode: str, seq_len: int) -> Callable[[int], int]:
+class Probe:
     """``try_step(b)`` for :func:`coursekit.autotune.tune` on a GPU: one real training step
-    of ``b`` sequences of ``seq_len`` tokens in ``mode``, returning its peak bytes and
-    raising ``torch.OutOfMemoryError`` where the card runs out."""
-    model = with_mode(lm, mode)
-    device = next(model.parameters()).device
+    of ``b`` sequences of ``seq_len`` tokens in ``mode`` on a copy of the model, returning its
+    peak bytes (:func:`measure`) and raising ``torch.OutOfMemoryError`` where the card runs
+    out.
 
-    def try_step(size: int) -> int:
-        return measure(model, make_batch(lm, size, seq_len, device), mode)[0]
+    The copy stays on the card until :meth:`close`, so use it in a ``with`` block: a probe
+    left in a notebook variable keeps a whole copy of the weights resident, and every later
+    search on the same card then runs with that much less memory.
 
-    return try_step
+    Example::
+
+        with lm_memory.probe(lm, "fp32", 256) as try_step:
+            tuning = tune(try_step, 256, max_memory_gb=8)
+    """
+
+    def __init__(self, lm: LanguageModel, mode: str, seq_len: int):
+        self.lm, self.mode, self.seq_len = lm, mode, seq_len
+        self.model: nn.Module | None = with_mode(lm, mode)
+
+    def __call__(self, size: int) -> int:
+        if self.model is None:
+            raise RuntimeError("this probe is closed; make a new one with lm_memory.probe(...)")
+        device = next(self.model.parameters()).device
+        batch = make_batch(self.lm, size, self.seq_len, device)
+        return measure(self.model, batch, self.mode, estimate=False)[0]
+
+    def close(self) -> None:
+        """Drop the model's copy and give its memory back to the card."""
+        self.model = None
+        free_memory()
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def probe(lm: LanguageModel, mode: str, seq_len: int) -> Probe:
+    """A :class:`Probe` of ``lm`` in ``mode`` at ``seq_len`` tokens (close it after use)."""
+    return Probe(lm, mode, seq_len)
 
 
 def simulated_card(rows: list[Measurement], mode: str, seq_len: int, capacity_gb: float):

@@ -15,6 +15,7 @@ the large-batch run that accumulation reproduces: same samples, same order, same
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ import torch
 from torch import nn
 
 from coursekit.language_model import IGNORE, LanguageModel, collate, predicted_tokens, summed_loss
-from coursekit.lm_memory import autocast_for, needs_scaler, with_mode
+from coursekit.lm_memory import autocast_for, needs_scaler, parts_of, with_mode
 from coursekit.progress import Progress
 from coursekit.schedules import warmup_cosine
 
@@ -32,13 +33,20 @@ CLIP = 1.0
 
 @dataclass
 class TrainingRun:
-    """What one run leaves: the loss and learning rate of every optimizer step, its weights."""
+    """What one run leaves: the loss and learning rate of every optimizer step, its weights,
+    and how fast it went."""
 
     name: str
     losses: list[float] = field(default_factory=list)  # the window's mean token loss
     learning_rates: list[float] = field(default_factory=list)
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     skipped_steps: int = 0  # fp16: windows the GradScaler skipped (an inf or nan gradient)
+    tokens: int = 0  # predicted tokens trained on, in all windows
+    seconds: float = 0.0  # the training loop's time (not the model's copy or set-up)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
 
 def windows(
@@ -79,10 +87,12 @@ def train(
     scaler = torch.amp.GradScaler(device.type) if needs_scaler(mode) else None
     run = TrainingRun(name or f"{len(sizes)} x {max(sizes)} ({mode})")
     pad = lm.tokenizer.pad_token_id
+    start = time.perf_counter()
     with Progress(steps, f"training: {run.name}", enabled=progress) as bar:
         for window in windows(sequences, sizes, steps):
             batches = [collate(rows, pad, device) for rows in window]
             tokens = sum(predicted_tokens(b) for b in batches)  # the window's, not each one's
+            run.tokens += tokens
             total = 0.0
             for batch in batches:
                 with autocast_for(mode, device):
@@ -102,8 +112,9 @@ def train(
                 optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            run.losses.append(total)
+            run.losses.append(total)  # .item() waited for the device: the time is real
             bar.step(f"loss {total:.3f}")
+    run.seconds = time.perf_counter() - start
     run.weights = _trainable_weights(model)
     return run
 
@@ -131,19 +142,29 @@ def with_hf_trainer(
     steps: int,
     lr: float = LR,
     warmup_steps: int = 1,
+    mode: str = "fp32",
 ) -> TrainingRun:
     """The same fine-tuning in ``transformers.Trainer`` with ``gradient_accumulation_steps``:
-    the same model copy, sequences in the same order, AdamW and schedule, clipping at 1.0.
+    the same model copy in the same ``mode`` (:func:`train`'s: ``bf16`` or ``fp16`` become the
+    Trainer's ``bf16=True`` or ``fp16=True``, a GradScaler included), sequences in the same
+    order, AdamW and schedule, clipping at 1.0.
 
-    The Trainer counts the window's predicted tokens itself (``num_items_in_batch``) and the
-    model divides its summed loss by them, which is this module's loss scaling; on the CPU
-    it runs in float32, on a GPU in bf16 where the GPU has it.
+    The Trainer divides the window's summed loss by its own count, ``num_items_in_batch``:
+    the labels that are not -100, counted from the second position on (``labels[..., 1:]``,
+    the tokens the loss scores) only for models whose ``loss_type`` maps to transformers'
+    causal-LM loss (class names containing ``ForCausalLM``, or ``ForConditionalGeneration``
+    for a decoder-only model). For GPT-2 (``GPT2LMHeadModel``, this module's model) it counts
+    every label, the first of each sequence too, so its loss and gradient come out smaller
+    than :func:`train`'s by predicted / labelled tokens (module 7 measures it; transformers
+    5.25). ``seconds`` is the Trainer's own ``train_runtime``.
     """
     from transformers import PrinterCallback, Trainer, TrainingArguments
 
-    model = with_mode(lm, "fp32")
+    parts = parts_of(mode)
+    model = with_mode(lm, mode)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=0.0)
     scheduler = warmup_cosine(optimizer, min(warmup_steps, steps - 1), steps)
     taken = [sequences[i % len(sequences)] for i in range(steps * micro_batch * accum_steps)]
     dataset = [{"input_ids": ids} for ids in taken]
@@ -169,7 +190,8 @@ def with_hf_trainer(
             report_to="none",
             disable_tqdm=True,
             use_cpu=device.type == "cpu",
-            bf16=device.type == "cuda" and torch.cuda.is_bf16_supported(),
+            bf16="bf16" in parts,
+            fp16="fp16" in parts,
             dataloader_pin_memory=False,
             remove_unused_columns=False,
         )
@@ -181,9 +203,15 @@ def with_hf_trainer(
             optimizers=(optimizer, scheduler),
         )
         trainer.remove_callback(PrinterCallback)
-        trainer.train()
+        output = trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    run = TrainingRun(f"HF Trainer ({micro_batch} x {accum_steps})")
+    run = TrainingRun(f"HF Trainer ({micro_batch} x {accum_steps}, {mode})")
+    run.seconds = float(output.metrics["train_runtime"])
+    run.tokens = sum(
+        predicted_tokens(collate(rows, pad))
+        for window in windows(sequences, [micro_batch] * accum_steps, steps)
+        for rows in window
+    )
     run.losses = [entry["loss"] for entry in logs]
     run.learning_rates = [entry["learning_rate"] for entry in logs]
     run.weights = _trainable_weights(model)

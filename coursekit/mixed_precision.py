@@ -17,6 +17,34 @@ import torch
 from torch import nn
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+#: The first CUDA compute capability whose tensor cores compute in bfloat16 (Ampere, sm_80).
+NATIVE_BF16_CAPABILITY = (8, 0)
+
+
+def has_native_bf16(device: torch.device | str) -> bool:
+    """True where a CUDA GPU computes in bfloat16 in hardware: compute capability 8.0 or more
+    (A100, RTX 30xx, L4, H100), or an AMD GPU under ROCm.
+
+    Not ``torch.cuda.is_bf16_supported()``: by default (``including_emulation=True``) it also
+    says yes where a bfloat16 tensor can merely be created, which on a T4 (sm_75, Colab's
+    usual GPU) means slow emulation, and so never takes the fp16 + GradScaler path that such
+    a card needs. The capability is read for ``device`` itself, not the current GPU. False
+    for every device that is not a CUDA one (the CPU's autocast has its own rules).
+    """
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.version.hip:  # ROCm reports its own architecture numbers; torch treats it as native
+        return True
+    return tuple(torch.cuda.get_device_capability(device)) >= NATIVE_BF16_CAPABILITY
+
+
+def half_precision(device: torch.device | str) -> str:
+    """The mixed-precision mode to train in on a CUDA ``device``: ``"bf16"`` where it is
+    native (:func:`has_native_bf16`), else ``"fp16"``, which needs a GradScaler (module 7's
+    recipe then uses one). Any other device gets ``"fp16"`` too, the choice that is safe
+    everywhere, though on a CPU float32 is usually faster than either."""
+    return "bf16" if has_native_bf16(device) else "fp16"
 
 
 def amp_window(

@@ -1,8 +1,9 @@
 """The whole recipe in one loop: what every earlier module taught, on a tiny GPT.
 
 One optimizer step per window of micro-batches, and in each window:
-- bf16 autocast for the forward pass where the device supports it (no GradScaler needed:
-  bf16 has float32's range), while the loss, the gradients and the weights stay float32;
+- bf16 autocast for the forward pass on the CPU and on GPUs that compute in bf16 (no
+  GradScaler needed: bf16 has float32's range), while the loss, the gradients and the
+  weights stay float32;
 - each micro-batch's summed token loss divided by the window's real-token count, so the
   window's gradient is the mean over its tokens whatever the padding (module 2);
 - gradient clipping once, at the boundary, on the whole window's gradient;
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from coursekit.mixed_precision import has_native_bf16
 from coursekit.progress import Progress
 from coursekit.schedules import optimizer_steps, warmup_cosine
 from coursekit.tokens import TokenBatch, count_tokens, lm_loss, split_token_batches
@@ -29,13 +31,16 @@ from coursekit.training import windows
 def autocast_dtype(device: torch.device | str) -> torch.dtype | None:
     """``torch.bfloat16`` where autocast supports it on ``device``, else None (float32).
 
-    CUDA GPUs from Ampere (compute capability 8.0) on compute in bf16; PyTorch's CPU autocast
-    supports bf16 everywhere (fast on CPUs with AVX-512 BF16 or AMX, emulated elsewhere).
-    float16 is not offered here: its narrow range needs a GradScaler (module 2).
+    CUDA GPUs from Ampere (compute capability 8.0) on compute in bf16; older ones (a T4,
+    sm_75) only emulate it, slowly, although ``torch.cuda.is_bf16_supported()`` says yes there,
+    so they get None (:func:`coursekit.mixed_precision.has_native_bf16`). PyTorch's CPU
+    autocast supports bf16 everywhere (fast on CPUs with AVX-512 BF16 or AMX, emulated
+    elsewhere). float16 is not offered here: its narrow range needs a GradScaler (module 2),
+    which this loop does not have; module 7's recipe takes fp16 with one on such GPUs.
     """
     device = torch.device(device)
     if device.type == "cuda":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+        return torch.bfloat16 if has_native_bf16(device) else None
     if device.type == "cpu":
         return torch.bfloat16
     return None

@@ -196,6 +196,93 @@ def test_accumulating_uneven_micro_batches_follows_the_large_batch(lm):
     assert lm_training.max_weight_difference(large, accumulated) < 1e-4
 
 
+def test_random_weights_are_said_and_their_loss_starts_near_ln_v(lm):
+    assert "random weights" in str(lm) and lm.vocabulary == 1024
+    loss = language_model.mean_token_loss(lm, language_model.sequences(lm.tokenizer, 64))
+    assert language_model.uniform_loss(lm) == pytest.approx(6.9315, abs=1e-4)
+    assert abs(loss - language_model.uniform_loss(lm)) < 0.1
+
+
+def test_a_model_from_a_default_configuration_is_built_offline(monkeypatch):
+    """``config:gpt2`` is GPT2Config()'s defaults; building its 124 M parameters costs
+    seconds, so a small configuration stands in for the defaults here."""
+    import transformers
+
+    made = []
+
+    def small(model_type):
+        made.append(model_type)
+        return transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=2048)
+
+    monkeypatch.setattr(transformers.AutoConfig, "for_model", small)
+    built = language_model.load("config:gpt2", torch.device("cpu"), seed=3)
+    assert made == ["gpt2"] and built.name == "config:gpt2" and not built.from_hub
+    assert built.vocabulary == 2048 and len(built.tokenizer) == 1024
+    assert "random weights" in str(built) and "the tokenizer uses 1,024 of them" in str(built)
+    assert built.model.config.eos_token_id == built.tokenizer.eos_token_id
+    assert all(not m.p for m in built.model.modules() if isinstance(m, torch.nn.Dropout))
+    again = language_model.load("config:gpt2", torch.device("cpu"), seed=3)
+    assert torch.equal(built.model.transformer.wte.weight, again.model.transformer.wte.weight)
+    for bad in ("config:llama", "config:", "config:nope"):
+        with pytest.raises(ParameterError, match="config:gpt2"):
+            language_model.load(bad, torch.device("cpu"))
+    assert made == ["gpt2", "gpt2"]  # refused before any configuration was built
+
+
+@pytest.mark.parametrize(
+    ("capability", "native"), [((7, 5), False), ((7, 0), False), ((8, 0), True), ((9, 0), True)]
+)
+def test_bf16_is_chosen_only_where_the_gpu_computes_in_it(monkeypatch, capability, native):
+    """A T4 (7.5) emulates bf16 and torch.cuda.is_bf16_supported() says yes there: the
+    recipes of modules 5 and 7 must still take float32 and fp16 + GradScaler on it."""
+    from coursekit import recipe
+    from coursekit.mixed_precision import half_precision, has_native_bf16
+
+    asked = []
+
+    def capability_of(device=None):
+        asked.append(device)
+        return capability
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)  # emulation
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability_of)
+    monkeypatch.setattr(torch.version, "hip", None)
+    assert has_native_bf16("cuda:1") is native
+    assert asked == [torch.device("cuda:1")]  # that card's capability, not the current one's
+    assert half_precision("cuda") == ("bf16" if native else "fp16")
+    assert recipe.autocast_dtype("cuda") is (torch.bfloat16 if native else None)
+    assert not has_native_bf16("cpu") and recipe.autocast_dtype("cpu") is torch.bfloat16
+
+
+def test_lightning_older_than_module_7_needs_is_named(monkeypatch):
+    import importlib.metadata
+
+    from coursekit.frameworks import missing
+
+    if missing("lightning"):
+        pytest.skip(missing("lightning"))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.5.5")
+    told = missing("lightning", at_least="2.6")
+    assert "2.6 or newer; 2.5.5 is installed" in told and "coursekit[frameworks]" in told
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.6.0rc1")
+    assert missing("lightning", at_least="2.6") is None
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.10.1")
+    assert missing("lightning", at_least="2.6") is None
+
+
+def test_a_probe_lets_its_copy_of_the_model_go_when_closed(lm):
+    import weakref
+
+    with lm_memory.probe(lm, "fp32", 16) as try_step:
+        copy = weakref.ref(try_step.model)
+        assert try_step(2) > lm_memory.static_bytes(lm.model) > 0
+        assert copy() is not lm.model
+    assert copy() is None  # the with block's end freed the copy
+    with pytest.raises(RuntimeError, match="closed"):
+        try_step(2)
+
+
 def test_the_modes_combine_and_bad_ones_are_named(lm):
     assert lm_memory.parts_of("checkpointing+bf16+lora") == {"checkpointing", "bf16", "lora"}
     for bad in ("fp8", "fp16+bf16", ""):
@@ -231,6 +318,9 @@ def test_the_hf_trainer_divides_gpt2_s_loss_by_every_labelled_token(lm):
     labelled = sum(int((b["labels"] != -100).sum()) for b in batches)
     assert labelled == predicted + len(sequences[:8])
     assert trainer.losses[0] / ours.losses[0] == pytest.approx(predicted / labelled, rel=1e-4)
+    # the same settings, so the same tokens for the tokens/s that scripts/gpu-check compares
+    assert trainer.tokens == ours.tokens == predicted and trainer.name.endswith("fp32)")
+    assert trainer.seconds > 0 and ours.seconds > 0
 
 
 @pytest.mark.frameworks
