@@ -14,17 +14,22 @@ accumulation steps for a card), ``table`` ("what fits on 8 / 12 / 16 / 24 GB"), 
 
 The API (module 8 calls these; sizes in bytes, cards in GiB)::
 
-    MODES                      # "full-fp32", "full-bf16-adam8bit", "lora-fp32", "lora-bf16",
-                               # "lora-int8", "qlora-nf4"; TABLE_MODES: the table's four
+    MODES                      # {name: Mode}: "full-fp32", "full-bf16-adam8bit", "lora-fp32",
+                               # "lora-bf16", "lora-int8", "qlora-nf4"; TABLE_MODES: the four
+                               # of the table
     PUBLISHED_CONFIGS, SOURCES, TABLE_MODELS
     published_config(name) -> transformers config
     meta_model(config) -> nn.Module on the meta device
     count_parameters(model) -> int
+    weight_bytes(model, weight_format)  # "fp32", "bf16", "int8", "nf4"
+    saved_bytes_per_token(config, mode) -> SavedPerToken  # .per_layer .rest .layer_input
+    korthikanti_layer_bytes(seq_len, micro_batch, hidden, heads) -> int
 
     estimate_memory(config, mode, micro_batch_size, seq_len, *, checkpointing=False,
                     lora_rank=16, lora_targets="all-linear", context_gb=CONTEXT_GB)
         -> MemoryEstimate  # .weights_bytes .gradients_bytes .optimizer_bytes
                            # .activations_bytes .logits_bytes .context_bytes .total_bytes
+                           # .step_temporary_bytes .training_bytes .step_bytes
                            # .parts() -> dict, .largest_part() -> str, str() a breakdown
 
     plan_fine_tune(config, card_gb, mode, seq_len, tokens_per_step, *, checkpointing=False,
@@ -36,7 +41,8 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
 
     fits_table(models=TABLE_MODELS, cards_gb=(8, 12, 16, 24), modes=TABLE_MODES,
                seq_len=1024, tokens_per_step=65536, checkpointing=(False, True))
-        -> list[FitRow]
+        -> list[FitRow]    # .model .mode .checkpointing .card_gb .micro_batch_size (0: no)
+                           # .accum_steps .needs_bytes .cell ("4 x 16" or "no")
     render_fits_table(rows, fmt="markdown" | "html") -> str
 
     compare_with_measurement(model="tiny" | "gpt2", mode="full-fp32", micro_batch_size=2,
@@ -47,6 +53,11 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
         # .trainer and .tuner: micro_batch_size, accum_steps, effective_batch, tried sizes
 """
 
+from coursekit.finetune.activations import (
+    SavedPerToken,
+    korthikanti_layer_bytes,
+    saved_bytes_per_token,
+)
 from coursekit.finetune.configs import (
     PUBLISHED_CONFIGS,
     SOURCES,
@@ -55,12 +66,40 @@ from coursekit.finetune.configs import (
     meta_model,
     published_config,
 )
+from coursekit.finetune.estimate import (
+    CONTEXT_GB,
+    LOSS_BYTES_PER_LOGIT,
+    MemoryEstimate,
+    estimate_memory,
+)
+from coursekit.finetune.modes import MODES, TABLE_MODES, Mode
+from coursekit.finetune.planner import FineTunePlan, plan_fine_tune
+from coursekit.finetune.table import CARDS_GB, FitRow, fits_table, render_fits_table
+from coursekit.finetune.weights import WEIGHT_FORMATS, weight_bytes
 
 __all__ = [
+    "CARDS_GB",
+    "CONTEXT_GB",
+    "LOSS_BYTES_PER_LOGIT",
+    "MODES",
     "PUBLISHED_CONFIGS",
     "SOURCES",
     "TABLE_MODELS",
+    "TABLE_MODES",
+    "WEIGHT_FORMATS",
+    "FineTunePlan",
+    "FitRow",
+    "MemoryEstimate",
+    "Mode",
+    "SavedPerToken",
     "count_parameters",
+    "estimate_memory",
+    "fits_table",
+    "korthikanti_layer_bytes",
     "meta_model",
+    "plan_fine_tune",
     "published_config",
+    "render_fits_table",
+    "saved_bytes_per_token",
+    "weight_bytes",
 ]

@@ -1,0 +1,183 @@
+"""One training step's memory on a card, part by part: the memory model behind the planner
+and the "what fits" table.
+
+The step's peak, with gradient accumulation (the gradients of the window's earlier
+micro-batches are held while the next micro-batch's activations are saved, so every part
+below is alive at once from the second micro-batch on):
+
+- **weights**: the base in its format, plus LoRA adapters (:mod:`coursekit.finetune.weights`);
+- **gradients**: one per trainable parameter, in its dtype;
+- **optimizer state**: AdamW's two moments, or bitsandbytes' 8-bit ones;
+- **activations**: what autograd saves, measured per token on small copies of the
+  architecture (:mod:`coursekit.finetune.activations`), times ``micro_batch x seq_len``;
+  with checkpointing each layer keeps only its input and one layer is recomputed at a time;
+- **logits and loss**: the output layer's ``micro_batch x seq_len x vocab`` logits, the
+  float32 log-probabilities the loss saves and the gradient backward makes of them:
+  :data:`LOSS_BYTES_PER_LOGIT` bytes per logit, measured on the CPU with transformers' own
+  loss (``labels=``), the model's output dropped before ``backward()`` as the HF Trainer does
+  (``tests/test_finetune_estimate.py`` measures it again). At a 152k vocabulary and 1,024
+  tokens that is 1.4 GiB per sequence in bf16: often the largest single part;
+- **CUDA context**: the driver's and the kernels' memory, which the allocator never counts.
+  :data:`CONTEXT_GB` is an *assumption* (a few hundred MiB is typical with torch's CUDA
+  kernels loaded; it depends on the GPU, the driver and lazy loading), not a measurement.
+
+The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
+per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the two counts.
+What the model leaves out, and a margin must cover: the allocator's fragmentation, the
+temporaries inside one layer's backward, and everything a framework adds (a DataLoader's
+pinned buffers, an evaluation pass).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+
+from coursekit.arguments import real, whole
+from coursekit.finetune.activations import saved_bytes_per_token
+from coursekit.finetune.configs import as_config, meta_model
+from coursekit.finetune.modes import mode_named
+from coursekit.finetune.weights import ALL_LINEAR, Trainable, trainable_state, weight_bytes
+from coursekit.units import format_bytes
+
+GIB = 2**30
+#: The CUDA context's memory, in GiB: an assumption (see the module docstring).
+CONTEXT_GB = 0.5
+#: Bytes per logit (token x vocabulary entry) at the loss's peak, by compute dtype: measured.
+LOSS_BYTES_PER_LOGIT = {"fp32": 8, "bf16": 10}
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A training step's memory by part, in bytes (see the module docstring)."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+    step_temporary_bytes: int
+    context_bytes: int
+
+    @property
+    def training_bytes(self) -> int:
+        """Forward and backward of a micro-batch, with the window's gradients held."""
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.logits_bytes
+        )
+
+    @property
+    def step_bytes(self) -> int:
+        """The optimizer step: weights, gradients, states and the step's temporaries."""
+        static = self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+        return static + self.step_temporary_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """The card memory the step needs: the larger peak, plus the CUDA context."""
+        return max(self.training_bytes, self.step_bytes) + self.context_bytes
+
+    def parts(self) -> dict[str, int]:
+        return {
+            "weights": self.weights_bytes,
+            "gradients": self.gradients_bytes,
+            "optimizer state": self.optimizer_bytes,
+            "activations": self.activations_bytes,
+            "logits and loss": self.logits_bytes,
+            "optimizer step temporaries": self.step_temporary_bytes,
+            "CUDA context (assumed)": self.context_bytes,
+        }
+
+    def largest_part(self) -> str:
+        """The name of the part that takes the most memory at the step's peak."""
+        parts = self.parts()
+        if self.step_bytes > self.training_bytes:  # activations and logits are gone by then
+            del parts["activations"], parts["logits and loss"]
+        else:
+            del parts["optimizer step temporaries"]
+        return max(parts.items(), key=lambda item: item[1])[0]
+
+    def __str__(self) -> str:
+        total = self.total_bytes
+        peak = "the optimizer step" if self.step_bytes > self.training_bytes else "backward"
+        rows = [
+            f"{name:>26}: {format_bytes(n):>10}  {100 * n / total:4.0f}%"
+            for name, n in self.parts().items()
+        ]
+        rows.append(f"{'total':>26}: {format_bytes(total):>10}  (the peak is in {peak})")
+        return "\n".join(rows)
+
+
+def estimate_memory(
+    config,
+    mode: str,
+    micro_batch_size: int,
+    seq_len: int,
+    *,
+    checkpointing: bool = False,
+    lora_rank: int = 16,
+    lora_targets=ALL_LINEAR,
+    context_gb: float = CONTEXT_GB,
+) -> MemoryEstimate:
+    """The memory of one training step of ``config`` in ``mode`` (:data:`MODES`) at
+    ``micro_batch_size`` sequences of ``seq_len`` tokens.
+
+    ``config`` is a transformers configuration, a dict from a ``config.json`` or a name in
+    :data:`PUBLISHED_CONFIGS`. Example:
+
+        >>> e = estimate_memory("Qwen2.5-0.5B", "qlora-nf4", 4, 1024, checkpointing=True)
+        >>> e.largest_part()
+        'logits and loss'
+    """
+    micro_batch_size = whole("micro_batch_size", micro_batch_size)
+    seq_len = whole("seq_len", seq_len)
+    lora_rank = whole("lora_rank", lora_rank)
+    context_gb = real("context_gb", context_gb, 0)
+    mode = mode_named(mode)
+    config = as_config(config)
+    targets = lora_targets if isinstance(lora_targets, str) else tuple(lora_targets)
+    fixed = _fixed_parts(_key(config), mode.name, lora_rank, targets)
+    saved = saved_bytes_per_token(config, mode, lora_rank, lora_targets)
+    tokens = micro_batch_size * seq_len
+    return MemoryEstimate(
+        weights_bytes=fixed.weights_bytes,
+        gradients_bytes=fixed.trainable.gradients_bytes,
+        optimizer_bytes=fixed.trainable.optimizer_bytes,
+        activations_bytes=round(tokens * saved.total(config.num_hidden_layers, checkpointing)),
+        logits_bytes=tokens * fixed.vocab * LOSS_BYTES_PER_LOGIT[mode.compute],
+        step_temporary_bytes=fixed.trainable.step_temporary_bytes,
+        context_bytes=int(context_gb * GIB),
+    )
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    weights_bytes: int
+    trainable: Trainable
+    vocab: int
+
+
+def _key(config) -> str:
+    """A configuration as text: the cache key of what depends only on it."""
+    values = config.to_diff_dict()
+    values["model_type"] = config.model_type
+    values.pop("transformers_version", None)
+    return json.dumps(values, sort_keys=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _fixed_parts(config_json: str, mode_name: str, lora_rank: int, targets) -> _Fixed:
+    """What does not depend on the tokens, counted once per model and mode on ``meta``."""
+    from transformers import AutoConfig
+
+    values = json.loads(config_json)
+    model = meta_model(AutoConfig.for_model(values.pop("model_type"), **values))
+    mode = mode_named(mode_name)
+    trainable = trainable_state(model, mode, lora_rank, targets)
+    weights = weight_bytes(model, mode.weights) + trainable.adapter_bytes
+    return _Fixed(weights, trainable, model.get_output_embeddings().weight.shape[0])
