@@ -11,6 +11,13 @@ import torch
 from torch import nn
 
 from coursekit.checks.question import Failure
+from coursekit.checks.tamper_evident import (
+    INTACT,
+    MODULE_CALL,
+    OPTIMIZER_STEP,
+    Seal,
+    called_by,
+)
 
 
 def tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
@@ -23,26 +30,163 @@ class Watch:
 
     Forward sizes are seen at the model and at its first leaf module, so a forward through
     ``model.forward(x)``, which skips the model's own hooks, is still seen (only the largest
-    size is used).
+    size is used). The record is tamper-evident (:mod:`coursekit.checks.tamper_evident`): its
+    hooks close over a ledger, not over this object, count only calls torch makes, and
+    :meth:`verdict` says whether they are still in place and the record unchanged.
     """
 
     def __init__(self, model: nn.Module):
-        self.forward_sizes: list[int] = []
-        self.backward_passes = 0
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = ledger.events
         self.start = weights_of(model)
-        model.register_forward_pre_hook(self._forward, with_kwargs=True)
+        forward = _forward_recorder(ledger.record, "model")
+        self.seal.hook(
+            model,
+            "_forward_pre_hooks",
+            model.register_forward_pre_hook(forward, with_kwargs=True),
+            forward,
+        )
         first_leaf = next((m for m in model.modules() if not list(m.children())), model)
         if first_leaf is not model:
-            first_leaf.register_forward_pre_hook(self._forward, with_kwargs=True)
-        next(model.parameters()).register_post_accumulate_grad_hook(self._backward)
+            leaf = _forward_recorder(ledger.record, "leaf")
+            self.seal.hook(
+                first_leaf,
+                "_forward_pre_hooks",
+                first_leaf.register_forward_pre_hook(leaf, with_kwargs=True),
+                leaf,
+            )
+        parameter = next((p for p in model.parameters() if p.requires_grad), None)
+        self._parameter = parameter
+        if parameter is not None:
+            backward = _autograd_recorder(ledger.record, "backward", parameter)
+            handle = parameter.register_post_accumulate_grad_hook(backward)
+            self.seal.hook(parameter, "_post_accumulate_grad_hooks", handle, backward)
+            gradient = _autograd_recorder(ledger.record, "gradient", parameter)
+            handle = parameter.register_hook(gradient)
+            self.seal.hook(parameter, "_backward_hooks", handle, gradient)
 
-    def _forward(self, _module, args, kwargs) -> None:
+    @property
+    def forward_sizes(self) -> list[int]:
+        """The first argument's length at every forward pass (at the model and its first
+        leaf), in order."""
+        return [event[1] for event in self._events if event[0] in ("model", "leaf")]
+
+    @property
+    def backward_passes(self) -> int:
+        """Backward passes that accumulated into the model's first trained parameter."""
+        return sum(event[0] == "backward" for event in self._events)
+
+    def verdict(self, samples: int | None = None) -> str:
+        """``"intact"``, ``"changed"`` (a hook gone or replaced, the record rewritten) or a
+        bypass: fewer than ``samples`` samples went through forward passes of the model, or
+        its first parameter has a gradient that no autograd pass brought."""
+        if not self.seal.intact():
+            return "changed"
+        if samples is not None:
+            seen = {"model": 0, "leaf": 0}
+            for event in self._events:
+                if event[0] in seen:
+                    seen[event[0]] += event[1]
+            if max(seen.values()) < samples:
+                return "forward_unseen"
+        parameter = self._parameter
+        passes = sum(event[0] in ("backward", "gradient") for event in self._events)
+        grad = None if parameter is None else parameter.grad
+        if passes == 0 and torch.is_tensor(grad) and bool(grad.detach().ne(0).any()):
+            return "gradient_unseen"
+        return INTACT
+
+
+def _forward_recorder(record, tag: str):
+    """A forward pre-hook that records the first argument's length, when the module call
+    makes it (a direct call of the hook records nothing)."""
+    by_torch, is_tensor = called_by(MODULE_CALL), torch.is_tensor
+
+    def forward_seen(_module, args, kwargs) -> None:
+        if not by_torch():
+            return
         first = args[0] if args else next(iter(kwargs.values()), None)
-        if torch.is_tensor(first) and first.dim() > 0:
-            self.forward_sizes.append(len(first))
+        if is_tensor(first) and first.dim() > 0:
+            record((tag, int(first.shape[0])))
 
-    def _backward(self, _parameter) -> None:
-        self.backward_passes += 1
+    return forward_seen
+
+
+def _autograd_recorder(record, tag: str, parameter: torch.Tensor):
+    """A hook on ``parameter`` that records one event per autograd pass reaching it, when
+    the engine runs it for that parameter (a direct call records nothing)."""
+    current = torch._C._current_autograd_node
+
+    def autograd_seen(*_args) -> None:
+        node = current()
+        if node is not None and getattr(node, "variable", None) is parameter:
+            record((tag,))
+
+    return autograd_seen
+
+
+class GradientPasses:
+    """Counts the autograd passes that reach the model's first trained parameter.
+
+    A tensor hook fires for ``backward()`` and for ``torch.autograd.grad`` alike, so a loop
+    that computes each micro-batch's gradient with ``torch.autograd.grad`` and sets ``.grad``
+    itself is judged like one that calls ``backward()``: what matters is one pass per
+    micro-batch (one graph alive at a time), not which call makes it. Tamper-evident, as
+    :class:`Watch` is.
+    """
+
+    def __init__(self, model: nn.Module):
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = ledger.events
+        parameter = next(p for p in model.parameters() if p.requires_grad)
+        seen = _autograd_recorder(ledger.record, "gradient", parameter)
+        self.seal.hook(parameter, "_backward_hooks", parameter.register_hook(seen), seen)
+
+    @property
+    def count(self) -> int:
+        return len(self._events)
+
+    def verdict(self) -> str:
+        return self.seal.verdict()
+
+
+class Probes:
+    """A question's own tamper-evident hooks: each records one plain value (a float, a str or
+    None) per call torch makes, in a list of one-item tuples it returns.
+
+    Example: ``norms = Probes().on_step(optimizer, lambda: grad_norm(parameters))``.
+    """
+
+    def __init__(self):
+        self.seal = Seal()
+
+    def on_step(self, optimizer: torch.optim.Optimizer, measure) -> list[tuple]:
+        """``measure()`` at every ``optimizer.step()``, before the step."""
+        ledger = self.seal.ledger()
+        probe = _probe(ledger.record, measure, called_by(OPTIMIZER_STEP))
+        handle = optimizer.register_step_pre_hook(probe)
+        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, probe)
+        return ledger.events
+
+    def on_forward(self, module: nn.Module, measure) -> list[tuple]:
+        """``measure()`` at every forward pass of ``module``, before it runs."""
+        ledger = self.seal.ledger()
+        probe = _probe(ledger.record, measure, called_by(MODULE_CALL))
+        self.seal.hook(module, "_forward_pre_hooks", module.register_forward_pre_hook(probe), probe)
+        return ledger.events
+
+    def verdict(self) -> str:
+        return self.seal.verdict()
+
+
+def _probe(record, measure, by_torch):
+    def probe(*_args) -> None:
+        if by_torch():
+            record((measure(),))
+
+    return probe
 
 
 def weights_of(model: nn.Module) -> list[float]:
@@ -59,40 +203,82 @@ SINGLE_BACKWARD = (
 
 class StepCounter:
     """Counts optimizer.step() and zero_grad() calls (the optimizer's or the model's), and
-    records the learning rate each step used."""
+    records the learning rate each step used. Tamper-evident, as :class:`Watch` is."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
-        self.optimizer = optimizer
-        self.lrs: list[float] = []
-        self.steps = 0
-        self.zero_grads = 0
-        optimizer.register_step_pre_hook(self._count_step)
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = ledger.events
+        step = _step_recorder(ledger.record)
+        handle = optimizer.register_step_pre_hook(step)
+        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, step)
         for owner in (optimizer, model):
-            original = owner.zero_grad
-
-            def counted(*args, _original=original, **kwargs):
-                self.zero_grads += 1
-                return _original(*args, **kwargs)
-
+            counted = _counted(owner.zero_grad, ledger.record, "zero_grad")
             owner.zero_grad = counted
+            self.seal.method(owner, "zero_grad", counted)
 
-    def _count_step(self, *_args) -> None:
-        self.steps += 1
-        self.lrs.append(float(self.optimizer.param_groups[0]["lr"]))
+    @property
+    def steps(self) -> int:
+        return sum(event[0] == "step" for event in self._events)
+
+    @property
+    def zero_grads(self) -> int:
+        return sum(event[0] == "zero_grad" for event in self._events)
+
+    @property
+    def lrs(self) -> list[float]:
+        return [event[1] for event in self._events if event[0] == "step"]
+
+    def verdict(self) -> str:
+        return self.seal.verdict()
+
+
+def _step_recorder(record):
+    """An optimizer step pre-hook that records the learning rate, when the optimizer's step
+    wrapper calls it."""
+    by_torch = called_by(OPTIMIZER_STEP)
+
+    def step_seen(optimizer, *_args) -> None:
+        if by_torch():
+            record(("step", float(optimizer.param_groups[0]["lr"])))
+
+    return step_seen
+
+
+def _counted(original, record, tag: str):
+    """``original`` that records ``(tag,)`` at each call (set as an instance attribute)."""
+
+    def counted(*args, **kwargs):
+        record((tag,))
+        return original(*args, **kwargs)
+
+    return counted
 
 
 class SchedulerSteps:
-    """Counts ``scheduler.step()`` calls: stepped per micro-batch or never is a named mistake."""
+    """Counts ``scheduler.step()`` calls: stepped per micro-batch or never is a named mistake.
+
+    A step taken past the counter (the class's ``step`` called directly) still moves the
+    scheduler's ``last_epoch``: :meth:`verdict` says ``step_unseen`` when the two disagree.
+    """
 
     def __init__(self, scheduler: torch.optim.lr_scheduler.LRScheduler):
-        self.count = 0
-        original = scheduler.step
-
-        def counted(*args, **kwargs):
-            self.count += 1
-            return original(*args, **kwargs)
-
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = ledger.events
+        self._scheduler, self._start = scheduler, scheduler.last_epoch
+        counted = _counted(scheduler.step, ledger.record, "scheduler_step")
         scheduler.step = counted
+        self.seal.method(scheduler, "step", counted)
+
+    @property
+    def count(self) -> int:
+        return len(self._events)
+
+    def verdict(self) -> str:
+        epoch = self._scheduler.last_epoch
+        moved = epoch - self._start if type(epoch) is int else None
+        return self.seal.verdict(None if moved == self.count else "step_unseen")
 
 
 def as_floats(values) -> list[float] | str:

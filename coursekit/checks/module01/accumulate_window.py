@@ -24,6 +24,7 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.module01.common import MODULE, TOLERANCE
 from coursekit.checks.question import (
+    Rule,
     Failure,
     Question,
     flipped_sign,
@@ -38,6 +39,7 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
+from coursekit.checks.tamper_evident import judge_instruments
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.gradients import flat_gradient, full_batch_gradient
 from coursekit.models import tiny_mlp
@@ -65,6 +67,34 @@ class AccumulateWindow(Question):
     name = "accumulate_window"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "For each `(inputs, targets)` in `micro_batches`, run the forward pass and call "
+            "`backward()` on the loss divided by the number of micro-batches.",
+            "every spec (1 to 4 micro-batches, float64 and float32)",
+            (
+                "loss_not_divided",
+                "divided_twice",
+                "no_backward",
+                "single_backward",
+                "whole_batch_forward",
+                "micro_batch_skipped",
+                "first_micro_batch_only",
+                "grads_divided_after",
+            ),
+        ),
+        Rule(
+            "Afterwards every parameter's `.grad` must hold the gradient of the mean loss over "
+            "all the window's samples.",
+            "every spec; float64 ones to 1e-10",
+            ("wrong_sign", "zero_grad_inside_loop", "float32_accumulation"),
+        ),
+        Rule(
+            "The gradients start empty; do not step or clear them.",
+            "every spec: the weights must not move and .grad must hold the window's gradient",
+            ("stepped_in_window", "gradients_cleared"),
+        ),
+    )
 
     def public_specs(self):
         return [
@@ -104,6 +134,7 @@ class AccumulateWindow(Question):
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
             "weights_moved": weights_of(model) != watch.start,
+            "instruments": watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
         }
         if outputs["input_changed"] is None and not outputs["weights_moved"]:
             call = lambda: fn(model, nn.MSELoss(), micro_batches)  # noqa: E731
@@ -118,6 +149,7 @@ class AccumulateWindow(Question):
         frozen = ", the first bias frozen" if spec.get("frozen") else ""
         setting = f"({n} micro-batches of {micro}{frozen})"
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         judge_again(outputs, TOLERANCE[spec["dtype"]], setting)
         judge_micro_batches_and_weights(outputs, micro, setting)
         passes = outputs.get("backward_passes")
@@ -135,6 +167,7 @@ class AccumulateWindow(Question):
         wanted = expected["grad"]
         gap = relative_gap(actual, wanted)
         if gap <= TOLERANCE[spec["dtype"]]:
+            judge_instruments(outputs, setting)
             if n > 1 and outputs.get("backward_passes") == 1:
                 raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")
             return

@@ -20,6 +20,7 @@ from torch import nn
 
 from coursekit.checks.instruments import (
     SINGLE_BACKWARD,
+    GradientPasses,
     StepCounter,
     as_floats,
     keeps_graph,
@@ -27,9 +28,10 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module01.common import MODULE, TOLERANCE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import combined, judge_instruments
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.training import train_accumulated
@@ -59,23 +61,6 @@ def _loop_problem(spec, like=None):
     return model, optimizer, micro_batches
 
 
-class _GradientPasses:
-    """Counts the autograd passes that reach the model's first parameter.
-
-    A tensor hook fires for ``backward()`` and for ``torch.autograd.grad`` alike, so a loop
-    that computes each micro-batch's gradient with ``torch.autograd.grad`` and sets ``.grad``
-    itself is judged like one that calls ``backward()``: what matters is one pass per
-    micro-batch (one graph alive at a time), not which call makes it.
-    """
-
-    def __init__(self, model: nn.Module):
-        self.count = 0
-        next(model.parameters()).register_hook(self._seen)
-
-    def _seen(self, _grad) -> None:
-        self.count += 1
-
-
 class _Enough(Exception):
     """Stops a known mistake's loop once the steps to compare have run."""
 
@@ -96,6 +81,51 @@ class TrainAccumulated(Question):
     name = "train_accumulated"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "calls `optimizer.step()` and then `optimizer.zero_grad()` **once per window** of "
+            "`accum_steps` micro-batches",
+            "every spec: the optimizer's steps and zero_grad calls are counted",
+            (
+                "step_every_micro_batch",
+                "zero_grad_inside_loop",
+                "zero_grad_missing",
+                "zero_grad_before_step",
+                "off_by_one_boundary",
+                "optimizer_not_stepped",
+                "flush_without_zero_grad",
+            ),
+        ),
+        Rule(
+            "and once more for a **last, shorter window** (never drop it)",
+            "the specs whose micro-batches do not fill the last window",
+            ("last_window_dropped",),
+            lambda spec: -(-spec["n_samples"] // spec["micro_batch_size"]) % spec["accum_steps"],
+        ),
+        Rule(
+            "scale each micro-batch's (mean) loss by its **share of the window's samples**, "
+            "`len(targets) / window_samples`.",
+            "every spec; a shorter last micro-batch or window where the sizes do not divide",
+            (
+                "loss_not_divided",
+                "mean_of_means",
+                "last_window_scaled_by_n",
+                "partial_micro_batch_as_full",
+                "single_backward",
+            ),
+        ),
+        Rule(
+            "returns the **mean loss of each window**, one float per optimizer step: the "
+            "number to log, not the scaled one;",
+            "every spec: the returned losses against the reference loop's",
+            ("logged_scaled_loss", "losses_kept_between_calls", "losses_in_float32"),
+        ),
+        Rule(
+            "leaves `micro_batches` as it was given",
+            "every spec: the list and its tensors are compared after the call",
+            ("micro_batches_modified",),
+        ),
+    )
 
     def public_specs(self):
         def spec(seed, n_samples, micro, accum):
@@ -150,7 +180,7 @@ class TrainAccumulated(Question):
     def run(self, fn, spec):
         model, optimizer, micro_batches = _loop_problem(spec)
         counter = StepCounter(model, optimizer)
-        passes = _GradientPasses(model)
+        passes = GradientPasses(model)
         step_weights: list[list[float]] = []
 
         def record(*_args) -> None:
@@ -180,6 +210,7 @@ class TrainAccumulated(Question):
             "grads_left": grads_left,
             "inputs_modified": modified,
             "left_changed": left,
+            "instruments": combined(counter.verdict(), passes.verdict()),
         }
 
     def reference(self):
@@ -257,6 +288,7 @@ class TrainAccumulated(Question):
                 "micro_batches_modified",
             )
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting)
         weights = number_list(outputs, "weights", "the model's weights")
         if relative_gap(weights, expected["weights"]) > TOLERANCE["float64"]:
             self._diagnose(spec, outputs, expected, weights, n_micro, per_call, setting)

@@ -26,9 +26,10 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, relative_gap
+from coursekit.checks.question import Failure, Question, relative_gap, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind, switches_kept
+from coursekit.checks.tamper_evident import judge_instruments
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 
@@ -208,6 +209,50 @@ class AccumulateInFloat32(Question):
     name = "accumulate_in_float32"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "Run forward and backward on each micro-batch (of equal sizes: divide each loss by "
+            "their number)",
+            "every spec (1 to 64 micro-batches)",
+            (
+                "loss_not_divided",
+                "divided_twice",
+                "first_micro_batch_only",
+                "single_backward",
+                "micro_batch_skipped",
+                "whole_window_at_once",
+                "divided_by_micro_batch_size",
+            ),
+        ),
+        Rule(
+            "add each parameter's `.grad` into a float32 sum of that parameter's shape",
+            "every spec: the sums' dtype and values, and a second call",
+            (
+                "accumulated_in_bf16",
+                "sums_in_float16",
+                "bf16_buffer_returned",
+                "bf16_buffer_converted",
+                "buffers_kept_between_calls",
+            ),
+        ),
+        Rule(
+            "and clear `.grad` (`p.grad = None`) before the next backward.",
+            "the specs with more than one micro-batch",
+            ("grad_not_cleared",),
+            lambda spec: spec["accum_steps"] > 1,
+        ),
+        Rule(
+            "A frozen parameter (`requires_grad=False`) gets no `.grad`: its sum stays zero, in "
+            "its place in the list.",
+            "every spec: each model has a frozen parameter",
+            ("frozen_parameter_skipped", "frozen_parameter_crashes"),
+        ),
+        Rule(
+            "Leave the model in bf16.",
+            "every spec: the model's dtype after the call",
+            ("model_cast", "model_cast_and_back", "float32_copy"),
+        ),
+    )
 
     def public_specs(self):
         return [
@@ -244,6 +289,7 @@ class AccumulateInFloat32(Question):
             "backward_passes": watch.backward_passes,
             "forward_samples": sum(watch.forward_sizes),  # seen once or twice, by two hooks
             "weights_moved": weights_of(model) != watch.start,
+            "instruments": watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
             "model_dtypes": sorted({str(p.dtype) for p in parameters}),
             "incoming_dtypes": sorted(incoming.dtypes),
             "own_sums": incoming.float32_sums(),
@@ -275,6 +321,7 @@ class AccumulateInFloat32(Question):
         frozen = [1] if spec.get("frozen") else []  # the index _problem freezes
         setting = f"({n} micro-batches of {micro}, a bf16 model{_frozen_words(spec)})"
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         shapes = outputs.get("shapes")
         if frozen and isinstance(shapes, list):
             trainable = [s for i, s in enumerate(_SHAPES) if i not in frozen]
@@ -351,6 +398,7 @@ class AccumulateInFloat32(Question):
             # rounds bf16 gradients a little differently, by ~1e-3, far below the slips.
             scaled = [k * v for v in own]
             if relative_gap(scaled, wanted) <= SCALE_TOLERANCE:
+                judge_instruments(outputs, setting)
                 _judge_again(outputs, setting)
                 return
             _judge_scale(_projection(scaled, wanted), n, micro, setting)

@@ -23,6 +23,7 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import (
+    Rule,
     Failure,
     Question,
     flipped_sign,
@@ -37,6 +38,7 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
+from coursekit.checks.tamper_evident import judge_instruments
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_lm
 from coursekit.tokens import (
@@ -145,6 +147,33 @@ class AccumulateTokens(Question):
     name = "accumulate_tokens"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "Run forward and backward on each micro-batch",
+            "every spec: forward sizes and backward calls are counted",
+            ("single_backward", "whole_batch_forward"),
+        ),
+        Rule(
+            "so that `.grad` ends up holding the gradient of the window's mean loss per real "
+            "token",
+            "every spec; micro-batches of unequal sizes and padding in most",
+            (
+                "wrong_sign",
+                "mean_of_means",
+                "padding_counted",
+                "not_divided",
+                "sum_not_normalised",
+                "window_from_first_micro_batch",
+                "running_token_count",
+                "stale_token_count",
+            ),
+        ),
+        Rule(
+            "and return that loss as a float.",
+            "every spec: the returned loss against the reference's",
+            ("logged_mean_of_means", "logged_tensor", "logged_last_micro_batch"),
+        ),
+    )
 
     def public_specs(self):
         def spec(seed, sizes, padding_ratio, seq_len=12):
@@ -193,6 +222,7 @@ class AccumulateTokens(Question):
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
             "weights_moved": weights_of(model) != watch.start,
+            "instruments": watch.verdict(samples=sum(spec["sizes"])),
         }
         if outputs["input_changed"] is None and not outputs["weights_moved"]:
             call = lambda: fn(model, micro_batches)  # noqa: E731
@@ -207,6 +237,7 @@ class AccumulateTokens(Question):
         counts = _token_counts(spec)
         setting = f"(micro-batches of {sizes} sequences holding {counts} real tokens)"
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         judge_again(outputs, TOLERANCE, setting)
         judge_micro_batches_and_weights(outputs, max(sizes), setting, unit="sequences")
         require_gradient(outputs)
@@ -214,6 +245,7 @@ class AccumulateTokens(Question):
         wanted = expected["grad"]
         if relative_gap(actual, wanted) > TOLERANCE:
             self._diagnose(spec, actual, wanted, setting)
+        judge_instruments(outputs, setting)
         if len(sizes) > 1 and outputs.get("backward_passes") == 1:
             raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")
         self._judge_loss(spec, outputs, expected, setting)

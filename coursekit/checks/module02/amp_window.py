@@ -18,9 +18,10 @@ from torch import nn
 
 from coursekit.checks.instruments import SINGLE_BACKWARD, StepCounter, Watch, weights_of
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import combined, judge_instruments
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.mixed_precision import amp_window
 from coursekit.models import tiny_mlp
@@ -207,6 +208,52 @@ class AmpWindow(Question):
     name = "amp_window"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "loss = loss_fn(model(inputs), targets) / accum_steps",
+            "every spec",
+            ("loss_not_divided", "loss_in_bfloat16"),
+        ),
+        Rule(
+            "scaler.scale(loss).backward() # every micro-batch, all at the same scale",
+            "every spec: the scale and the backward calls are recorded",
+            ("loss_not_scaled", "single_backward", "whole_batch_forward"),
+        ),
+        Rule(
+            "scaler.unscale_(optimizer) # once: divide the summed gradients by the scale",
+            "every spec",
+            ("unscale_every_micro_batch", "unscale_and_update_every_micro_batch", "clipped_before_unscale"),
+        ),
+        Rule(
+            "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) # clip the true "
+            "gradients",
+            "the specs whose max_norm clips",
+            ("clipping_missing", "clipped_after_step", "clipped_by_value"),
+            lambda spec: spec["max_norm"] < 1,
+        ),
+        Rule(
+            "scaler.step(optimizer) # skipped if any gradient is inf or NaN",
+            "every spec; one with an inf in a micro-batch",
+            ("optimizer_step_not_scaler", "step_every_micro_batch"),
+        ),
+        Rule(
+            "And an inf in any micro-batch makes the whole window's sum inf: the window's "
+            "gradient is unknown, so its whole step is skipped.",
+            "the specs with an inf in one micro-batch",
+            ("inf_micro_batch_dropped", "inf_targets_replaced_in_place"),
+            lambda spec: spec.get("inf_at") is not None,
+        ),
+        Rule(
+            "scaler.update() # once: choose the next window's scale",
+            "every spec: the scaler's updates are counted",
+            ("update_every_micro_batch", "update_missing", "update_before_step", "new_scaler_every_window"),
+        ),
+        Rule(
+            "with clipping to `max_norm` and `zero_grad` at the end.",
+            "every spec",
+            ("zero_grad_missing", "zero_grad_before_step", "grads_cleared_at_start_not_end"),
+        ),
+    )
 
     def public_specs(self):
         def spec(seed, accum, micro, optimizer, log2, max_norm, inf_at=None):
@@ -270,6 +317,10 @@ class AmpWindow(Question):
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
             "loss_dtypes": sorted(scaler.dtypes),
+            "instruments": combined(
+                counter.verdict(),
+                watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
+            ),
         }
 
     def reference(self):
@@ -286,6 +337,7 @@ class AmpWindow(Question):
             )
         )
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         mistake = (
             self._refused(outputs, spec)
             or self._repeated_call(outputs)
@@ -315,6 +367,7 @@ class AmpWindow(Question):
                 f"after the window, not {expected['scale']}: call scaler.update() once, after "
                 f"scaler.step(optimizer) {setting}."
             )
+        judge_instruments(outputs, setting)
 
     @staticmethod
     def _calls(outputs) -> dict[str, int] | None:

@@ -24,9 +24,10 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import combined, judge_instruments
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.schedules import optimizer_steps, warmup_linear_decay
@@ -148,6 +149,42 @@ class TrainScheduled(Question):
     name = "train_scheduled"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "one step per window of `accum_steps` micro-batches",
+            "every spec: the optimizer's steps are counted",
+            ("step_every_micro_batch", "off_by_one_boundary"),
+        ),
+        Rule(
+            "the last shorter window included",
+            "the specs whose micro-batches do not fill the last window",
+            ("last_window_dropped",),
+            lambda spec: -(-spec["n_samples"] // spec["micro_batch_size"]) % spec["accum_steps"],
+        ),
+        Rule(
+            "each loss weighted by its share of the window's samples",
+            "every spec; a shorter last micro-batch or window in most",
+            (
+                "mean_of_means",
+                "last_window_scaled_by_n",
+                "window_from_first_micro_batch",
+                "shares_in_float32",
+                "single_backward",
+                "whole_batch_forward",
+            ),
+        ),
+        Rule(
+            "plus the scheduler, stepped at the right moment.",
+            "every spec: the learning rate of every optimizer step is recorded",
+            (
+                "scheduler_every_micro_batch",
+                "scheduler_before_optimizer",
+                "scheduler_never_stepped",
+                "flush_omits_scheduler",
+                "scheduler_after_the_loop",
+            ),
+        ),
+    )
 
     def public_specs(self):
         def spec(seed, n_samples, micro, accum, warmup, momentum=0.0):
@@ -214,6 +251,11 @@ class TrainScheduled(Question):
             "scheduler_steps": scheduler_steps.count,
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
+            "instruments": combined(
+                counter.verdict(),
+                scheduler_steps.verdict(),
+                watch.verdict(samples=spec["n_samples"]),
+            ),
         }
 
     def reference(self):
@@ -227,6 +269,7 @@ class TrainScheduled(Question):
             f"optimizer steps, {spec['warmup_steps']} of them warm-up)"
         )
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         largest = outputs.get("largest_forward")
         if isinstance(largest, int) and largest > spec["micro_batch_size"]:
             raise Failure(
@@ -236,6 +279,7 @@ class TrainScheduled(Question):
             )
         weights = number_list(outputs, "weights", "the model's weights")
         if relative_gap(weights, expected["weights"]) <= TOLERANCE:
+            judge_instruments(outputs, setting)
             passes = outputs.get("backward_passes")
             if isinstance(passes, int) and passes < n_micro:
                 raise Failure(

@@ -13,6 +13,7 @@ pass over the queries only, are named by re-running them.
 from __future__ import annotations
 
 import weakref
+from itertools import count
 
 import torch
 from torch import nn
@@ -25,7 +26,7 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module03.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import (
     Kept,
@@ -33,6 +34,7 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
+from coursekit.checks.tamper_evident import MODULE_CALL, Seal, called_by, judge_instruments
 from coursekit.contrastive import (
     grad_cache_step,
     info_nce,
@@ -76,47 +78,105 @@ class _LiveGraphs:
     """Counts the encoder's forward graphs that are alive at once (their saved activations).
 
     Each forward run with autograd on gets an id; every tensor autograd saves during it is
-    boxed, and a finaliser notices when autograd lets go of the box (after backward, or when
-    the graph is dropped, e.g. by ``.detach()``). ``peak`` is the most graphs alive at once:
-    1 or 2 for GradCache's second pass (a query and a key micro-batch may share one
+    boxed, and a weak reference notices when autograd lets go of the box (after backward, or
+    when the graph is dropped, e.g. by ``.detach()``). ``peak`` is the most graphs alive at
+    once: 1 or 2 for GradCache's second pass (a query and a key micro-batch may share one
     backward), many when micro-batches' graphs are kept until a late backward.
+
+    Tamper-evident (:mod:`coursekit.checks.tamper_evident`): the hooks record events in a
+    ledger, and ``peak`` is replayed from them; a release counts only once its box is gone.
     """
 
     def __init__(self, model: nn.Module):
-        self.current: int | None = None
-        self.next_id = 0
-        self.live: dict[int, int] = {}
-        self.peak = 0
-        self.largest_forward = 0
-        model.register_forward_pre_hook(self._start)
-        model.register_forward_hook(self._end)
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = ledger.events
+        record, by_torch = ledger.record, called_by(MODULE_CALL)
+        is_tensor, grad_enabled, numbers = torch.is_tensor, torch.is_grad_enabled, count()
+        boxes: list = []  # the weak references, alive while their boxes are
 
-    def _start(self, _module, args) -> None:
-        if args and torch.is_tensor(args[0]):
-            self.largest_forward = max(self.largest_forward, len(args[0]))
-        if torch.is_grad_enabled():
-            self.current, self.next_id = self.next_id, self.next_id + 1
+        def start(_module, args) -> None:
+            if by_torch():
+                first = args[0] if args else None
+                size = int(first.shape[0]) if is_tensor(first) and first.dim() > 0 else 0
+                record(("start", size, bool(grad_enabled())))
 
-    def _end(self, _module, _args, _output) -> None:
-        self.current = None
+        def end(_module, _args, _output) -> None:
+            if by_torch():
+                record(("end",))
 
-    def pack(self, tensor: torch.Tensor) -> _Box:
-        box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph alive
-        if self.current is not None:
-            forward = self.current
-            self.live[forward] = self.live.get(forward, 0) + 1
-            self.peak = max(self.peak, len(self.live))
-            weakref.finalize(box, self._release, forward)
-        return box
+        def released(reference) -> None:  # called by the weak reference when its box goes
+            if reference() is None:
+                record(("release", reference.number))
 
-    def _release(self, forward: int) -> None:
-        self.live[forward] -= 1
-        if not self.live[forward]:
-            del self.live[forward]
+        def pack(tensor: torch.Tensor) -> _Box:
+            box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph
+            reference = _Reference(box, released)
+            reference.number = next(numbers)
+            boxes.append(reference)
+            record(("pack", reference.number))
+            return box
+
+        self.pack = pack
+        handle = model.register_forward_pre_hook(start)
+        self.seal.hook(model, "_forward_pre_hooks", handle, start)
+        handle = model.register_forward_hook(end)
+        self.seal.hook(model, "_forward_hooks", handle, end)
 
     @staticmethod
     def unpack(box: _Box) -> torch.Tensor:
         return box.tensor
+
+    @property
+    def largest_forward(self) -> int:
+        return max((e[1] for e in self._events if e[0] == "start"), default=0)
+
+    @property
+    def peak(self) -> int:
+        """The most forward graphs alive at once, replayed from the events."""
+        current, forward_of, live, peak, next_id = None, {}, {}, 0, 0
+        for event in self._events:
+            if event[0] == "start":
+                current, next_id = (next_id if event[2] else None), next_id + event[2]
+            elif event[0] == "end":
+                current = None
+            elif event[0] == "pack" and current is not None:
+                forward_of[event[1]] = current
+                live[current] = live.get(current, 0) + 1
+                peak = max(peak, len(live))
+            elif event[0] == "release" and event[1] in forward_of:
+                forward = forward_of.pop(event[1])
+                live[forward] -= 1
+                if not live[forward]:
+                    del live[forward]
+        return peak
+
+    def verdict(self, hooks_on: bool) -> str:
+        """Intact when the hooks and the record are, the saved-tensor hooks were still this
+        counter's when the function returned (``hooks_on``), and every forward run with
+        autograd on saved something through them (else they were off meanwhile)."""
+        if not hooks_on:
+            return "changed"
+        unseen, packed = False, True
+        for event in self._events:
+            if event[0] == "start":
+                packed = not event[2]
+            elif event[0] == "pack":
+                packed = True
+            elif event[0] == "end":
+                unseen = unseen or not packed
+        return self.seal.verdict("forward_unseen" if unseen else None)
+
+
+def _saved_tensor_hooks():
+    """The saved-tensor hooks in force now, (pack, unpack), or None."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False)
+
+
+class _Reference(weakref.ref):
+    """A weak reference to a box that knows the box's number."""
+
+    __slots__ = ("number",)
 
 
 def _variant_gradients(spec):
@@ -157,6 +217,40 @@ class GradCacheStep(Question):
     name = "grad_cache_step"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "Leave the full-batch gradient in `.grad`",
+            "every spec; a shorter last micro-batch in some",
+            (
+                "negatives_per_micro_batch",
+                "keys_not_backpropagated",
+                "wrong_scale",
+                "gradients_chunked_by_count",
+                "slice_offset_from_chunk_length",
+                "last_partial_micro_batch_dropped",
+                "second_pass_detached",
+                "zero_grad_between_passes",
+                "float32_cache",
+            ),
+        ),
+        Rule(
+            "never run the encoder on more than `micro_batch_size` inputs at once",
+            "every spec: the encoder's input sizes are recorded",
+            ("whole_batch_forward",),
+        ),
+        Rule(
+            "Embed every micro-batch under `torch.no_grad()`: the embeddings of the whole "
+            "batch, and no activations kept.",
+            "every spec: the graphs alive during the second pass are counted",
+            ("keys_with_graph",),
+        ),
+        Rule(
+            "Embed each micro-batch again, this time with a graph, and call "
+            "`embeddings.backward(cached_gradient_slice)`",
+            "every spec: the graphs alive during the second pass are counted",
+            ("all_graphs_then_one_backward", "graph_kept_for_all_micro_batches"),
+        ),
+    )
 
     def public_specs(self):
         return [
@@ -191,6 +285,7 @@ class GradCacheStep(Question):
         kept = Kept((encoder,), queries=queries, keys=keys)
         with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
             returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+            hooks_on = _saved_tensor_hooks() == (graphs.pack, graphs.unpack)
         loss = as_float(returned)
         outputs = {
             **kept.report(),
@@ -199,6 +294,7 @@ class GradCacheStep(Question):
             "largest_forward": graphs.largest_forward,
             "peak_live_graphs": graphs.peak,
             "weights_moved": weights_of(encoder) != start,
+            "instruments": graphs.verdict(hooks_on),
         }
         if outputs["input_changed"] is None and not outputs["weights_moved"]:
             args = (encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
@@ -213,6 +309,7 @@ class GradCacheStep(Question):
         micro, n = spec["micro_batch_size"], spec["n_pairs"]
         setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting)
         judge_again(outputs, TOLERANCE, setting)
         judge_micro_batches_and_weights(
             outputs,

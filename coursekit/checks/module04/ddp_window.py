@@ -23,9 +23,16 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module04.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import (
+    MODULE_CALL,
+    Seal,
+    called_by,
+    combined,
+    judge_instruments,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import CollectiveCounter, ensure_single_process_group
 from coursekit.gradients import flat_gradient
@@ -34,38 +41,70 @@ from coursekit.workers.distributed import reference_ddp_window
 
 
 class _SyncWatch:
-    """Counts DDP's synchronisations, the micro-batch each happened in, and no_sync use."""
+    """Counts DDP's synchronisations, the micro-batch each happened in, and no_sync use.
+
+    Tamper-evident (:mod:`coursekit.checks.tamper_evident`): the hooks close over a ledger,
+    not over this object, and :meth:`verdict` says whether they are all still in place.
+    """
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel):
         self.counter = CollectiveCounter()
-        self.forwards = 0  # of the model inside DDP: the micro-batches, however they ran
-        self.ddp_forwards = 0  # through the DDP wrapper, which alone can synchronise
-        self.forwards_inside_no_sync = 0
-        self.no_sync_entries = 0
-        self.sync_at: list[int] = []
-        ddp.register_comm_hook(None, self._hook)
-        ddp.register_forward_pre_hook(self._ddp_forward)
-        ddp.module.register_forward_pre_hook(self._forward)
+        self.seal = Seal()
+        ledger = self.seal.ledger()
+        self._events = events = ledger.events
+        record, by_torch, ddp_hook = ledger.record, called_by(MODULE_CALL), self.counter.ddp_hook
+
+        def ddp_forward(*_args) -> None:  # through the DDP wrapper, which alone can sync
+            if by_torch():
+                record(("ddp_forward", not ddp.require_backward_grad_sync))
+
+        def forward(*_args) -> None:  # of the model inside DDP: the micro-batches
+            if by_torch():
+                record(("forward",))
+
+        def synced(state, bucket):  # DDP's reducer calls it (from C++)
+            record(("sync", sum(event[0] == "forward" for event in events)))
+            return ddp_hook(state, bucket)
+
+        ddp.register_comm_hook(None, synced)
+        handle = ddp.register_forward_pre_hook(ddp_forward)
+        self.seal.hook(ddp, "_forward_pre_hooks", handle, ddp_forward)
+        handle = ddp.module.register_forward_pre_hook(forward)
+        self.seal.hook(ddp.module, "_forward_pre_hooks", handle, forward)
         original = ddp.no_sync
 
         def counted_no_sync(*args, **kwargs):
-            self.no_sync_entries += 1
+            record(("no_sync",))
             return original(*args, **kwargs)
 
         ddp.no_sync = counted_no_sync
-        self.ddp = ddp
+        self.seal.method(ddp, "no_sync", counted_no_sync)
 
-    def _ddp_forward(self, _module, _args) -> None:
-        self.ddp_forwards += 1
-        if not self.ddp.require_backward_grad_sync:
-            self.forwards_inside_no_sync += 1
+    def _count(self, kind: str) -> int:
+        return sum(event[0] == kind for event in self._events)
 
-    def _forward(self, _module, _args) -> None:
-        self.forwards += 1
+    @property
+    def forwards(self) -> int:
+        return self._count("forward")
 
-    def _hook(self, state, bucket):
-        self.sync_at.append(self.forwards)
-        return self.counter.ddp_hook(state, bucket)
+    @property
+    def ddp_forwards(self) -> int:
+        return self._count("ddp_forward")
+
+    @property
+    def forwards_inside_no_sync(self) -> int:
+        return sum(event[0] == "ddp_forward" and event[1] for event in self._events)
+
+    @property
+    def no_sync_entries(self) -> int:
+        return self._count("no_sync")
+
+    @property
+    def sync_at(self) -> list[int]:
+        return [event[1] for event in self._events if event[0] == "sync"]
+
+    def verdict(self) -> str:
+        return self.seal.verdict()
 
 
 # The check runs one process, but answers dist.get_world_size() with 2, so a loss divided by
@@ -126,6 +165,34 @@ class DdpWindow(Question):
     name = "ddp_window"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "the gradients all-reduced exactly once, in the last micro-batch's backward",
+            "every spec: a communication hook counts the all-reduces",
+            (
+                "no_sync_missing",
+                "forward_outside_no_sync",
+                "off_by_one_boundary",
+                "never_synced",
+                "ddp_bypassed",
+                "synced_by_hand",
+                "synced_twice",
+                "enumerate_from_one",
+            ),
+            lambda spec: spec["accum_steps"] > 1,
+        ),
+        Rule(
+            "and `micro_batches` left as it was given",
+            "every spec: the list is compared after the call",
+            ("popped_last_micro_batch", "divided_by_count_after_pop"),
+        ),
+        Rule(
+            "DDP already averages over the processes, so divide only by the number of "
+            "micro-batches",
+            "every spec: get_world_size() answers 2",
+            ("loss_not_divided", "divided_by_world_size", "float32_scale", "zero_grad_inside_loop"),
+        ),
+    )
 
     def public_specs(self):
         return [
@@ -152,6 +219,7 @@ class DdpWindow(Question):
         ddp, micro_batches = _ddp_problem(spec)
         given = [tensor for pair in micro_batches for tensor in pair]
         snapshot = [tensor.clone() for tensor in given]
+        n_samples = sum(len(inputs) for inputs, _ in micro_batches)
         watch = _SyncWatch(ddp)
         backward = Watch(ddp.module)
         start = weights_of(ddp.module)
@@ -179,6 +247,7 @@ class DdpWindow(Question):
             "largest_forward": max(backward.forward_sizes, default=0),
             "backward_passes": backward.backward_passes,
             "weights_moved": weights_of(ddp.module) != start,
+            "instruments": combined(watch.verdict(), backward.verdict(samples=n_samples)),
             "micro_batches_left": len(micro_batches),
             "inputs_changed": any(
                 not torch.equal(a, b) for a, b in zip(given, snapshot, strict=True)
@@ -192,6 +261,7 @@ class DdpWindow(Question):
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
         setting = f"({n} micro-batches of {micro})"
         judge_left_behind(outputs, setting)
+        judge_instruments(outputs, setting, bypass=False)
         judge_micro_batches_and_weights(outputs, micro, setting)
         ddp_forwards, forwards = outputs.get("ddp_forwards"), outputs.get("forwards")
         if isinstance(ddp_forwards, int) and isinstance(forwards, int) and ddp_forwards < forwards:
@@ -267,6 +337,7 @@ class DdpWindow(Question):
                 f"The synchronisation is right, but the gradient differs from the window's "
                 f"mean gradient by {relative_gap(actual, wanted):.2e} (relative) {setting}."
             )
+        judge_instruments(outputs, setting)
         passes = outputs.get("backward_passes")
         if isinstance(passes, int) and passes < n:
             raise Failure("The gradient is right, but " + SINGLE_BACKWARD, "single_backward")

@@ -21,6 +21,7 @@ import torch
 
 from coursekit.checks.instruments import (
     SINGLE_BACKWARD,
+    Probes,
     SchedulerSteps,
     StepCounter,
     Watch,
@@ -37,9 +38,10 @@ from coursekit.checks.module05.recipe_window_replay import (
     scheduled_lrs,
     spec_dtype,
 )
-from coursekit.checks.question import Failure, Question, number_list, relative_gap
+from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import combined, judge_instruments
 from coursekit.recipe import recipe_window
 
 TOLERANCE = 1e-5  # float32 throughout: rounding moves the weights by ~1e-7 relative
@@ -68,6 +70,67 @@ class RecipeWindow(Question):
     name = "recipe_window"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "**Forward** each micro-batch under `torch.autocast(device_type, dtype=dtype, "
+            "enabled=dtype is not None)`",
+            "the spec with dtype=torch.bfloat16",
+            ("autocast_missing", "autocast_without_dtype"),
+            lambda spec: spec.get("dtype") is not None,
+        ),
+        Rule(
+            "and compute the loss from `logits.float()`.",
+            "the spec with dtype=torch.bfloat16",
+            ("loss_in_bf16",),
+            lambda spec: spec.get("dtype") is not None,
+        ),
+        Rule(
+            "each micro-batch's summed loss (`lm_loss(logits, labels, \"sum\")`) divided by the "
+            "real-token count of the *whole window* (`count_tokens`), then `backward()`, one "
+            "micro-batch at a time.",
+            "every spec: two windows of unequal micro-batches, padded",
+            (
+                "mean_of_means",
+                "padding_counted",
+                "loss_not_divided",
+                "whole_batch_forward",
+                "single_backward",
+                "tokens_from_first_micro_batch",
+                "loss_scaled_through_data",
+                "labels_shifted_again",
+            ),
+        ),
+        Rule(
+            "**Clip** the window's gradient once, at the boundary:",
+            "the specs whose max_norm clips",
+            ("clip_every_micro_batch", "clipping_missing", "clip_after_step", "clip_on_data", "flush_without_clipping"),
+            lambda spec: spec["max_norm"] < 100,
+        ),
+        Rule(
+            "**Step** the optimizer, then the scheduler (it counts optimizer steps), then "
+            "`optimizer.zero_grad(set_to_none=True)`.",
+            "every spec: steps, scheduler steps and zero_grad calls are counted",
+            (
+                "zero_grad_missing",
+                "scheduler_before_optimizer",
+                "scheduler_never_stepped",
+                "scheduler_every_micro_batch",
+                "step_every_micro_batch",
+                "zero_grad_at_window_start",
+                "flush_without_scheduler",
+            ),
+        ),
+        Rule(
+            "**Return** the window's mean loss per real token as a float",
+            "every spec: each window's returned loss",
+            ("logged_loss_wrong", "logged_total_kept_between_calls"),
+        ),
+        Rule(
+            "Leave the window's tensors as they are given",
+            "every spec: the labels are compared after the call",
+            ("labels_changed_in_place",),
+        ),
+    )
 
     def public_specs(self):
         return [
@@ -112,13 +175,15 @@ class RecipeWindow(Question):
         scheduler_steps = SchedulerSteps(scheduler)
         watch = Watch(model)
         parameters = list(model.parameters())
-        norms = []  # the gradient's norm as each optimizer step found it
-        optimizer.register_step_pre_hook(lambda *_: norms.append(_grad_norm(parameters)))
-        autocast = []  # per forward: the autocast dtype in force on the CPU, or None
-        model.register_forward_pre_hook(
-            lambda *_: autocast.append(
+        probes = Probes()
+        # the gradient's norm as each optimizer step found it
+        norms = probes.on_step(optimizer, lambda: _grad_norm(parameters))
+        # per forward: the autocast dtype in force on the CPU, or None
+        autocast = probes.on_forward(
+            model,
+            lambda: (
                 str(torch.get_autocast_dtype("cpu")) if torch.is_autocast_enabled("cpu") else None
-            )
+            ),
         )
         given = [[(x.clone(), y.clone()) for x, y in window] for window in windows]
         dtype = spec_dtype(spec)
@@ -149,19 +214,25 @@ class RecipeWindow(Question):
             "window_weights": window_weights,
             "losses": losses,
             "lrs": counter.lrs,
-            "step_norms": norms,
+            "step_norms": [norm for (norm,) in norms],
             "optimizer_steps": counter.steps,
             "scheduler_steps": scheduler_steps.count,
             "steps_after_window": steps,
             "scheduler_after_window": scheduled,
             "grad_left": any(p.grad is not None and bool(p.grad.any()) for p in parameters),
             "zero_grads": counter.zero_grads,
-            "autocast": autocast,
+            "autocast": [dtype for (dtype,) in autocast],
             "changed_in_place": changed,
             "largest_forward": max(watch.forward_sizes, default=0),
             "largest_forward_per_window": forwards,
             "backward_passes": watch.backward_passes,
             "left_changed": left,
+            "instruments": combined(
+                counter.verdict(),
+                scheduler_steps.verdict(),
+                probes.verdict(),
+                watch.verdict(samples=sum(len(x) for window in windows for x, _ in window)),
+            ),
         }
 
     def reference(self):
@@ -174,6 +245,7 @@ class RecipeWindow(Question):
             f"(two windows of micro-batches of {windows[0]} and {windows[1]} sequences, "
             f"max_norm {spec['max_norm']}, dtype {spec.get('dtype') or 'None'})"
         )
+        judge_instruments(outputs, setting, bypass=False)
         largest = outputs.get("largest_forward_per_window")
         if isinstance(largest, list) and len(largest) == len(windows):
             for index, (size, window) in enumerate(zip(largest, windows, strict=True)):
@@ -207,6 +279,7 @@ class RecipeWindow(Question):
                 "zero_grad_missing",
             )
         self._judge_weights(spec, outputs, expected, setting)
+        judge_instruments(outputs, setting)
         passes = outputs.get("backward_passes")
         if isinstance(passes, int) and passes < n_micro:
             raise Failure(
