@@ -136,7 +136,8 @@ def test_the_next_run_removes_what_a_killed_run_left_and_nothing_else(tmp_path, 
     temporary.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     grader, runner, other = _ended_pids(3)
-    left = [f"coursekit-hand-in-{grader}-{runner}", f"coursekit-hand-in-{other}"]  # and old names
+    left = [f"coursekit-hand-in-{grader}-{runner}-0123456789abcdef"]
+    left += [f"coursekit-hand-in-{grader}-{runner}", f"coursekit-hand-in-{other}"]  # old names
     kept = [
         f"coursekit-hand-in-{os.getpid()}-{runner}",  # its grader is alive: that run's to remove
         f"coursekit-hand-in-{other}-{os.getpid()}",  # its owner is alive

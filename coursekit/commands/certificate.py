@@ -90,6 +90,8 @@ def run_certificate(
         return _error("certificate", error)
     with Gradebook(gradebook) as book:
         current = {g.assignment: g for g in book.current_grades() if g.student == student}
+    # a hand-in the grader failed on has no score: no grade yet, never a 0
+    current = {name: g for name, g in current.items() if g.score is not None}
     missing = [name for name in coverage.modules if name not in current]
     if missing:
         print(

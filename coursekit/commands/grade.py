@@ -4,7 +4,9 @@ Paths are checked before any work: one that does not exist stops the run (exit 2
 written). Hand-ins that clash (two files for one student) are named and left out; the rest
 are graded, and the command exits 1 so the clash is not missed. Each result is written to
 the gradebook as it arrives; if the gradebook cannot be written (a full disk), grading
-stops with a clear message, keeping every result already recorded (exit 1).
+stops with a clear message, keeping every result already recorded (exit 1). A hand-in the
+grader failed on (its own machinery, every try) is stored as not graded, with the reason and
+no score; the command names each one and exits 1: run it again, and it grades only those.
 """
 
 from __future__ import annotations
@@ -171,11 +173,17 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
     except GradebookError as error:
         _say(f"{error} Nothing was graded.")
         return 1
-    flagged, recorded = [], [0]
+    flagged, recorded, failed_on = [], [0], []
 
     def on_result(result: GradeResult) -> None:
         book.record(result, run_id)  # GradebookError stops the batch: see below
         recorded[0] += 1
+        if result.not_graded:
+            failed_on.append(f"{for_terminal(result.student)} ({for_terminal(result.path)})")
+            progress.step(f"{for_terminal(result.student)}: not graded (the grader failed)")
+            if as_json:
+                print(json.dumps(result.public()), flush=True)
+            return
         note = f"{for_terminal(result.student)}: {points(result.score)}/{points(result.max_score)}"
         if any(n.startswith("Flagged for review") for n in result.notes):
             note += " (flagged for review)"
@@ -196,15 +204,24 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
         return 1
     except SandboxSetupError as error:
         _say(
-            f"the grading sandbox failed ({error}). Grading stopped: the {recorded[0]} "
-            f"result(s) recorded before are kept; {len(todo) - recorded[0]} hand-in(s) were "
-            "not graded, and no one was marked down for it. Run the same command again: it "
-            "grades only those (`coursekit doctor` reports what this machine offers)."
+            f"the grading sandbox failed ({error}). Grading stopped: the "
+            f"{recorded[0] - len(failed_on)} result(s) recorded before are kept; "
+            f"{len(todo) - recorded[0] + len(failed_on)} "
+            "hand-in(s) were not graded, and no one was marked down for it. Run the same "
+            "command again: it grades only those (`coursekit doctor` reports what this "
+            "machine offers)."
         )
         return 1
     book.finish_run(run_id)
     if flagged:  # the bar shows only the latest hand-in: name these once more
         print(f"Flagged for review: {', '.join(flagged)}", file=sys.stderr)
+    if failed_on:
+        _say(
+            f"the grader failed on {len(failed_on)} hand-in(s), every try (not the students' "
+            f"doing): {', '.join(failed_on)}. They are stored as not graded, with no score. "
+            "Run the same command again: it grades only those."
+        )
+        return 1
     return 0
 
 
@@ -215,5 +232,11 @@ def _print_table(book: Gradebook, assignment: str) -> None:
     print(f"{'student'.ljust(width)}  score")
     for grade in grades:
         suffix = f"  ({for_terminal(grade.error)})" if grade.error else ""
-        score = f"{points(grade.score)}/{points(grade.max_score)}"
+        if grade.not_graded:
+            suffix = f"  (the grader failed on it: {for_terminal(grade.not_graded)})"
+        score = (
+            "not graded"
+            if grade.score is None
+            else f"{points(grade.score)}/{points(grade.max_score)}"
+        )
         print(f"{names[grade.student].ljust(width)}  {score}{suffix}")

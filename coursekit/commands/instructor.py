@@ -44,6 +44,14 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
         print("coursekit export: the gradebook holds no grades for that.", file=sys.stderr)
         return 2
     names = sorted({g.student for g in grades})
+    pending = exports.not_graded_names(grades)  # the grader failed on them: no score
+    if pending:
+        print(
+            f"coursekit export: {len(pending)} hand-in(s) are not graded (the grader failed on "
+            f"them; grade them again): {', '.join(_quoted(n) for n in pending)}. "
+            + ("Their score is left empty." if fmt in ("csv", "feedback") else "Left out."),
+            file=sys.stderr,
+        )
     if fmt == "csv":
         target = out if out.suffix == ".csv" else out / "grades.csv"
         alike = warn_about_names(
@@ -53,10 +61,13 @@ def run_export(gradebook: Path, fmt: str, out: Path, assignment: str | None) -> 
         return 1 if alike else 0
     if fmt == "lms":
         target = out if out.suffix == ".csv" else out / "grades-lms.csv"
+        # a student with a hand-in not graded has no total yet: left out, never given a 0
+        waiting = {g.student for g in grades if g.score is None}
+        graded = [g for g in grades if g.student not in waiting]
         rows = (
-            [(g.student, g.score, g.max_score) for g in grades]
+            [(g.student, g.score, g.max_score) for g in graded]
             if assignment
-            else course_totals(grades)
+            else course_totals(graded)
         )
         alike = warn_about_names(
             "export",

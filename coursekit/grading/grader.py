@@ -3,6 +3,11 @@
 The reference is the source notebook's solution, run in a sandbox of its own on the very
 specs (public and drawn-at-grading-time hidden ones) that each hand-in then gets. Judging
 happens here, in the grader, never in a process that ran a hand-in's code.
+
+A failure of the grader's own machinery on a hand-in (a bug, a runner that was never ready or
+was lost) is no grade: the hand-in is graded again from the start on a fresh process, and if
+it fails every time it is returned *not graded*, with the reason (:attr:`GradeResult.not_graded`),
+never a score. Only the machine failing for hand-in after hand-in stops the batch.
 """
 
 from __future__ import annotations
@@ -39,11 +44,19 @@ from coursekit.grading.sandbox.driver import (
     WarmParent,
     run_hand_in,
 )
+from coursekit.grading.sandbox.errors import GraderFault, RunnerSetupError
 from coursekit.grading.text import capped_notes, for_terminal, lossless
 
 
 class GraderError(RuntimeError):
     """The grader itself cannot run (not a problem of any one hand-in)."""
+
+
+#: How many times a hand-in is graded afresh when the grader's own machinery fails on it.
+MACHINERY_TRIES = 3
+#: Hand-ins in a row the grader failed on (none graded between) that stop the batch: the
+#: machine is failing, not one hand-in.
+FAILING_IN_A_ROW = 4
 
 
 @dataclass
@@ -59,15 +72,19 @@ class GradeResult:
     notes: list[str] = field(default_factory=list)  # cells that failed: context, no points
     seconds: float = 0.0
     seed: int | None = None  # the run's hidden draw: `grade --seed` reproduces its specs
+    # set when the grader's own machinery failed on it every time: why. It has no score
+    not_graded: str | None = None
 
     def public(self) -> dict:
         """The ``--json`` object: what a hand-in got, and why (notes: cells that failed,
-        timed out or ended the process, and flags for review)."""
+        timed out or ended the process, and flags for review). A hand-in the grader failed
+        on has no score (None) and says why in ``not_graded``."""
         return {
             "path": self.path,
             "student": self.student,
             "assignment": self.assignment,
-            "score": self.score,
+            "score": None if self.not_graded else self.score,
+            "not_graded": self.not_graded,
             "max_score": self.max_score,
             "questions": [
                 {
@@ -183,11 +200,16 @@ def prepare(
     reference_limits = Limits(
         **{**asdict(limits), "hand_in_timeout_s": max(limits.hand_in_timeout_s, 600.0)}
     )
-    try:
-        cells = solution_cells(root, assignment)
-        run = run_hand_in(cells, plan.tasks(), reference_limits, options, warm=warm)
-    except SandboxSetupError as error:
-        raise GraderError(f"The grading sandbox could not be set up: {error}") from None
+    cells = solution_cells(root, assignment)
+    for tries_left in range(MACHINERY_TRIES - 1, -1, -1):
+        try:
+            run = run_hand_in(cells, plan.tasks(), reference_limits, options, warm=warm)
+            break
+        except (RunnerSetupError, GraderFault) as error:  # a fresh process may well work
+            if not tries_left:
+                raise GraderError(f"The grading sandbox could not be set up: {error}") from None
+        except SandboxSetupError as error:
+            raise GraderError(f"The grading sandbox could not be set up: {error}") from None
     plan.confinement = run.confinement
     plan.closed = close_to_hand_ins([root / "notebooks"], run.confinement)
     if run.failure or len(run.tasks) != len(plan.tasks()):
@@ -409,22 +431,45 @@ def _zero(plan: Plan, feedback: str) -> list[dict]:
     ]
 
 
-def _safe_grade(path: str, student: str, plan: Plan, warm: WarmParent) -> GradeResult:
-    try:
-        return grade_path(path, student, plan, warm)
-    except SandboxSetupError:  # the machine's fault: it stops the batch, it is no grade
-        raise
-    except Exception:  # a grader bug must not end the batch: report it on this hand-in
-        print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
-        traceback.print_exc()
-        result = GradeResult(
-            path=lossless(path), student=student, assignment=plan.assignment, seed=plan.seed
-        )
-        result.sha256 = file_sha256(path)
-        result.max_score = plan.max_score
-        result.error = "The grader failed on this hand-in; tell your instructor."
-        result.questions = _zero(plan, "Not graded: the grader failed on this hand-in.")
-        return result
+def grade_with_retries(
+    path: str, student: str, plan: Plan, warm: WarmParent, tries: int = MACHINERY_TRIES
+) -> GradeResult:
+    """Grade one hand-in; where the grader's own machinery fails on it (an exception from the
+    grader, a runner that was never ready or was lost), grade it again from the start on a
+    fresh process, up to ``tries`` times in all. If every try fails, the result is *not
+    graded* (:attr:`GradeResult.not_graded` says why), with no score and no questions: never
+    a 0. A warm parent that cannot be started raises (:class:`SandboxSetupError`), which
+    stops the batch; so does a stopped batch (``SystemExit``)."""
+    why = "no try was made"
+    for _ in range(max(1, tries)):
+        if warm.stopped.is_set():
+            raise SystemExit("grading was stopped")
+        try:
+            return grade_path(path, student, plan, warm)
+        except RunnerSetupError as error:  # one runner's sandbox: a fresh one may work
+            why = f"the sandbox was not ready ({error})"
+        except SandboxSetupError:  # the warm parent: the machine's fault, for every hand-in
+            raise
+        except Exception as error:  # a grader bug, or its machinery lost the hand-in
+            print(f"coursekit grade: the grader failed on {for_terminal(path)}:", file=sys.stderr)
+            traceback.print_exc()
+            why = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    return not_graded(path, student, plan, f"{why[:300]} ({max(1, tries)} tries)")
+
+
+def not_graded(path: str, student: str, plan: Plan, why: str) -> GradeResult:
+    """The result of a hand-in the grader failed on: no score, no questions, the reason."""
+    result = GradeResult(
+        path=lossless(path), student=student, assignment=plan.assignment, seed=plan.seed
+    )
+    result.sha256 = file_sha256(path)
+    result.max_score = plan.max_score
+    result.not_graded = lossless(why)
+    result.error = (
+        "Not graded: the grader failed on this hand-in (not the notebook's doing); it has no "
+        f"score yet. Grading it again will grade it. Why: {result.not_graded}"
+    )
+    return result
 
 
 def grade_all(
@@ -435,9 +480,11 @@ def grade_all(
     warm: WarmParent | None = None,
 ) -> None:
     """Grade (path, student) hand-ins, ``workers`` at a time, each in a process the warm
-    parent forks; ``on_result`` runs here, one at a time. If it raises (or grading is
-    interrupted), hand-ins still running are stopped (their sandboxes cleaned up) and none
-    not yet started is begun; the exception then propagates."""
+    parent forks; ``on_result`` runs here, one at a time, with every result, those not graded
+    (:func:`grade_with_retries`) too. If it raises (or grading is interrupted, or the grader
+    fails on :data:`FAILING_IN_A_ROW` hand-ins in a row), hand-ins still running are stopped
+    (their sandboxes cleaned up) and none not yet started is begun; the exception then
+    propagates."""
     hand_ins = list(hand_ins)
     if not hand_ins:
         return
@@ -456,7 +503,7 @@ def grade_all(
             except queue.Empty:
                 return
             try:
-                done.put(_safe_grade(path, student, plan, warm))
+                done.put(grade_with_retries(path, student, plan, warm))
             except BaseException as error:  # noqa: BLE001 - stopped: told to the waiting side
                 done.put(error)
                 return
@@ -467,6 +514,7 @@ def grade_all(
     ]
     for thread in threads:
         thread.start()
+    failing = 0  # hand-ins in a row the grader failed on
     try:
         for _ in hand_ins:
             while True:
@@ -476,6 +524,12 @@ def grade_all(
             if isinstance(result, BaseException):
                 raise result
             on_result(result)
+            failing = failing + 1 if result.not_graded else 0
+            if failing >= FAILING_IN_A_ROW:
+                raise SandboxSetupError(
+                    f"the grader failed on {failing} hand-ins in a row, each tried "
+                    f"{MACHINERY_TRIES} times (the last: {result.not_graded})"
+                )
     except BaseException:
         warm.stop()
         raise

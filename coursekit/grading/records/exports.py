@@ -9,6 +9,10 @@ escapes (``\\u202e``), so no name shows as another or turns a row backwards; fre
 (feedback, notes, errors) likewise, keeping its lines (``text_for_page``). The gradebook
 keeps each name as it is: only what is written changes. :func:`escaped_names` says which
 names were escaped (``coursekit export`` names them, and names that would read the same).
+
+A grade the grader failed on (``grade.not_graded``: no score) is never written as a number:
+the CSV leaves its score empty and says why, the feedback page says it is not graded yet, and
+no Gradescope results file is written for it (:func:`write_gradescope` names what it left out).
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def _quoted(name: str) -> str:
     return f"'{for_terminal(name)}'"
 
 
+def not_graded_names(grades) -> list[str]:
+    """The students (escaped, as written) whose current hand-in the grader failed on: they
+    have no score, and exports write none for them."""
+    return sorted({visible(g.student) for g in grades if _not_graded(g)})
+
+
 def escaped_names(names) -> list[str]:
     """The names (as written, escaped) that an export writes otherwise than they are stored,
     each once, sorted: those with a control, bidirectional or invisible character."""
@@ -110,6 +120,11 @@ def write_csv(grades: list, path: Path) -> Path:
             ["student", "assignment", "score", "max_score", "percent", "graded_at", "error"]
         )
         for g in grades:
+            if _not_graded(g):  # no score: empty cells, never a 0
+                row = [visible(g.student), g.assignment, None, points(g.max_score), None]
+                row += [g.graded_at, g.error]
+                writer.writerow([_cell(_text(v)) if v is not None else "" for v in row])
+                continue
             percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
             row = [
                 visible(g.student),
@@ -122,6 +137,11 @@ def write_csv(grades: list, path: Path) -> Path:
             ]
             writer.writerow([_cell(_text(value)) if value is not None else "" for value in row])
     return path
+
+
+def _not_graded(grade) -> bool:
+    """Whether the grader failed on this grade's hand-in: it has no score."""
+    return bool(getattr(grade, "not_graded", None)) or grade.score is None
 
 
 def _text(value):
@@ -166,7 +186,10 @@ def shown(value: float) -> float:
 
 
 def gradescope_results(grade) -> dict:
-    """Gradescope's autograder ``results.json`` for one hand-in."""
+    """Gradescope's autograder ``results.json`` for one hand-in (one that has a score: a
+    hand-in the grader failed on has none to give, and raises ValueError)."""
+    if _not_graded(grade):
+        raise ValueError(f"{visible(grade.student)}'s hand-in is not graded: it has no score")
     tests = [
         {
             "name": q["name"],
@@ -184,9 +207,13 @@ def gradescope_results(grade) -> dict:
 
 
 def write_gradescope(grades: list, folder: Path) -> list[Path]:
+    """One results file per graded hand-in; none for a hand-in the grader failed on (see
+    :func:`not_graded_names`: the export says which were left out)."""
     folder.mkdir(parents=True, exist_ok=True)
     written = []
     for grade in grades:
+        if _not_graded(grade):
+            continue
         path = folder / export_name(grade, ".json")
         path.write_text(json.dumps(gradescope_results(grade), indent=2), encoding="utf-8")
         written.append(path)
@@ -208,7 +235,7 @@ body {{ font-family: system-ui, sans-serif; max-width: 46rem; margin: 2rem auto;
 </style></head><body>
 <h1>{assignment}</h1>
 <p>Feedback for <b>{student}</b>, graded {graded_at}.</p>
-<p class="score">{score} / {max_score} points</p>
+<p class="score">{score}{max_score}</p>
 {error}
 {questions}
 {notes}
@@ -238,12 +265,16 @@ def feedback_page(grade) -> str:
         else ""
     )
     error = f'<p class="error">{esc(grade.error)}</p>' if grade.error else ""
+    if _not_graded(grade):
+        score, max_score = "Not graded yet", ""
+    else:
+        score, max_score = f"{points(grade.score)} / ", f"{points(grade.max_score)} points"
     return PAGE.format(
         assignment=esc(grade.assignment),
         student=html.escape(visible(grade.student)),
         graded_at=esc(grade.graded_at),
-        score=points(grade.score),
-        max_score=points(grade.max_score),
+        score=score,
+        max_score=max_score,
         error=error,
         questions=questions,
         notes=notes_html,

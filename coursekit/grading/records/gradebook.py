@@ -8,6 +8,11 @@ WAL mode and a busy timeout let two grading runs share the file safely. Every te
 losslessly (:func:`coursekit.grading.text.lossless`): a file name that is not UTF-8 cannot
 stop a batch. A write that fails (a full disk, a read-only file) raises
 :class:`GradebookError`, whose message says so; what was committed before is kept.
+
+A hand-in the grader failed on (its own machinery, every try) is stored *not graded*, with
+the reason (``gradings.not_graded``): its :class:`Grade` has no score (``score`` is None), it
+counts as not yet graded (:meth:`Gradebook.is_graded`), so the next run grades it, and it
+never hides a real grading of the same file made before.
 """
 
 from __future__ import annotations
@@ -55,7 +60,8 @@ CREATE TABLE IF NOT EXISTS gradings (
     score REAL NOT NULL,
     max_score REAL NOT NULL,
     error TEXT,
-    result TEXT NOT NULL
+    result TEXT NOT NULL,
+    not_graded TEXT
 );
 CREATE INDEX IF NOT EXISTS gradings_by_submission ON gradings(submission_id);
 """
@@ -71,13 +77,14 @@ class Grade:
 
     student: str
     assignment: str
-    score: float
+    score: float | None  # None: not graded (the grader failed on it), never a 0
     max_score: float
     error: str | None
     graded_at: str
     sha256: str
     path: str
     result: dict
+    not_graded: str | None = None  # why the grader could not grade it
 
 
 def _private(path: Path) -> None:
@@ -115,6 +122,9 @@ class Gradebook:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(runs)")}
         if "seed" not in columns:
             self._db.execute("ALTER TABLE runs ADD COLUMN seed INTEGER")
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(gradings)")}
+        if "not_graded" not in columns:
+            self._db.execute("ALTER TABLE gradings ADD COLUMN not_graded TEXT")
 
     def close(self) -> None:
         self._db.close()
@@ -140,17 +150,25 @@ class Gradebook:
             self._db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (_now(), run_id))
 
     def is_graded(self, assignment: str, student: str, sha256: str) -> bool:
+        """Whether this file of the student's has been graded (a grading the grader failed
+        on does not count: the next run grades it)."""
         row = self._db.execute(
             "SELECT 1 FROM gradings g JOIN submissions s ON s.id = g.submission_id "
-            "WHERE s.assignment = ? AND s.student = ? AND s.sha256 = ? LIMIT 1",
+            "WHERE s.assignment = ? AND s.student = ? AND s.sha256 = ? "
+            "AND g.not_graded IS NULL LIMIT 1",
             (assignment, student, sha256),
         ).fetchone()
         return row is not None
 
     def record(self, result, run_id: int | None) -> None:
-        """Store one grading (and its submission, when new) in a single transaction."""
+        """Store one grading (and its submission, when new) in a single transaction. A
+        result the grader failed on (``result.not_graded``) is stored as not graded: its
+        score column holds 0 only because the column may not be empty; it is never read."""
         student, path = lossless(result.student), lossless(result.path)
         error = lossless(result.error) if result.error is not None else None
+        not_graded = getattr(result, "not_graded", None)
+        not_graded = lossless(not_graded) if not_graded is not None else None
+        score = 0.0 if not_graded is not None else result.score
         document = json.dumps(lossless_tree(result.public()))
         with self._writing(), self._transaction():
             self._db.execute(
@@ -164,8 +182,17 @@ class Gradebook:
             ).fetchone()
             self._db.execute(
                 "INSERT INTO gradings (submission_id, run_id, graded_at, score, max_score, error,"
-                " result) VALUES (?,?,?,?,?,?,?)",
-                (submission_id, run_id, _now(), result.score, result.max_score, error, document),
+                " result, not_graded) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    submission_id,
+                    run_id,
+                    _now(),
+                    score,
+                    result.max_score,
+                    error,
+                    document,
+                    not_graded,
+                ),
             )
 
     @contextlib.contextmanager
@@ -189,18 +216,33 @@ class Gradebook:
         self._db.execute("COMMIT")
 
     def current_grades(self, assignment: str | None = None) -> list[Grade]:
-        """One row per (student, assignment): the newest grading of the newest hand-in."""
+        """One row per (student, assignment): the newest grading of the newest hand-in. A
+        grading the grader failed on is the current one (not graded, no score) unless the
+        same file was graded before: then that grading stands."""
         rows = self._db.execute(
             "SELECT s.student, s.assignment, g.score, g.max_score, g.error, g.graded_at, "
-            "s.sha256, s.path, g.result FROM gradings g JOIN submissions s "
+            "s.sha256, s.path, g.result, g.not_graded FROM gradings g JOIN submissions s "
             "ON s.id = g.submission_id "
             "WHERE (? IS NULL OR s.assignment = ?) ORDER BY s.first_seen, s.id, g.id",
             (assignment, assignment),
         ).fetchall()
         latest: dict[tuple[str, str], Grade] = {}
         for row in rows:
-            grade = Grade(*row[:8], result=json.loads(row[8]))
-            latest[(grade.student, grade.assignment)] = grade
+            not_graded = row[9]
+            score = None if not_graded is not None else row[2]
+            grade = Grade(
+                row[0], row[1], score, *row[3:8], result=json.loads(row[8]), not_graded=not_graded
+            )
+            key = (grade.student, grade.assignment)
+            before = latest.get(key)
+            if (
+                not_graded is not None
+                and before is not None
+                and before.not_graded is None
+                and before.sha256 == grade.sha256
+            ):
+                continue  # this file was graded before: a failed regrading does not hide it
+            latest[key] = grade
         return sorted(latest.values(), key=lambda g: (g.student, g.assignment))
 
     def attempts(self, student: str, assignment: str) -> int:

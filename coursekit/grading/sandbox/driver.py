@@ -10,6 +10,14 @@ for each command and for the whole notebook. The process is killed when it is do
 time or off protocol; its PID namespace takes everything it started along, and its root
 file system lived in memory. A cell or test that kills the process is skipped on a second
 try, so one such cell costs only itself.
+
+Each grading thread owns what it starts: its runner, the helpers that end a hand-in's user's
+processes, the ``rm`` that removes a scratch folder. A sweep for strays (processes a hand-in
+left where no PID namespace ends them) signals and reaps only children nobody in the grader
+started, and, graded as root, only those of its own hand-in's user. Where the grader's own
+machinery fails on a hand-in (a runner never ready, a runner lost), that is raised
+(:class:`RunnerSetupError`, :class:`GraderFault`) for the grader to try the hand-in again,
+never a reason charged to the hand-in.
 """
 
 from __future__ import annotations
@@ -23,7 +31,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from coursekit.grading.sandbox import channel, privileges, scratch
-from coursekit.grading.sandbox.errors import SandboxSetupError
+from coursekit.grading.sandbox.errors import (  # noqa: F401 - SandboxSetupError: re-exported
+    GraderFault,
+    RunnerSetupError,
+    SandboxSetupError,
+)
 from coursekit.grading.sandbox.exit_codes import SCRATCH_FULL
 from coursekit.grading.sandbox.limits import Limits, Options
 
@@ -94,6 +106,8 @@ class _Runner:
     def __init__(self, options: Options, limits: Limits, warm: WarmParent):
         self.fds: list[int] = []
         self.process = None
+        self.scratch = None
+        self.squatted: list[str] = []  # names like the grader's own its hand-in's user made
         self.warm = warm
         try:
             runner_in, self.to_runner = self._pipe()
@@ -104,6 +118,9 @@ class _Runner:
             for fd in (runner_in, runner_out, output_w):  # the runner's ends
                 os.close(fd)
                 self.fds.remove(fd)
+            # made here, by the grader, under a name no hand-in can guess; used by the runner
+            # only where the hand-in has no root of its own (it gives it to the hand-in's user)
+            self.scratch = scratch.make(os.getpid(), self.process.pid)
         except BaseException:
             self.close(wait_s=0, orphans_possible=False)
             raise
@@ -113,8 +130,7 @@ class _Runner:
             "landlock": options.landlock,
             "isolation": options.isolation,
             "hidden": list(options.hidden),
-            # made by the runner only where the hand-in has no root of its own
-            "host_scratch": str(scratch.folder(os.getpid(), self.process.pid)),
+            "host_scratch": str(self.scratch),
         }
 
     def _pipe(self) -> tuple[int, int]:
@@ -135,21 +151,26 @@ class _Runner:
             returncode = self.process.wait()
             for group in privileges.cgroup_paths(self.process.pid):
                 privileges.empty_and_remove_cgroup(group)
+            uid = None
             if os.geteuid() == 0:  # every process of the hand-in's own user, wherever it is
                 uid, _ = privileges.hand_in_ids(self.process.pid)
                 privileges.end_processes_of(uid)
-                privileges.remove_files_of(uid)
+                self.squatted = [
+                    path
+                    for path in privileges.remove_files_of(uid)
+                    if os.path.basename(path).startswith(scratch.PREFIX)
+                ]
             if orphans_possible:
                 with _SWEEPING:  # one thread at a time: none reaps what another one scanned
-                    kill_new_children(lambda: self.warm.strays(self.before))
+                    # graded as root, only this hand-in's user's: another hand-in's are its own
+                    # thread's to end
+                    kill_new_children(lambda: self.warm.strays(self.before, uid))
             self.warm.forget(self.process)
         for fd in self.fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        if self.process is not None:  # made only where there was no root of its own
-            folder = scratch.folder(os.getpid(), self.process.pid)
-            if os.path.lexists(folder):
-                scratch.remove(folder)
+        if self.scratch is not None and os.path.lexists(self.scratch):
+            scratch.remove(self.scratch)
         return returncode
 
 
@@ -177,7 +198,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             attempt.applied = session.expect("ready", ready_by).get("applied") or {}
         except Ended as ended:
             if ended.why == "timeout":
-                raise SandboxSetupError(
+                raise RunnerSetupError(
                     f"the sandbox was not ready within {READY_TIMEOUT_S:.0f} s of its fork "
                     "(building it takes well under a second); nothing of the hand-in had run"
                 ) from None
@@ -241,6 +262,14 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                 wait_s=2 if exited else 0,
                 orphans_possible=bool(attempt.applied) and "pid" not in namespaces,
             )
+            attempt.lost = runner.process is not None and runner.process.lost
+            if runner.squatted:
+                shown = ", ".join(os.path.basename(p) for p in runner.squatted[:3])
+                attempt.flags.append(
+                    f"it made files named like the grader's own scratch folders ({shown}"
+                    f"{', ...' if len(runner.squatted) > 3 else ''}), which the grader never "
+                    "uses: its names are random"
+                )
         if tail is not None:
             tail.drain()
             attempt.output = tail.text()
@@ -322,6 +351,11 @@ def run_hand_in(
             break
         attempt = _one_attempt(cells, skip, crashed, tasks, limits, options, budget_s, warm)
         run.seconds += attempt.seconds
+        if attempt.lost and attempt.position != ("start",):
+            raise GraderFault(
+                "the grader lost track of the hand-in's process (it was reaped elsewhere in "
+                "the grader): the grader's fault, not the hand-in's"
+            )
         if attempt.parent_died:  # charged to this hand-in: its points, not the batch
             run.cells = [attempt.cells[i] for i in sorted(attempt.cells)]
             run.failure = (
@@ -368,7 +402,7 @@ def run_hand_in(
         raise SystemExit("grading was stopped")
     if attempt is not None and attempt.position == ("start",):  # no hand-in code ran yet
         tail = attempt.output.strip().splitlines()[-3:]
-        raise SandboxSetupError(
+        raise RunnerSetupError(
             f"the sandbox's process ended before it was ready ({_why(attempt, limits)})"
             + (": " + " / ".join(tail) if tail else "")
         )

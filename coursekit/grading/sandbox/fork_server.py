@@ -42,10 +42,10 @@ def serve(control_fd: int, temp: str | None = None) -> None:
     if grader == 1:  # the grader died before the line above
         os._exit(1)
     control = socket.socket(fileno=control_fd)
-    # if this is killed, the grader removes it
-    caches = str(scratch.folder(grader, os.getpid(), parent=temp))
+    caches = None
     try:
-        os.mkdir(caches, 0o700)
+        # if this is killed, the grader removes it (scratch.folders_of finds it by its name)
+        caches = str(scratch.make(grader, os.getpid(), parent=temp))
         os.environ["MPLCONFIGDIR"] = caches  # matplotlib's font cache, built once here
         gc.disable()  # no collection while everything is imported and recorded
         preload.preload()
@@ -58,7 +58,8 @@ def serve(control_fd: int, temp: str | None = None) -> None:
         gc.enable()
     except BaseException as error:  # noqa: BLE001 - said to the grader, then this ends
         channel.send(control_fd, {"kind": "failed", "why": f"{type(error).__name__}: {error}"})
-        shutil.rmtree(caches, ignore_errors=True)
+        if caches is not None:
+            shutil.rmtree(caches, ignore_errors=True)
         os._exit(SETUP_FAILED)
     _prctl(_PR_SET_DUMPABLE, 0)  # no process of the same user may read or write its memory
     channel.send(control_fd, {"kind": "ready"})

@@ -24,6 +24,8 @@ import signal
 import time
 from pathlib import Path
 
+from coursekit.grading.sandbox import reaping
+
 _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _PR_CAP_AMBIENT = 24, 28, 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 # SECBIT_NOROOT, SECBIT_NO_SETUID_FIXUP and SECBIT_KEEP_CAPS off, each with its lock bit.
@@ -113,7 +115,9 @@ def end_processes_of(uid: int, seconds: float = 10.0) -> bool:
 
     A helper process takes on ``uid`` and sends ``kill(-1, SIGKILL)``, which reaches every
     process of that user but itself in one call, so a hand-in forking as fast as it can is
-    still ended; then /proc is read for any that slipped through. Needs root."""
+    still ended; then /proc is read for any that slipped through. Needs root. The helper is
+    the calling thread's own child (:func:`coursekit.grading.sandbox.reaping.fork_owned`):
+    another grading thread's sweep for strays neither kills nor reaps it."""
     deadline = time.monotonic() + seconds
     while True:
         left = processes_of(uid)
@@ -121,18 +125,17 @@ def end_processes_of(uid: int, seconds: float = 10.0) -> bool:
             return True
         if time.monotonic() > deadline:
             return False
-        helper = os.fork()
-        if helper == 0:
-            try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-                for _ in range(3):
-                    with contextlib.suppress(OSError):
-                        os.kill(-1, signal.SIGKILL)
-            finally:
-                os._exit(0)
-        os.waitpid(helper, 0)
+
+        def kill_as_the_user() -> None:  # in the helper: kill(-1) reaches only the user's
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(3):
+                with contextlib.suppress(OSError):
+                    os.kill(-1, signal.SIGKILL)
+
+        # the calling grading thread's own child: no other thread's sweep signals or reaps it
+        reaping.fork_owned(kill_as_the_user)
         for pid in processes_of(uid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)

@@ -19,6 +19,7 @@ import signal
 
 from coursekit.grading.sandbox import channel, privileges
 from coursekit.grading.sandbox import namespaces as ns
+from coursekit.grading.sandbox import scratch as host_scratch
 from coursekit.grading.sandbox.exit_codes import SCRATCH_FULL, SETUP_FAILED
 from coursekit.grading.sandbox.runner import serve
 
@@ -102,11 +103,12 @@ def init(
         if namespaces.mount:
             applied["root"] = ns.make_root(root_plan)
         else:
-            # no root of its own: a folder on the host, named by the grader after itself and
-            # the runner (coursekit.grading.sandbox.scratch), which removes it after the runner
-            # (or the next grading run, if the grader was killed)
+            # no root of its own: the folder on the host the grader made for this runner,
+            # under a name no hand-in can guess (coursekit.grading.sandbox.scratch); the
+            # grader removes it after the runner (or the next grading run, if it was killed)
             scratch = job["host_scratch"]
-            os.mkdir(scratch, 0o700)
+            if not host_scratch.is_ours(scratch, os.geteuid()):
+                raise OSError(f"{scratch} is not the folder the grader made")
             if user is not None:
                 os.chown(scratch, *user)
             os.chdir(scratch)

@@ -4,6 +4,13 @@ The warm parent forks each runner twice over, so that it re-parents to the grade
 then waits for it, kills it and reads how it ended exactly as it would a process of its own
 (:class:`Child`), and daemons a hand-in starts where no PID namespace ends them re-parent to
 the grader too, where they are found (:func:`children`) and killed.
+
+Several grading threads share the grader's process, so every child belongs to exactly one of
+them, which alone waits for it: a runner (the :class:`Child` its worker holds), or a helper a
+worker starts and waits for itself (:func:`run_owned`, :func:`starting`). Such helpers are
+registered while the registry's lock is held across their start, and a sweep for strays scans
+under the same lock (:func:`registry`), so no sweep ever sees, signals or reaps a child another
+thread started: a stray is a child that nobody in the grader started.
 """
 
 from __future__ import annotations
@@ -13,7 +20,9 @@ import ctypes
 import os
 import select
 import signal
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +42,84 @@ def become_subreaper() -> None:
     if sys.platform.startswith("linux") and _prctl(_PR_SET_CHILD_SUBREAPER, 1) != 0:
         code = ctypes.get_errno()
         raise SandboxSetupError(f"the grader could not become a subreaper: {os.strerror(code)}")
+
+
+_REGISTRY_LOCK = threading.RLock()
+_OWNED: set[int] = set()
+
+
+@contextlib.contextmanager
+def starting():
+    """Hold the registry while starting a child; yields the function that registers its pid.
+
+    A sweep (:func:`registry`) cannot scan between the fork and the registration, so the new
+    child is never taken for a stray. Its starter must :func:`disown` it once reaped."""
+    with _REGISTRY_LOCK:
+        yield _OWNED.add
+
+
+def disown(pid: int) -> None:
+    """Forget a child its starter has reaped (its pid may now be given to another process)."""
+    with _REGISTRY_LOCK:
+        _OWNED.discard(pid)
+
+
+@contextlib.contextmanager
+def registry():
+    """Hold the registry (no child can be started meanwhile); yields the pids of the children
+    grading threads started and still own."""
+    with _REGISTRY_LOCK:
+        yield frozenset(_OWNED)
+
+
+def run_owned(argv: list[str]) -> int:
+    """Run a helper program to its end (its output discarded) as a registered child of the
+    calling thread, which alone waits for it; its exit status."""
+    with starting() as own:
+        process = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        own(process.pid)
+    try:
+        return process.wait()
+    finally:
+        disown(process.pid)
+
+
+def fork_owned(child) -> int:
+    """Fork a child that runs ``child()`` and ends (``os._exit``, 0 unless it raised), wait for
+    it as the calling thread's own; its exit status. The child must not take locks."""
+    with starting() as own:
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                child()
+                code = 0
+            finally:
+                os._exit(code)
+        own(pid)
+    try:
+        while True:
+            try:
+                _, status = os.waitpid(pid, 0)
+                return os.waitstatus_to_exitcode(status)
+            except InterruptedError:
+                continue
+    finally:
+        disown(pid)
+
+
+def uid_of(pid: int) -> int | None:
+    """The real uid of process ``pid`` (a zombie's too), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def children() -> set[int]:
@@ -56,6 +143,7 @@ class Child:
         self.returncode: int | None = None
         self.generation = self.sequence = 0  # which parent forked it, as its fork number
         self.alone = False  # no other runner was live when it was forked
+        self.lost = False  # someone else reaped it: the grader's fault, never the hand-in's
         try:
             self._pidfd = os.pidfd_open(pid)
         except (AttributeError, OSError):  # before Linux 5.3: poll instead
@@ -66,6 +154,7 @@ class Child:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # not ours (any more): nothing to wait for
+                self.lost = True
                 self.returncode = SETUP_FAILED
                 return self.returncode
             if pid == self.pid:

@@ -1,12 +1,15 @@
-"""Host scratch folders: named after their grading run and their owner, removed by whoever
-outlives the owner.
+"""Host scratch folders: made by the grader under names no one can guess, removed by whoever
+outlives their owner.
 
 Where a hand-in has no root of its own (no mount namespace: Docker, Gradescope), its scratch
 is a folder in the host's temporary folder; the warm parent keeps its caches (matplotlib's
-font cache) in one too. Each is named ``coursekit-hand-in-<grader pid>-<owner pid>``: the
-grader's process, which is the grading run (so a run, and a test of it, can count only its
-own while another run works on the same machine), and the process the folder belongs to (a
-runner, or the warm parent).
+font cache) in one too. Each is named ``coursekit-hand-in-<grader pid>-<owner pid>-<random>``:
+the grader's process, which is the grading run (so a run, and a test of it, can count only its
+own while another run works on the same machine), the process the folder belongs to (a runner,
+or the warm parent), and 64 random bits (:func:`make`). The folder is made with ``mkdir``,
+which fails rather than take an entry that exists, so a hand-in that makes the names it
+expects the next hand-ins to get (a folder, a file, a symbolic link) holds nothing anyone
+uses: the grader draws another name, and never stops for a clash.
 
 Whoever outlives the owner removes the folder: the grader, once it has reaped a runner or a
 warm parent (killed or not); the warm parent, its caches as it ends. A grader killed outright
@@ -18,14 +21,15 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 from coursekit.grading.sandbox.privileges import hand_in_ids
+from coursekit.grading.sandbox.reaping import run_owned
 
 # Folders are made only while grading, after this module is loaded: one named after this
 # process but changed (ctime, which no one can set) before then is an earlier process's whose
@@ -33,15 +37,61 @@ from coursekit.grading.sandbox.privileges import hand_in_ids
 _LOADED_AT = time.time()
 
 PREFIX = "coursekit-hand-in-"
-# grader-owner; or one pid, as coursekit named them before grading runs were told apart
-_NAME = re.compile(r"coursekit-hand-in-([0-9]{1,7})(?:-([0-9]{1,7}))?")
+# grader-owner-random; grader-owner, or one pid, as earlier releases named them
+_NAME = re.compile(r"coursekit-hand-in-([0-9]{1,7})(?:-([0-9]{1,7}))?(?:-[0-9a-f]{16})?")
 _PID_LIMIT = 2**22  # the kernel's PID_MAX_LIMIT
 
 
-def folder(grader: int, owner: int, parent: str | None = None) -> Path:
-    """The host scratch folder of ``owner`` (a runner or a warm parent) in ``grader``'s run,
-    in ``parent`` (the temporary folder)."""
-    return Path(parent or tempfile.gettempdir()) / f"{PREFIX}{grader}-{owner}"
+def make(grader: int, owner: int, parent: str | None = None, uid: int | None = None) -> Path:
+    """Make the host scratch folder of ``owner`` (a runner or a warm parent) in ``grader``'s
+    run, in ``parent`` (the temporary folder), mode 700, under a name with 64 random bits;
+    given to ``uid`` (a hand-in's user) when given. Its path.
+
+    ``mkdir`` makes the entry or fails: an entry that is there already (a hand-in's guess,
+    however made) is never used, another name is drawn."""
+    while True:
+        path = Path(parent or tempfile.gettempdir()) / (
+            f"{PREFIX}{grader}-{owner}-{secrets.token_hex(8)}"
+        )
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            continue
+        if uid is not None:
+            os.lchown(path, uid, uid)
+        return path
+
+
+def folders_of(grader: int, owner: int, parent: str | None = None) -> list[Path]:
+    """The real folders (never a symbolic link) of ``owner`` in ``grader``'s run in
+    ``parent``, owned by this user: what the owner made (:func:`make`), never what a hand-in
+    of another user made under a name like it."""
+    found = []
+    try:
+        entries = list(os.scandir(parent or tempfile.gettempdir()))
+    except OSError:
+        return found
+    for entry in entries:
+        pids = pids_of(entry.name)
+        if pids is None or len(pids) != 2 or pids != (grader, owner):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+            found.append(Path(entry.path))
+    return found
+
+
+def is_ours(path: str | os.PathLike, uid: int) -> bool:
+    """Whether ``path`` is a real folder (not a link) owned by ``uid``, as :func:`make` left
+    it: what a runner checks before it enters the folder the grader made for it."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == uid
 
 
 def pids_of(name: str) -> tuple[int, ...] | None:
@@ -111,6 +161,12 @@ def _ours(uid: int, owner: int) -> bool:
 def remove(folder: str | os.PathLike) -> None:
     """Remove a scratch folder however deep a hand-in nested it (``rm`` does; ``rmtree``
     recurses, and is the fallback). Neither follows a symbolic link: one given as
-    ``folder`` is left alone by ``rmtree`` and removed as a link by ``rm``."""
-    subprocess.run(["rm", "-rf", "--one-file-system", str(folder)], check=False)
+    ``folder`` is left alone by ``rmtree`` and removed as a link by ``rm``. An empty folder
+    (most are) is removed at once; ``rm`` runs as the calling grading thread's own child."""
+    try:
+        os.rmdir(folder)
+        return
+    except OSError:
+        pass
+    run_owned(["rm", "-rf", "--one-file-system", str(folder)])
     shutil.rmtree(folder, ignore_errors=True)

@@ -15,7 +15,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from coursekit.grading.sandbox import channel
-from coursekit.grading.sandbox.errors import SandboxSetupError
+from coursekit.grading.sandbox.errors import RunnerSetupError
 
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
@@ -58,6 +58,7 @@ class Attempt:
     slow_questions: set = field(default_factory=set)  # ran out of time twice on a test
     position: tuple = ("start",)  # what was running when it ended
     parent_died: bool = False  # the warm parent died while this hand-in alone ran
+    lost: bool = False  # the runner was reaped by someone else: the grader's fault
     ended: Ended | None = None
     returncode: int | None = None
     output: str = ""
@@ -97,7 +98,7 @@ class Session:
                     self.attempt.flags_over_cap += 1
                 continue
             if frame.get("kind") == "failed" and kind == "ready":
-                raise SandboxSetupError(str(frame.get("why"))[:1000])
+                raise RunnerSetupError(str(frame.get("why"))[:1000])
             if (
                 frame.get("kind") != kind
                 or frame.get("index") != index

@@ -30,7 +30,7 @@ import time
 
 from coursekit.grading.sandbox import channel, scratch
 from coursekit.grading.sandbox.errors import SandboxSetupError
-from coursekit.grading.sandbox.reaping import Child, become_subreaper, children
+from coursekit.grading.sandbox.reaping import Child, become_subreaper, children, registry, uid_of
 from coursekit.progress import ENV as PROGRESS_ENV
 
 ENTRY_MODULE = "coursekit.grading.sandbox.fork_server"  # what python -m runs: the warm parent
@@ -255,12 +255,18 @@ class WarmParent:
             self._live.pop(child.pid, None)
         child.release()
 
-    def strays(self, before: set[int]) -> set[int]:
-        """Children of the grader that are neither ``before``, nor runners, nor the parent:
-        where no PID namespace ends a hand-in's daemons, they re-parent here."""
-        with self._lock:
+    def strays(self, before: set[int], uid: int | None = None) -> set[int]:
+        """Children of the grader that nobody in it started: neither ``before``, nor runners,
+        nor the parent, nor a helper a grading thread started and waits for
+        (:func:`coursekit.grading.sandbox.reaping.registry`); with ``uid``, only those of
+        that user (a hand-in's own). Where no PID namespace ends a hand-in's daemons, they
+        re-parent here. Scanned while no runner and no helper can be started."""
+        with self._lock, registry() as owned:
             known = set(self._live) | ({self.process.pid} if self.process else set())
-            return children() - before - known
+            found = children() - before - known - owned
+        if uid is not None:
+            found = {pid for pid in found if uid_of(pid) == uid}
+        return found
 
     def stop(self) -> None:
         """Refuse new runners and kill those still running (a batch that is stopped)."""
@@ -290,8 +296,8 @@ class WarmParent:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-            # its caches: it removes them as it ends, unless it was killed
-            folder = scratch.folder(os.getpid(), self.process.pid)
-            if folder.is_dir() and not folder.is_symlink():
+            # its caches: it removes them as it ends, unless it was killed (only a real
+            # folder of this user's: never what a hand-in's user made under a name like it)
+            for folder in scratch.folders_of(os.getpid(), self.process.pid):
                 shutil.rmtree(folder, ignore_errors=True)
             self.process = None
