@@ -112,7 +112,9 @@ def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(ba
     assert _modes(base) == before
     assert not list(paths["course"].glob(".coursekit-read-shield-*"))
     assert any("unreadable to other users" in s for s in said)
-    assert any("Checked as a hand-in's user" in s for s in said)
+    checked = [s for s in said if s.startswith("Checked as a hand-in's user")]
+    assert checked and f"nothing in {paths['course']}" in checked[0]
+    assert f"but what its Python needs ({paths['venv']})" in checked[0]
 
 
 def test_a_path_it_may_not_change_is_named_with_its_fix_and_grading_refused(base, needs_venv):

@@ -384,6 +384,7 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
             raise _NotGraded(str(error)) from None
         from coursekit.grading.grader import grade_path, prepare
         from coursekit.grading.sandbox.driver import Options, describe_confinement, mode_of
+        from coursekit.grading.sandbox.read_shield import Protected, shielding
 
         warm.start()
         course = root / "source" / COURSE
@@ -395,13 +396,19 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
         # submission are hidden from the hand-in, whatever confines it here
         hidden = tuple(str(root / name) for name in ("source", "results", "submission"))
         limits = Limits(**settings["limits"])
-        plan = prepare(course, assignment, limits, seed, options=Options(hidden=hidden), warm=warm)
-        present, missing = describe_confinement(plan.confinement)
-        print(f"Mode: {mode_of(plan.confinement)}.")
-        print(f"Sandbox: {'; '.join(present)}.")
-        for line in missing:
-            print(f"Warning: the sandbox here has no {line}")
-        result = grade_path(str(path), student, plan, warm)
+        # where the submission shares the container's files, they are checked (as its user)
+        # to be closed to it before it runs; run_autograder has made them root's alone
+        protected = Protected(required=[Path(h).resolve() for h in hidden])
+        with shielding(protected, course):
+            plan = prepare(
+                course, assignment, limits, seed, options=Options(hidden=hidden), warm=warm
+            )
+            present, missing = describe_confinement(plan.confinement)
+            print(f"Mode: {mode_of(plan.confinement)}.")
+            print(f"Sandbox: {'; '.join(present)}.")
+            for line in missing:
+                print(f"Warning: the sandbox here has no {line}")
+            result = grade_path(str(path), student, plan, warm)
     finally:
         warm.close()
     print(json.dumps(result.public(), indent=2))  # for the instructor: Gradescope's stdout

@@ -131,6 +131,8 @@ class Plan:
     changes: list[Change] = field(default_factory=list)
     probes: list[tuple[str, str]] = field(default_factory=list)  # (path, "whole" or "list")
     unclosable: dict[str, str] = field(default_factory=dict)  # path -> why, and the fix
+    covered: list[str] = field(default_factory=list)  # protected folders closed in full
+    kept: list[str] = field(default_factory=list)  # what the hand-ins' Python needs, in them
 
 
 def plan(protected: Protected, needed: list[Path]) -> Plan:
@@ -138,6 +140,7 @@ def plan(protected: Protected, needed: list[Path]) -> Plan:
     result = Plan()
     me = os.geteuid()
     seen: set[Path] = set()
+    skipped: list[Path] = []  # the grader's to close only where it owns them, and it does not
 
     def close(path: Path, keep: int, is_required: bool) -> None:
         """Take other users' bits off ``path`` except ``keep``."""
@@ -167,6 +170,7 @@ def plan(protected: Protected, needed: list[Path]) -> Plan:
                         f"belongs to uid {status.st_uid}, not to the grader (uid {me}), which "
                         f"changes only its own files: `{fix} {_quoted(path)}`"
                     )
+                skipped.append(path)
                 return
             result.changes.append(Change(str(path), status.st_dev, status.st_ino, mode, wanted))
         result.probes.append((str(path), probe))
@@ -177,30 +181,40 @@ def plan(protected: Protected, needed: list[Path]) -> Plan:
             close(path, 0, is_required)
             return
         if path in inside:  # an entry the hand-ins' Python needs: left as it is
+            result.kept.append(str(path))
             if top and is_required:
                 result.unclosable[str(path)] = (
                     "is a folder the hand-ins' Python needs (their interpreter or packages): "
                     "keep the course, hand-ins and gradebook out of it"
                 )
             return
-        if too_wide(path):
-            result.unclosable[str(path)] = "is a folder every user shares, too wide to close"
+        if too_wide(path) or not path.is_dir():
+            skipped.append(path)
+            if is_required:
+                result.unclosable[str(path)] = "is a folder every user shares, too wide to close"
             return
         close(path, 0o001, is_required)  # passable, not listable: only known names resolve
         try:
             entries = sorted(os.scandir(path), key=lambda e: e.name)
         except OSError as error:
-            result.unclosable[str(path)] = f"cannot be listed by the grader ({error.strerror})"
+            skipped.append(path)
+            if is_required:
+                result.unclosable[str(path)] = f"cannot be listed by the grader ({error.strerror})"
             return
         for entry in entries:
             walk(Path(entry.path), is_required, top=False)
 
     required = _outermost(protected.required)
+    tops = [*required]
     for top in required:
         walk(top, True)
     for top in _outermost(protected.extra):  # best effort: where the grader owns them
         if not any(_within(top, r) for r in required):
+            tops.append(top)
             walk(top, False)
+    missed = [*skipped, *map(Path, result.unclosable)]
+    whole = [t for t in tops if os.path.lexists(t) and not any(_within(m, t) for m in missed)]
+    result.covered = [str(t) for t in _outermost(whole)]
     return result
 
 
@@ -305,6 +319,8 @@ class Shield:
         self.changes: list[Change] = []
         self.readable: dict[str, str] = {}  # path -> why it is readable, and the fix
         self.journal: Path | None = None
+        self.covered: list[str] = []  # protected folders closed in full, as measured
+        self.kept: list[str] = []  # what the hand-ins' Python needs inside them, left open
 
     def close_up(self, landlock: bool) -> None:
         """Close the protected paths (once), then measure what a hand-in's user can read."""
@@ -314,6 +330,7 @@ class Shield:
         hidden = [*self.protected.required, *self.protected.extra]
         steps = plan(self.protected, needed_paths(hidden))
         self.readable.update(steps.unclosable)
+        self.covered, self.kept = steps.covered, steps.kept
         live = shield_journal.restore_leftovers(self.journal_folder)[2]
         if live:
             why = (
@@ -349,9 +366,10 @@ class Shield:
                 f"users (their modes are given back then), in: {shown}."
             )
         if not self.readable:
+            but = f" but what its Python needs ({', '.join(self.kept)})" if self.kept else ""
             self.say(
-                "Checked as a hand-in's user before the first hand-in: the course's folder, "
-                "the hand-ins and the gradebook's folder cannot be read."
+                "Checked as a hand-in's user before the first hand-in: it can read nothing in "
+                f"{', '.join(self.covered)}{but}."
             )
         elif landlock:
             self.say(
