@@ -1,13 +1,18 @@
 """Questions as the grader uses them: specs and outputs survive JSON, the reference passes
-its own hidden specs, and the hidden draw depends on its seed alone."""
+its own hidden specs, the hidden draw depends on its seed alone, the stub as handed out is
+never taken for an answer, and every rule an exercise states has tests and mutants."""
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
 from coursekit.checks import QUESTIONS
 from coursekit.checks.question import Failure
+from tests.helpers import mutation
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
 pytestmark = pytest.mark.grading
 
@@ -60,3 +65,32 @@ def test_the_stub_as_handed_out_is_not_attempted_on_every_spec(name):
     for spec in question.public_specs() + question.hidden_specs(random.Random(0)):
         with pytest.raises(NotImplementedError):
             question.run(_stub, round_trip(spec))
+
+
+def _exercise_text(module: str) -> str:
+    """The markdown of a module's source notebook, whitespace collapsed (rules are quoted
+    across its line breaks)."""
+    notebook = json.loads((NOTEBOOKS / f"{module}.ipynb").read_text(encoding="utf-8"))
+    cells = [cell for cell in notebook["cells"] if cell["cell_type"] == "markdown"]
+    return " ".join(" ".join("".join(cell["source"]) for cell in cells).split())
+
+
+@pytest.mark.parametrize("name", sorted(QUESTIONS))
+def test_every_rule_is_quoted_from_its_exercise_with_a_test_and_a_mutant(name):
+    """Each question lists the rules its exercise states (Question.rules): each quoted word
+    for word, with tests that pick out specs of the public set or the hidden draw, and
+    mutants of the corpus that break it. That each mutant fails one of its rule's tests on
+    every draw is benchmarks/mutation.py's job (it runs them all)."""
+    question = QUESTIONS[name]
+    assert question.rules, f"{name} lists no rule of its exercise"
+    text = _exercise_text(question.module)
+    specs = [
+        round_trip(spec)
+        for spec in question.public_specs() + question.hidden_specs(random.Random(0))
+    ]
+    corpus = set(mutation.mutants(name))
+    for rule in question.rules:
+        assert " ".join(rule.text.split()) in text, f"not in the exercise: {rule.text!r}"
+        assert rule.specs.strip(), rule.text
+        assert rule.mutants and set(rule.mutants) <= corpus, set(rule.mutants) - corpus
+        assert any(rule.covers(spec) for spec in specs), f"no test of: {rule.text!r}"

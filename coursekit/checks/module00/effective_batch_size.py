@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 
@@ -22,6 +22,28 @@ class EffectiveBatchSize(Question):
     name = "effective_batch_size"
     module = "00_welcome"
     points = 1
+    rules = (
+        Rule(
+            r"\text{effective batch} = \text{micro\_batch\_size} \times "
+            r"\text{accum\_steps} \times \text{world\_size}",
+            "every public spec (world sizes 1, 2 and 4, accum_steps 1 to 8)",
+            (
+                "world_size_ignored",
+                "added_not_multiplied",
+                "added_world_size",
+                "accum_steps_ignored",
+                "micro_batch_size_ignored",
+                "divided_by_world_size",
+                "world_size_counted_twice",
+                "returned_none",
+            ),
+        ),
+        Rule(
+            "the number of samples one optimizer step learns from",
+            "every public spec: the answer must be a whole number (an int)",
+            ("returns_float", "returns_string", "returns_float_tensor"),
+        ),
+    )
     hidden_tests = False
 
     def public_specs(self):

@@ -15,7 +15,7 @@ import torch
 
 from coursekit.checks.instruments import Watch
 from coursekit.checks.module01.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.memory import activation_bytes
@@ -72,6 +72,42 @@ class PlanMicroBatch(Question):
     name = "plan_micro_batch"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "measure the activation bytes (with `coursekit.activation_bytes(model, "
+            "make_inputs(size))`) of the micro-batch sizes that divide `effective_batch_size`",
+            "the specs where some size fits: the sizes measured are logged",
+            (
+                "halving_search",
+                "powers_of_two_only",
+                "divisors_up_to_square_root",
+                "largest_size_skipped",
+                "size_one_skipped",
+                "bytes_as_kib",
+                "stale_measurements",
+            ),
+            lambda spec: "nothing fits" not in spec.get("label", ""),
+        ),
+        Rule(
+            "return `(micro_batch_size, accum_steps)` for the **largest** size that fits "
+            "(measured bytes `<=` budget)",
+            "the specs where some size fits, one with a budget exactly a size's bytes",
+            ("not_largest", "does_not_fit"),
+            lambda spec: "nothing fits" not in spec.get("label", ""),
+        ),
+        Rule(
+            "so that `micro_batch_size * accum_steps == effective_batch_size`",
+            "the specs where some size fits",
+            ("effective_batch_wrong", "swapped"),
+            lambda spec: "nothing fits" not in spec.get("label", ""),
+        ),
+        Rule(
+            "If not even one sample fits, raise `ValueError` with a message that says so.",
+            "the public spec 'a budget where nothing fits'",
+            ("nothing_fits_not_raised",),
+            lambda spec: "nothing fits" in spec.get("label", ""),
+        ),
+    )
 
     def public_specs(self):
         return [

@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.distributed import ensure_single_process_group
@@ -207,6 +207,41 @@ class GlobalTokenScale(Question):
     name = "global_token_scale"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "Add them up, sum that total over all ranks with one `dist.all_reduce` of a tensor "
+            "(every rank makes the same call, before its first backward)",
+            "every spec: the check plays the other ranks and records each all_reduce",
+            (
+                "all_reduce_not_sum",
+                "several_all_reduces",
+                "token_count_not_summed_across_ranks",
+                "averaged_not_summed",
+                "all_reduce_per_micro_batch",
+                "own_count_alone",
+                "all_reduced_a_copy",
+                "async_not_awaited",
+                "count_cached",
+                "micro_batches_counted",
+            ),
+        ),
+        Rule(
+            "return `world_size / global_count` as a float, with `dist.get_world_size()` for "
+            "the world size.",
+            "every spec (2 to 4 ranks)",
+            (
+                "world_size_not_multiplied",
+                "divided_by_world_size",
+                "integer_division",
+                "scale_per_micro_batch",
+            ),
+        ),
+        Rule(
+            "Call both through `dist`",
+            "every spec: functions imported by name escape the ranks the check plays",
+            ("functions_imported_by_name",),
+        ),
+    )
 
     def public_specs(self):
         return [

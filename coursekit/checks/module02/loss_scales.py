@@ -10,7 +10,7 @@ gives it; otherwise the verdict says where the factors first differ.
 from __future__ import annotations
 
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind, judge_repeated, repeated
 from coursekit.loss_scaling import loss_scales
@@ -118,6 +118,40 @@ class LossScales(Question):
     name = "loss_scales"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            'with `"mean"`: its share of the window, $b_k / B$ (this is $1/N$ only when all '
+            "are equal);",
+            'the specs with reduction "mean", sizes equal and unequal',
+            (
+                "mean_of_means",
+                "mean_treated_as_sum",
+                "size_not_divided",
+                "window_from_first_micro_batch",
+                "running_total",
+                "integer_division",
+                "in_float16",
+                "cached_by_count",
+            ),
+            lambda spec: spec["reduction"] == "mean",
+        ),
+        Rule(
+            'with `"sum"`: $1 / B$, the same for every micro-batch.',
+            'the specs with reduction "sum"',
+            (
+                "sum_not_divided",
+                "sum_divided_by_count",
+                "sum_treated_as_mean",
+                "sum_divided_by_size",
+            ),
+            lambda spec: spec["reduction"] == "sum",
+        ),
+        Rule(
+            "return a list with the factor for each micro-batch.",
+            "every spec, called one after another (a list kept between calls grows)",
+            ("loss_not_divided", "scales_in_default_argument"),
+        ),
+    )
 
     def public_specs(self):
         return [

@@ -16,7 +16,7 @@ from torch import nn
 
 from coursekit.batch_norm import set_accumulation_momentum
 from coursekit.checks.module03.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 
@@ -52,6 +52,33 @@ class AccumulationMomentum(Question):
     name = "accumulation_momentum"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "m' = 1 - (1-m)^{1/N}.",
+            "every spec (momenta 0.05 to 0.5, accum_steps 1 to 8)",
+            (
+                "divided_by_n",
+                "power_not_root",
+                "default_momentum_assumed",
+                "root_of_momentum",
+                "float32_momentum",
+                "integer_exponent",
+                "off_by_one_steps",
+                "nothing_changed",
+            ),
+        ),
+        Rule(
+            "set the momentum of every BatchNorm layer in `model` (1d, 2d, nested ones too;",
+            "every spec: BatchNorm1d, BatchNorm2d, one nested",
+            ("layer_missed", "children_only", "stops_after_first_layer"),
+        ),
+        Rule(
+            "A layer with `momentum=None` keeps a cumulative average with no momentum: leave "
+            "it alone.",
+            "every spec: each model has a BatchNorm1d with momentum=None",
+            ("none_momentum_not_skipped", "none_momentum_changed"),
+        ),
+    )
 
     def public_specs(self):
         return [

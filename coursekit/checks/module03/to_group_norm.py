@@ -17,7 +17,7 @@ from torch import nn
 from coursekit.batch_norm import convert_batchnorm
 from coursekit.checks.instruments import tensor_list
 from coursekit.checks.module03.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 
@@ -109,6 +109,52 @@ class ToGroupNorm(Question):
     name = "to_group_norm"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "replace every BatchNorm layer (1d and 2d, nested ones too) by "
+            "`nn.GroupNorm(num_groups, channels)`",
+            "every spec: BatchNorm1d, BatchNorm2d, one in a nested Sequential; 1 to 4 groups",
+            (
+                "batchnorm_left",
+                "only_2d_converted",
+                "dotted_name_set_on_the_root",
+                "copy_at_each_level",
+                "wrong_groups",
+                "groups_and_group_size_swapped",
+                "layer_norm_for_one_group",
+            ),
+        ),
+        Rule(
+            "with the same dtype",
+            "every spec: a float64 model",
+            ("wrong_dtype",),
+        ),
+        Rule(
+            "copying the BatchNorm's learned `weight` and `bias` into the GroupNorm's",
+            "every spec: affine values drawn at random, as after training",
+            (
+                "affine_not_copied",
+                "bias_not_copied",
+                "affine_disabled",
+                "affine_rounded_to_float32",
+                "built_in_float32_then_converted",
+            ),
+        ),
+        Rule("and return the model.", "every spec", ("model_not_returned",)),
+        Rule(
+            "Keep each BatchNorm's `eps` too.",
+            "the specs whose BatchNorms have an eps other than the default",
+            ("eps_not_kept",),
+            lambda spec: spec.get("eps", 1e-5) != 1e-5,
+        ),
+        Rule(
+            "A BatchNorm built with `affine=False` has no weight or bias to copy: leave its "
+            "GroupNorm at weight 1 and bias 0.",
+            "the specs whose nested BatchNorm is built with affine=False",
+            ("affine_off_crashes", "affine_off_zeroed"),
+            lambda spec: spec.get("plain", False),
+        ),
+    )
 
     def public_specs(self):
         return [

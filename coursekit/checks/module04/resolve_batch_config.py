@@ -11,7 +11,7 @@ size out.
 from __future__ import annotations
 
 from coursekit.checks.module04.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.zero import resolve_batch_config
@@ -45,6 +45,44 @@ class ResolveBatchConfig(Question):
     name = "resolve_batch_config"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "return the three numbers `(train_batch_size, micro, accum)` as `int`s, deriving a "
+            "missing one.",
+            "the specs with two or three settings that agree (world sizes 1 to 8)",
+            (
+                "world_size_ignored",
+                "true_division",
+                "wrong_order",
+                "world_size_in_one_branch",
+                "stale_settings",
+                "consistency_without_world_size",
+            ),
+        ),
+        Rule(
+            "Raise `ValueError` when fewer than two are given",
+            "the specs with one setting or none",
+            ("too_few_accepted", "accum_defaults_to_one", "wrong_exception"),
+            lambda spec: sum(v is not None for v in spec["given"]) < 2,
+        ),
+        Rule(
+            "when the three do not agree",
+            "the specs with all three given",
+            ("inconsistent_accepted",),
+            lambda spec: None not in spec["given"],
+        ),
+        Rule(
+            "or when the missing one would not be a whole number",
+            "the specs with two settings given",
+            ("remainder_ignored", "remainder_without_world_size"),
+            lambda spec: sum(v is not None for v in spec["given"]) == 2,
+        ),
+        Rule(
+            "with a message that names the settings or shows the numbers",
+            "the specs that must be refused",
+            ("message_too_short",),
+        ),
+    )
 
     def public_specs(self):
         return [

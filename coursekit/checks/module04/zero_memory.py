@@ -11,7 +11,7 @@ only their own part) when it alone gives the student's number.
 from __future__ import annotations
 
 from coursekit.checks.module04.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.zero import zero_bytes_per_device
@@ -70,6 +70,42 @@ class ZeroMemory(Question):
     name = "zero_memory"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            r"| 0 (plain data parallel) | nothing | $(2 + 2 + K)\,\psi$ |",
+            "the specs of stage 0",
+            ("fp32_master_weights_forgotten", "stage_0_shards_the_state", "fp32_gradients"),
+            lambda spec: spec["stage"] == 0,
+        ),
+        Rule(
+            r"| 1 | optimizer state | $4\psi + K\psi / N_d$ |",
+            "the specs of stage 1",
+            ("stages_shifted", "gradients_sharded_from_stage_1", "everything_sharded"),
+            lambda spec: spec["stage"] == 1,
+        ),
+        Rule(
+            r"| 2 | + gradients | $2\psi + (2 + K)\psi / N_d$ |",
+            "the specs of stage 2",
+            ("stages_not_cumulative",),
+            lambda spec: spec["stage"] == 2,
+        ),
+        Rule(
+            r"| 3 | + weights | $(2 + 2 + K)\psi / N_d$ |",
+            "the specs of stage 3",
+            ("weights_never_sharded",),
+            lambda spec: spec["stage"] == 3,
+        ),
+        Rule(
+            "the bytes of model states per device.",
+            "every spec",
+            (
+                "not_bytes",
+                "not_bytes_but_rounded_gibibytes",
+                "returns_a_string",
+                "world_size_ignored",
+            ),
+        ),
+    )
 
     def public_specs(self):
         return [{"n_parameters": 7.5e9, "stage": stage, "world_size": 64} for stage in range(4)] + [

@@ -12,7 +12,7 @@ count is named when exactly one known slip gives it, with the issue it comes fro
 from __future__ import annotations
 
 from coursekit.checks.module05.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 from coursekit.step_counts import count_steps
@@ -157,6 +157,53 @@ class CountSteps(Question):
     name = "count_steps"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            '`"optimizer_steps"`: the optimizer steps of a loop that steps after every '
+            "`accum_steps`-th micro-batch of an epoch *and* after the epoch's last micro-batch;",
+            "every spec; micro-batches per epoch that accum_steps does not divide in most",
+            (
+                "short_window_not_counted",
+                "windows_across_epochs",
+                "epochs_ignored",
+                "extra_step_per_epoch",
+                "micro_batches_split_across_processes",
+            ),
+        ),
+        Rule(
+            '`"prepared_scheduler_total"`: the length to give a scheduler that goes through '
+            "`accelerator.prepare` (default `split_batches=False`) on `num_processes` processes",
+            "every spec; 1 to 4 processes",
+            (
+                "schedule_in_micro_steps",
+                "scheduler_not_multiplied",
+                "scheduler_divided_by_processes",
+                "scheduler_in_micro_steps",
+            ),
+        ),
+        Rule(
+            '`"deepspeed_steps"`: the optimizer steps a DeepSpeed engine takes over the whole '
+            "run when the loop calls `engine.step()` after every micro-batch and the engine "
+            "decides the boundary itself;",
+            "every spec",
+            (
+                "deepspeed_counted_like_the_loop",
+                "deepspeed_rounded_up",
+                "deepspeed_windows_per_epoch",
+            ),
+        ),
+        Rule(
+            '`"deepspeed_loss_divisor"`: what to divide each micro-batch\'s mean loss by before '
+            "`engine.backward(loss)` so that each step uses the window's mean gradient.",
+            "every spec",
+            ("loss_divided_twice_with_deepspeed",),
+        ),
+        Rule(
+            "Return a dict with four whole numbers (`int`):",
+            "every spec",
+            ("counts_as_floats", "tuple_returned", "totals_in_default_argument"),
+        ),
+    )
 
     def public_specs(self):
         return [

@@ -13,7 +13,7 @@ import math
 
 from coursekit.budget import plan_accumulation
 from coursekit.checks.module05.common import MODULE
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 
@@ -27,6 +27,45 @@ class PlanAccumulation(Question):
     name = "plan_accumulation"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "the micro-batch sizes of one window that add up to `target_batch` exactly",
+            "the specs where something fits; targets that the micro-batch does not divide",
+            (
+                "remainder_dropped",
+                "rounded_up",
+                "sizes_not_whole",
+                "rounded_half_to_even",
+                "stale_plan_cache",
+                "sizes_in_default_argument",
+            ),
+            lambda spec: spec["max_micro"] >= 1,
+        ),
+        Rule(
+            "with the fewest micro-batches",
+            "the specs where something fits",
+            (
+                "too_many_micro_batches",
+                "search_skips_candidates",
+                "divisor_search",
+                "off_by_one_search",
+            ),
+            lambda spec: spec["max_micro"] >= 1,
+        ),
+        Rule(
+            "and none larger than `max_micro_batch`.",
+            "the specs where something fits",
+            ("over_budget",),
+            lambda spec: spec["max_micro"] >= 1,
+        ),
+        Rule(
+            "When `max_micro_batch` is below 1, nothing fits and no number of steps helps: raise "
+            "a `ValueError` that says so.",
+            "the specs with max_micro_batch 0 or below",
+            ("nothing_fits_not_refused", "wrong_exception", "only_zero_refused"),
+            lambda spec: spec["max_micro"] < 1,
+        ),
+    )
 
     def public_specs(self):
         return [

@@ -21,7 +21,7 @@ from torch import nn
 from coursekit.checks.instruments import as_float, weights_of
 from coursekit.checks.module06.common import MODULE
 from coursekit.checks.module06.noise_messages import MESSAGES
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.data import make_classification, make_regression, split_micro_batches
@@ -225,6 +225,48 @@ class NoiseScale(Question):
     name = "noise_scale"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "For each micro-batch $i$, its own mean gradient $g_i$ and $|g_i|^2$: the sum over "
+            "all parameters that require grad (a frozen one gets no gradient) of the squared "
+            "entries.",
+            "every spec; one with a frozen parameter",
+            (
+                "partial_sums_not_micro_batches",
+                "norm_not_squared",
+                "first_micro_batch_norm_only",
+                "frozen_parameter_included",
+                "frozen_parameter_crashes",
+                "one_micro_batch_only",
+            ),
+        ),
+        Rule(
+            "The window's gradient $G_B$: the mean of the $g_i$",
+            "every spec",
+            (
+                "big_gradient_not_averaged",
+                "big_gradient_from_last_micro_batch",
+                "big_norm_as_true_norm",
+            ),
+        ),
+        Rule(
+            r"$|G|^2$ and $\operatorname{tr}\Sigma$ from the two formulas above",
+            "every spec (2 to 6 micro-batches of 2 to 8 samples)",
+            (
+                "batch_sizes_swapped",
+                "counts_not_sizes",
+                "ratio_inverted",
+                "variance_not_unbiased",
+                "mean_over_k_minus_1",
+                "batch_size_from_pair",
+            ),
+        ),
+        Rule(
+            "leave every parameter's `.grad` as you found it: `None`.",
+            "every spec",
+            ("grads_left_behind", "zero_grad_set_to_zero"),
+        ),
+    )
 
     def public_specs(self):
         return [

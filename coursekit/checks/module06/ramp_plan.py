@@ -32,7 +32,7 @@ from coursekit.checks.module06.common import (
     refused,
     show,
 )
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind, judge_repeated, repeated
 
@@ -361,6 +361,60 @@ class RampPlan(Question):
     name = "ramp_plan"
     module = MODULE
     points = 3
+    rules = (
+        Rule(
+            "a window that starts at sample $s$ uses the `accum_steps` of the last pair with "
+            "`from_sample <= s`.",
+            "the specs the rules accept; changes inside a window in most",
+            (
+                "phase_change_early",
+                "phase_change_late",
+                "accum_looked_up_after_window",
+                "schedule_ignored",
+                "schedule_in_micro_batches",
+                "window_split_at_change",
+                "window_cut_at_from_sample",
+                "boundary_by_global_count",
+            ),
+            lambda spec: _ramp_refusal(spec) is None,
+        ),
+        Rule(
+            "Windows hold up to `accum_steps` micro-batches of `micro_batch_size` samples, "
+            "consumed in order; the very last micro-batch may be shorter, and the last window "
+            "may hold fewer micro-batches.",
+            "the specs the rules accept; totals the micro-batch does not divide in some",
+            ("samples_dropped", "short_window_dropped", "samples_skipped", "samples_repeated"),
+            lambda spec: _ramp_refusal(spec) is None,
+        ),
+        Rule(
+            "# per micro-batch: its samples / its window's samples",
+            "the specs the rules accept",
+            (
+                "loss_scale_not_updated",
+                "last_window_scaled_by_n",
+                "short_micro_batch_weighted_as_full",
+            ),
+            lambda spec: _ramp_refusal(spec) is None,
+        ),
+        Rule(
+            "# the number of windows: the scheduler's length",
+            "the specs the rules accept",
+            (
+                "scheduler_in_micro_steps",
+                "scheduler_length_from_first_batch",
+                "scheduler_length_from_final_batch",
+            ),
+            lambda spec: _ramp_refusal(spec) is None,
+        ),
+        Rule(
+            "Raise `ValueError` for `total_samples` or `micro_batch_size` below 1, an empty "
+            "schedule, one that does not start at sample 0, `from_sample` values that are not "
+            "strictly increasing, or an `accum_steps` below 1.",
+            "the specs the rules refuse",
+            ("schedule_not_checked", "ramp_wrong_exception", "unsorted_schedule_accepted"),
+            lambda spec: _ramp_refusal(spec) is not None,
+        ),
+    )
 
     def public_specs(self):
         return [

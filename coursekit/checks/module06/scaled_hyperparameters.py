@@ -35,7 +35,7 @@ from coursekit.checks.module06.common import (
     show,
 )
 from coursekit.checks.module06.hyper_patterns import HYPER_MESSAGES, hyper_patterns
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 
@@ -121,6 +121,87 @@ class ScaledHyperparameters(Question):
     name = "scaled_hyperparameters"
     module = MODULE
     points = 2
+    rules = (
+        Rule(
+            "$k$ = `new_batch / base_batch`, a true ratio",
+            "the specs a rule accepts; ratios below 1 and not whole",
+            ("ratio_inverted", "ratio_truncated"),
+            lambda spec: _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            '`"sgd"`: `lr = base_lr * k`.',
+            'the specs with "sgd" that the rules accept',
+            ("sqrt_for_sgd", "lr_not_scaled"),
+            lambda spec: spec["kind"] == "sgd" and _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            '`"adam"` or `"adamw"`: `lr = base_lr * sqrt(k)`,',
+            'the specs with "adam" or "adamw" that the rules accept',
+            ("linear_for_adam",),
+            lambda spec: spec["kind"] in ("adam", "adamw") and _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            "`betas = (1 - k * (1 - beta1), 1 - k * (1 - beta2))`",
+            'the specs with "adam" or "adamw"',
+            ("betas_not_scaled", "betas_scaled_wrong_way", "betas_divided_by_k", "betas_as_powers"),
+            lambda spec: spec["kind"] in ("adam", "adamw"),
+        ),
+        Rule(
+            "`eps = eps / sqrt(k)`",
+            'the specs with "adam" or "adamw" that the rules accept',
+            ("eps_not_scaled", "eps_scaled_wrong_way"),
+            lambda spec: spec["kind"] in ("adam", "adamw") and _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            '`"adamw"` also scales a given `weight_decay` by `sqrt(k)`',
+            'the specs with "adamw" and a weight decay',
+            ("weight_decay_not_scaled", "weight_decay_scaled_by_k"),
+            lambda spec: spec["kind"] == "adamw" and "weight_decay" in spec,
+        ),
+        Rule(
+            '`"sgd"` and `"adam"` keep theirs',
+            'the specs with "sgd" or "adam" and a weight decay',
+            ("weight_decay_scaled_in_the_loss", "weight_decay_scaled_for_sgd"),
+            lambda spec: spec["kind"] in ("sgd", "adam") and "weight_decay" in spec,
+        ),
+        Rule(
+            "The warm-up keeps its length in samples: `ceil(warmup_steps * base_batch / "
+            "new_batch)` steps, in integer arithmetic, so a warm-up never shrinks to 0 steps.",
+            "the specs the rules accept; ceilings a float ratio gets wrong",
+            (
+                "warmup_not_rescaled",
+                "warmup_scaled_up",
+                "warmup_rounded_down",
+                "warmup_float_rounding",
+                "warmup_as_float",
+            ),
+            lambda spec: _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            'plus `"weight_decay"` when one is given.',
+            "the specs with a weight decay, SGD's included",
+            ("weight_decay_dropped",),
+            lambda spec: "weight_decay" in spec and _hyper_refusal(spec) is None,
+        ),
+        Rule(
+            "Raise `ValueError` for a batch below 1, a learning rate of 0 or less, a negative "
+            "warm-up, an unknown `optimizer_kind`, a negative `weight_decay`",
+            "the specs the rules refuse",
+            ("bad_input_accepted", "wrong_exception", "batch_not_checked"),
+            lambda spec: _hyper_refusal(spec) is not None,
+        ),
+        Rule(
+            "or a scaled beta below 0 (then $k$ is too large for the rule).",
+            'the specs with "adam" or "adamw": beta1 scaled to 0 exactly, and below 0',
+            (
+                "beta_range_not_checked",
+                "only_beta1_checked",
+                "betas_not_scaled_nor_checked",
+                "beta_zero_refused",
+            ),
+            lambda spec: spec["kind"] in ("adam", "adamw"),
+        ),
+    )
 
     def public_specs(self):
         return [

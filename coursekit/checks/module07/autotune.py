@@ -32,7 +32,7 @@ from coursekit.checks.module07.common import (
     probe_budget,
     surely_fits,
 )
-from coursekit.checks.question import Failure, Question
+from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.simulated_device import ProbingDidNotStop
 
@@ -100,6 +100,62 @@ class Autotune(Question):
     name = "autotune"
     module = MODULE
     points = 4
+    rules = (
+        Rule(
+            "A size **fits** when `try_step` returns and its peak is at most "
+            "`max_memory_gb * 2**30 * (1 - margin)` bytes",
+            "the cards with a budget below their size, or a margin",
+            ("budget_ignored", "margin_ignored", "units_in_gigabytes"),
+        ),
+        Rule(
+            "A device's share of the window is `target_batch // world_size`; no micro-batch is "
+            "ever bigger.",
+            "the cards where everything fits, and those with several devices",
+            ("beyond_share", "world_size_ignored"),
+        ),
+        Rule(
+            "Find the largest size from 1 to the share that fits",
+            "every card that runs out of memory below the share",
+            ("not_largest", "bisection_off_by_one", "bisection_keeps_wrong_end"),
+        ),
+        Rule(
+            r"the checks' cards allow $2\lceil\log_2(\text{share})\rceil + 4$ calls to "
+            "`try_step`",
+            "every card: it refuses the call after those",
+            ("probing_never_stops", "counting_down"),
+        ),
+        Rule(
+            "After every `torch.OutOfMemoryError`, call `free_memory()` after the `except` "
+            "block, before the next try and before returning.",
+            "the cards whose failed tries hold memory until it is freed",
+            ("nothing_freed", "freed_while_error_alive"),
+            lambda spec: spec.get("held_fraction", 0) > 0,
+        ),
+        Rule(
+            "Let every other error propagate.",
+            "the cards with a bug that is not about memory",
+            ("error_swallowed",),
+            lambda spec: spec.get("error_from") is not None,
+        ),
+        Rule(
+            "Never choose a size that failed once.",
+            "the cards with a flaky edge",
+            ("failed_size_chosen", "flaky_size_retried"),
+        ),
+        Rule(
+            "the window of one device, the fewest micro-batches, none above `b`, that add up to "
+            "the share exactly.",
+            "every card whose target it can reach",
+            ("effective_batch_missed", "window_rounded_up", "too_many_steps"),
+        ),
+        Rule(
+            "Raise a `ValueError` when `target_batch` is not a multiple of `world_size`, or when "
+            "not even a micro-batch of 1 fits.",
+            "the cards 'a target four devices cannot share' and 'nothing fits'",
+            ("nothing_fits_returned_empty", "indivisible_target_accepted"),
+            lambda spec: _refusal(spec) is not None,
+        ),
+    )
     library_answers = ("coursekit.autotune.tune",)  # the notebook imports it for its demos
 
     def public_specs(self):

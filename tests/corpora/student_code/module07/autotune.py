@@ -236,6 +236,12 @@ def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, m
     sizes = [base + 1] * extra + [base] * (steps - extra)
     return {"largest_fit": size, "accum_steps": steps, "micro_batch_sizes": sizes}
 """,
+    # no check that the devices can share the target: a window of target // world_size each
+    "indivisible_target_accepted": _tuner().replace(
+        "    if target_batch % world_size:\n"
+        '        raise ValueError("the target batch must divide among the devices")\n',
+        "",
+    ),
     # a bisection that moves the wrong end when the middle fits
     "bisection_keeps_wrong_end": _tuner(good_update="bad = middle"),
     "effective_batch_missed": _tuner(steps="share // largest", sizes="[largest] * steps"),
@@ -270,6 +276,7 @@ def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1, m
 NAMED_AS = {
     "probing_never_stops": "too_many_probes",
     "counting_down": "too_many_probes",
+    "indivisible_target_accepted": "bad_input_accepted",
     "window_rounded_up": "effective_batch_missed",
     "nothing_fits_returned_empty": "bad_input_accepted",
     "flaky_size_retried": "failed_size_chosen",
