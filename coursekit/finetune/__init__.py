@@ -29,7 +29,9 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
                     lora_rank=16, lora_targets="all-linear", context_gb=CONTEXT_GB)
         -> MemoryEstimate  # .weights_bytes .gradients_bytes .optimizer_bytes
                            # .activations_bytes .logits_bytes .context_bytes .total_bytes
-                           # .step_temporary_bytes .training_bytes .step_bytes
+                           # .gradient_temporary_bytes .recompute_bytes
+                           # .step_temporary_bytes
+                           # .training_bytes .step_bytes
                            # .parts() -> dict, .largest_part() -> str, str() a breakdown
 
     plan_fine_tune(config, card_gb, mode, seq_len, tokens_per_step, *, checkpointing=False,
@@ -47,6 +49,7 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
 
     compare_with_measurement(model="tiny" | "gpt2", mode="full-fp32", micro_batch_size=2,
                              seq_len=32, checkpointing=False) -> list[Comparison]
+        # .part .predicted_bytes .measured_bytes .ratio .note; comparison_table(rows) -> str
 
     auto_batch_comparison(card=None, per_device_train_batch_size=64,
                           gradient_accumulation_steps=4) -> AutoBatchComparison
@@ -72,6 +75,7 @@ from coursekit.finetune.estimate import (
     MemoryEstimate,
     estimate_memory,
 )
+from coursekit.finetune.measured import Comparison, compare_with_measurement, comparison_table
 from coursekit.finetune.modes import MODES, TABLE_MODES, Mode
 from coursekit.finetune.planner import FineTunePlan, plan_fine_tune
 from coursekit.finetune.table import CARDS_GB, FitRow, fits_table, render_fits_table
@@ -79,6 +83,7 @@ from coursekit.finetune.weights import WEIGHT_FORMATS, weight_bytes
 
 __all__ = [
     "CARDS_GB",
+    "Comparison",
     "CONTEXT_GB",
     "LOSS_BYTES_PER_LOGIT",
     "MODES",
@@ -92,6 +97,8 @@ __all__ = [
     "MemoryEstimate",
     "Mode",
     "SavedPerToken",
+    "compare_with_measurement",
+    "comparison_table",
     "count_parameters",
     "estimate_memory",
     "fits_table",

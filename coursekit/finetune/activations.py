@@ -76,10 +76,11 @@ class SavedPerToken:
     layer_input: float  # one layer's input: all checkpointing keeps of a layer
 
     def total(self, layers: int, checkpointing: bool = False) -> float:
-        """Per token, for the model; with checkpointing, each layer keeps only its input and
-        backward recomputes one layer at a time (its activations live for that layer)."""
+        """Per token, what the forward pass leaves saved; with checkpointing each layer keeps
+        only its input (backward then recomputes one layer at a time: ``per_layer`` more,
+        for that layer)."""
         if checkpointing:
-            return layers * self.layer_input + self.rest + self.per_layer
+            return layers * self.layer_input + self.rest
         return layers * self.per_layer + self.rest
 
 

@@ -6,17 +6,24 @@ micro-batches are held while the next micro-batch's activations are saved, so ev
 below is alive at once from the second micro-batch on):
 
 - **weights**: the base in its format, plus LoRA adapters (:mod:`coursekit.finetune.weights`);
-- **gradients**: one per trainable parameter, in its dtype;
+- **gradients**: one per trainable parameter, in its dtype; and at the end of backward,
+  while a micro-batch's gradient is added to the window's, the embedding's gradient once
+  or three times more (**gradient temporaries**: ``Trainable`` in
+  :mod:`coursekit.finetune.weights` says why); by then the activations are freed, so the
+  peak holds the larger of the two moments;
 - **optimizer state**: AdamW's two moments, or bitsandbytes' 8-bit ones;
 - **activations**: what autograd saves, measured per token on small copies of the
   architecture (:mod:`coursekit.finetune.activations`), times ``micro_batch x seq_len``;
-  with checkpointing each layer keeps only its input and one layer is recomputed at a time;
+  with checkpointing each layer keeps only its input, and backward recomputes one layer at
+  a time (**recomputed layer**: its activations, alive after the loss's backward is done,
+  so the peak holds the larger of the two);
 - **logits and loss**: the output layer's ``micro_batch x seq_len x vocab`` logits, the
   float32 log-probabilities the loss saves and the gradient backward makes of them:
   :data:`LOSS_BYTES_PER_LOGIT` bytes per logit, measured on the CPU with transformers' own
   loss (``labels=``), the model's output dropped before ``backward()`` as the HF Trainer does
-  (``tests/test_finetune_estimate.py`` measures it again). At a 152k vocabulary and 1,024
-  tokens that is 1.4 GiB per sequence in bf16: often the largest single part;
+  (``tests/test_finetune_estimate.py`` measures it again): 12 bytes in float32 and in bf16
+  (the bf16 logits, their float32 copy, the log-probabilities, their gradient). At a 152k
+  vocabulary and 1,024 tokens that is 1.7 GiB per sequence: often the largest single part;
 - **CUDA context**: the driver's and the kernels' memory, which the allocator never counts.
   :data:`CONTEXT_GB` is an *assumption* (a few hundred MiB is typical with torch's CUDA
   kernels loaded; it depends on the GPU, the driver and lazy loading), not a measurement.
@@ -45,7 +52,7 @@ GIB = 2**30
 #: The CUDA context's memory, in GiB: an assumption (see the module docstring).
 CONTEXT_GB = 0.5
 #: Bytes per logit (token x vocabulary entry) at the loss's peak, by compute dtype: measured.
-LOSS_BYTES_PER_LOGIT = {"fp32": 8, "bf16": 10}
+LOSS_BYTES_PER_LOGIT = {"fp32": 12, "bf16": 12}
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,8 @@ class MemoryEstimate:
     logits_bytes: int
     step_temporary_bytes: int
     context_bytes: int
+    gradient_temporary_bytes: int = 0
+    recompute_bytes: int = 0  # with checkpointing: one layer's activations, in backward
 
     @property
     def training_bytes(self) -> int:
@@ -67,8 +76,12 @@ class MemoryEstimate:
             self.weights_bytes
             + self.gradients_bytes
             + self.optimizer_bytes
-            + self.activations_bytes
-            + self.logits_bytes
+            + max(
+                # early in backward: every activation, then the loss's or a recomputed layer's
+                self.activations_bytes + max(self.logits_bytes, self.recompute_bytes),
+                # at its end, the activations freed: the embedding's gradient temporaries
+                self.gradient_temporary_bytes,
+            )
         )
 
     @property
@@ -86,9 +99,11 @@ class MemoryEstimate:
         return {
             "weights": self.weights_bytes,
             "gradients": self.gradients_bytes,
+            "gradient temporaries": self.gradient_temporary_bytes,
             "optimizer state": self.optimizer_bytes,
             "activations": self.activations_bytes,
             "logits and loss": self.logits_bytes,
+            "recomputed layer": self.recompute_bytes,
             "optimizer step temporaries": self.step_temporary_bytes,
             "CUDA context (assumed)": self.context_bytes,
         }
@@ -97,7 +112,9 @@ class MemoryEstimate:
         """The name of the part that takes the most memory at the step's peak."""
         parts = self.parts()
         if self.step_bytes > self.training_bytes:  # activations and logits are gone by then
-            del parts["activations"], parts["logits and loss"]
+            for name in ("activations", "logits and loss", "recomputed layer"):
+                del parts[name]
+            del parts["gradient temporaries"]
         else:
             del parts["optimizer step temporaries"]
         return max(parts.items(), key=lambda item: item[1])[0]
@@ -149,9 +166,11 @@ def estimate_memory(
         gradients_bytes=fixed.trainable.gradients_bytes,
         optimizer_bytes=fixed.trainable.optimizer_bytes,
         activations_bytes=round(tokens * saved.total(config.num_hidden_layers, checkpointing)),
+        recompute_bytes=round(tokens * saved.per_layer) if checkpointing else 0,
         logits_bytes=tokens * fixed.vocab * LOSS_BYTES_PER_LOGIT[mode.compute],
         step_temporary_bytes=fixed.trainable.step_temporary_bytes,
         context_bytes=int(context_gb * GIB),
+        gradient_temporary_bytes=fixed.trainable.gradient_temporary_bytes,
     )
 
 

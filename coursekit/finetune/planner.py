@@ -27,6 +27,7 @@ REMEDIES = {
     "weights": "a frozen base in a smaller format (LoRA on a bf16 base, or QLoRA on a 4-bit "
     "NF4 base), or a smaller model",
     "gradients": "LoRA (only the adapters have gradients)",
+    "gradient temporaries": "LoRA, or untied embeddings",
     "optimizer state": "bitsandbytes' 8-bit AdamW (2 bytes per parameter instead of 8), or "
     "LoRA (only the adapters have state)",
     "activations": "gradient checkpointing, or a shorter sequence",
@@ -47,7 +48,7 @@ def remedy(part: str, mode: str, checkpointing: bool) -> str:
         )
     if part == "activations" and checkpointing:
         return "a shorter sequence (checkpointing is already on)"
-    if part in ("gradients", "optimizer state") and current.lora:
+    if part in ("gradients", "gradient temporaries", "optimizer state") and current.lora:
         return "a smaller LoRA rank or fewer target modules"
     return REMEDIES[part]
 

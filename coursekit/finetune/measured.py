@@ -1,0 +1,173 @@
+"""The memory model against what torch actually holds, on the CPU: weights, gradients,
+optimizer state, saved activations and the peak of a micro-batch with the window's
+gradients held, for the course's tiny model and a GPT-2-sized one (``GPT2Config()``, random
+weights).
+
+What is measured, and how: weights and gradients are the bytes of ``model.parameters()`` and
+their ``.grad``; optimizer state is :func:`coursekit.memory.optimizer_state_bytes` after one
+real step; saved activations are :func:`coursekit.memory.activation_bytes` (every tensor
+autograd saves, each storage once, parameters left out) of a forward pass; the peak is
+:func:`coursekit.memory.peak_live_bytes` (every storage the step creates, from creation to
+free) of a second micro-batch's forward and backward, the first one's gradients held, plus
+what existed before it (weights, gradients, optimizer state). A CPU has no CUDA context and
+no caching allocator, so the CUDA context is left out of the prediction here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from coursekit.arguments import choice, whole
+from coursekit.finetune.activations import _with_lora, saved_bytes_per_token
+from coursekit.finetune.estimate import estimate_memory
+from coursekit.finetune.modes import mode_named
+from coursekit.memory import activation_bytes, optimizer_state_bytes, peak_live_bytes
+
+MEASURABLE_MODES = ("full-fp32", "full-bf16-adam8bit", "lora-fp32", "lora-bf16")
+MODELS = ("tiny", "gpt2")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One part: the model's prediction and what torch held."""
+
+    part: str
+    predicted_bytes: int
+    measured_bytes: int
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """predicted / measured (1.0: exact)."""
+        return self.predicted_bytes / max(1, self.measured_bytes)
+
+
+def cpu_config(model: str):
+    """The configuration of ``"tiny"`` (module 7's model) or ``"gpt2"`` (GPT2Config()
+    defaults, 124 M parameters), dropout off as the course trains."""
+    from transformers import GPT2Config
+
+    from coursekit.language_model import tiny_config
+
+    model = choice("model", model, MODELS)
+    if model == "tiny":
+        return tiny_config(vocab_size=1024, end_of_text=0)
+    return GPT2Config(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+
+
+def cpu_model(config, mode, checkpointing: bool = False, seed: int = 0) -> nn.Module:
+    """The model of ``config`` on the CPU, set up for ``mode`` as the estimate assumes."""
+    from transformers import AutoModelForCausalLM
+
+    mode = mode_named(mode)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
+    if mode.compute == "bf16":
+        model = model.to(torch.bfloat16)
+    model.train()
+    if checkpointing:  # activation_checkpointing_enable is the name from transformers 5.x on
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+        model.config.use_cache = False
+    if mode.lora:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = _with_lora(model, 16, "all-linear")
+    return model
+
+
+def _optimizer(model: nn.Module, mode):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if mode.optimizer == "adamw8bit":
+        import bitsandbytes as bnb  # the caller checked it imports
+
+        return bnb.optim.AdamW8bit(params, lr=1e-5)
+    return torch.optim.AdamW(params, lr=1e-5, foreach=False)
+
+
+def compare_with_measurement(
+    model: str = "tiny",
+    mode: str = "full-fp32",
+    micro_batch_size: int = 2,
+    seq_len: int = 32,
+    checkpointing: bool = False,
+) -> list[Comparison]:
+    """Predicted against measured, part by part (see the module docstring). The 8-bit
+    optimizer row needs bitsandbytes; without it that row is left out."""
+    micro_batch_size = whole("micro_batch_size", micro_batch_size)
+    seq_len = whole("seq_len", seq_len)
+    mode = mode_named(choice("mode", mode, MEASURABLE_MODES))
+    config = cpu_config(model)
+    lm = cpu_model(config, mode, checkpointing)
+    predicted = estimate_memory(
+        config, mode.name, micro_batch_size, seq_len, checkpointing=checkpointing, context_gb=0
+    )
+    tokens = micro_batch_size * seq_len
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, config.vocab_size, (micro_batch_size, seq_len), generator=gen)
+    params = list(lm.parameters())
+    rows = [Comparison("weights", predicted.weights_bytes, _bytes(params))]
+    if not checkpointing:  # a checkpointed layer's tensors are saved by the checkpoint itself
+        saved = saved_bytes_per_token(config, mode)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            measured_saved = activation_bytes(lm, ids)
+        predicted_saved = round(tokens * saved.total(config.num_hidden_layers))
+        rows.append(Comparison("saved activations", predicted_saved, measured_saved))
+
+    def step() -> None:
+        lm(input_ids=ids, labels=ids).loss.backward()  # the output dropped, as the Trainer does
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        step()  # the first micro-batch: its gradients are held through the window
+        grads = _bytes([p.grad for p in params if p.grad is not None])
+        rows.append(Comparison("gradients", predicted.gradients_bytes, grads))
+        optimizer = None
+        if mode.optimizer != "adamw8bit" or _has_bitsandbytes():
+            optimizer = _optimizer(lm, mode)
+            optimizer.step()  # creates the state; the gradients stay
+            state = optimizer_state_bytes(optimizer)
+            rows.append(Comparison("optimizer state", predicted.optimizer_bytes, state))
+        held = _bytes(params) + grads + (state if optimizer is not None else 0)
+        live = peak_live_bytes(step)
+    # without bitsandbytes the prediction's 8-bit state is added to both sides
+    missing = 0 if optimizer is not None else predicted.optimizer_bytes
+    note = "" if optimizer is not None else "8-bit optimizer state not measured (no bitsandbytes)"
+    peak = Comparison("micro-batch peak", predicted.training_bytes, held + live + missing, note)
+    return [*rows, peak]
+    return rows
+
+
+def _bytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _has_bitsandbytes() -> bool:
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception:  # an ImportError, or a broken native library
+        return False
+    return True
+
+
+def comparison_table(rows: list[Comparison]) -> str:
+    """The rows as aligned text."""
+    lines = [f"{'part':<18} {'predicted':>14} {'measured':>14} {'ratio':>7}"]
+    for row in rows:
+        note = f"  ({row.note})" if row.note else ""
+        lines.append(
+            f"{row.part:<18} {row.predicted_bytes:>14,} {row.measured_bytes:>14,} "
+            f"{row.ratio:>7.3f}{note}"
+        )
+    return "\n".join(lines)
