@@ -471,6 +471,103 @@ _code = compile("x = 1", _q.__file__, "exec")
 exec(marshal.loads(marshal.dumps(_code)))
 """,
 }
+
+# ------------------------------------------------- reaching into its own process (issue 40)
+# Torch and interpreter state left on by a cell, which changes what the hidden tests compute
+# without replacing anything the seal records. The function mode below turns the WRONG
+# accumulate_window (loss not divided) into a right one: it divides the gradient the harness
+# reads by the number of backward passes since it last read one.
+_TORCH_STATE_LEFT_ON = """
+import sys, threading, time, torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+class _Fix(TorchFunctionMode):
+    backwards = 0
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.backward:
+            type(self).backwards += 1
+        out = func(*args, **kwargs)
+        if func is torch.cat and type(self).backwards > 1 and out.dtype == torch.float64:
+            out, type(self).backwards = out / type(self).backwards, 0
+        return out
+class _Watch(TorchDispatchMode):
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+_Fix().__enter__()
+_Watch().__enter__()
+_module = sys.modules["torch.nn.modules.module"]
+_module.register_module_forward_pre_hook(lambda module, inputs: None)
+_module.register_module_forward_hook(lambda module, inputs, output: output)
+sys.modules["torch.optim.optimizer"].register_optimizer_step_pre_hook(lambda o, a, k: None)
+torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t).__enter__()
+threading.Thread(target=lambda: time.sleep(600), daemon=True).start()
+"""
+
+# Library code made to run the notebook's: a torch function's code over globals of the
+# notebook's, a partial of a library function bound to a notebook lambda, a library method
+# bound to a notebook object; each replaces one of torch's comparisons.
+_LIBRARY_CODE_RUNNING_NOTEBOOK_CODE = """
+import functools, types, torch, torch.utils._pytree as _pytree
+class _Always(torch.nn.Module):
+    def forward(self, *args, **kwargs):
+        return True
+_forged = dict(torch.testing.assert_close.__globals__, not_close_error_metas=lambda *a, **k: [])
+torch.testing.assert_close = types.FunctionType(torch.testing.assert_close.__code__, _forged)
+torch.equal = functools.partial(_pytree.tree_map, lambda *a: True)
+torch.allclose = types.MethodType(torch.nn.Module.__call__, _Always())
+"""
+
+PROCESS_ATTACKS = {
+    "torch_state_left_on": _TORCH_STATE_LEFT_ON,
+    "library_code_running_notebook_code": _LIBRARY_CODE_RUNNING_NOTEBOOK_CODE,
+}
+HARNESS_ATTACKS.update(PROCESS_ATTACKS)
+
+# coursekit's own answers called through library callers, placed AFTER the wrong answers
+# (they replace two of them): the standard library's starmapstar, the same function compiled
+# again from its own file's text with the notebook's globals, and functools.reduce handing
+# the check's reference its arguments. The same calls made directly are flagged; these must
+# be too.
+ANSWER_ATTACKS = {
+    "answer_through_a_library_caller": """
+import functools, multiprocessing.pool, coursekit.training
+from coursekit.checks import QUESTIONS
+_pool_file = multiprocessing.pool.__file__
+_copy = {"__name__": "multiprocessing.copy_of_pool", "__package__": "multiprocessing"}
+exec(compile(open(_pool_file).read(), _pool_file, "exec"), _copy)
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    arguments = [(model, optimizer, loss_fn, list(micro_batches), accum_steps)]
+    answer = coursekit.training.train_accumulated
+    if accum_steps % 2:
+        return multiprocessing.pool.starmapstar((answer, arguments))[0]
+    return _copy["starmapstar"]((answer, arguments))[0]
+def accumulate_window(model, loss_fn, micro_batches):
+    reference = QUESTIONS["accumulate_window"].reference()
+    return functools.reduce(lambda f, a: f(*a), [(model, loss_fn, micro_batches)], reference)
+""",
+}
+# What each attack must be flagged for (a part of a flag's text).
+PROCESS_ATTACK_FLAGS = {
+    "torch_state_left_on": (
+        "torch function mode",
+        "torch dispatch mode",
+        "global hook in torch.nn.modules.module",
+        "global hook in torch.optim.optimizer",
+        "saved-tensor hooks",
+        "still runs beside the tests",
+    ),
+    "library_code_running_notebook_code": (
+        "torch.testing.assert_close",
+        "torch.equal",
+        "torch.allclose",
+    ),
+    "answer_through_a_library_caller": (
+        "its train_accumulated called coursekit's own answer",
+        "its accumulate_window called coursekit's own answer",
+    ),
+}
+
 # Two honest habits the grader must not flag (tests/test_grading_corpus.py): a warning that
 # torch raises inside the harness, and a namedtuple or a traceback printed from a cell.
 HONEST_HABITS = """

@@ -54,6 +54,17 @@ WATCHED_MODULES = (
     "operator",
     "functools",
     "copy",
+    "itertools",
+    "threading",
+    "gc",
+    "torch.overrides",
+    "torch.library",
+    "torch.nn.modules.module",
+    "torch.optim.optimizer",
+    "torch.autograd.graph",
+    "torch.autograd.grad_mode",
+    "torch.utils._python_dispatch",
+    "torch._tensor",
 )
 _DUNDERS = ("__init__", "__call__", "__getattr__", "__getattribute__", "__setattr__")
 _DESCRIPTORS = (staticmethod, classmethod, property)
@@ -220,30 +231,17 @@ def _changed_cells(function, cells: tuple) -> bool:
 
 def library_value(value, provenance) -> bool:
     """Could this replacement in torch or the standard library be a library's own doing?
-    Libraries patch torch too (Lightning wraps ``torch.compile`` on import), so a value
-    whose code is all library code (:mod:`coursekit.grading.sandbox.provenance`) passes, a module
-    too; data where there was a function, or a callable with no code of its own, does not."""
+    Libraries patch torch too (Lightning wraps ``torch.compile`` on import), so a value all
+    of whose code is the libraries' own passes, a module too: judged by
+    :meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable` (code,
+    globals, closure, defaults, a partial's arguments, a bound ``__self__``, wrapped
+    callables), strictly: a library function with other defaults, or a ``partial`` with
+    arguments bound, is not the library's. Data where there was a function is not either."""
     if isinstance(value, type(sys)):
         return True
     if provenance is None:
         return True
-    codes = codes_of(value)
-    return bool(codes) and all(provenance.is_library(code) for code in codes)
-
-
-def codes_of(value) -> list:
-    """The code a callable runs: its own, a method's or ``partial``'s target's, and, for an
-    object of a class that is not a builtin, its class's methods (a callable object of a
-    class the notebook defined is the notebook's doing)."""
-    items = [value]
-    for attribute in ("__func__", "func", "__wrapped__"):
-        inner = getattr(value, attribute, None)
-        if callable(inner):
-            items.append(inner)
-    plain = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, type)
-    if not isinstance(value, plain) and type(value).__module__ not in ("builtins", "functools"):
-        items += [m for m in vars(type(value)).values() if isinstance(m, types.FunctionType)]
-    return [item.__code__ for item in items if hasattr(item, "__code__")]
+    return callable(value) and provenance.is_library_callable(value, strict=True)
 
 
 def _expected_addition(namespace, name) -> bool:

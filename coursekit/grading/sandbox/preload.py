@@ -21,9 +21,10 @@ def preload() -> None:
     import coursekit.grading.sandbox.privileges  # noqa: F401
     import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
     import coursekit.grading.sandbox.seccomp  # noqa: F401
-    from coursekit.grading.sandbox import tampering
+    from coursekit.grading.sandbox import global_state, tampering
 
     tampering.warm_up()
+    global_state.watch_registrations()  # before the seal: its wrappers are what it records
 
 
 def preload_course() -> None:

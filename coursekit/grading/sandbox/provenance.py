@@ -11,18 +11,56 @@ Here a code object counts as library code only when
   of a file under a trusted folder (Python, site-packages, coursekit) as that file is on
   disk, which the hand-in can read but not write: a module imported later, honestly.
 
-Code equal to the library's behaves as the library's, whoever made the object. What is left
-to a hand-in is to run library code with other globals or closures, which
-:mod:`coursekit.grading.sandbox.harness_seal` watches for the harness's own functions.
+Code equal to the library's behaves as the library's, whoever made the object; code is not
+all a function runs, though. :meth:`Provenance.is_library_callable` judges everything a callable
+can run: its code, its globals (a library module's own namespace, known by identity:
+:meth:`Provenance.is_library_globals`), its closure cells, defaults and keyword defaults, a
+``functools.partial``'s function, arguments and keywords, a bound method's ``__self__`` and
+``__func__``, ``__wrapped__``, and a callable object's class, recursively (to
+:data:`MAX_DEPTH`, each object once). :meth:`Provenance.is_library_frame` judges a running
+frame the same way: library code running in a library module's namespace. So
+``types.FunctionType(torch_function.__code__, notebook_dict)`` is the notebook's, and so is a
+``partial`` of a library function bound to a notebook lambda.
+
+A namespace is a library module's when it was one before any hand-in code ran (recorded by
+:meth:`Provenance.seal` and :meth:`Provenance.trust`), when it is a private copy the grader made
+(:meth:`Provenance.trust_globals`), or when the import system executed a library file's own code
+into it (:meth:`Provenance.note_exec`, fed by the audit hook). Data a library function is bound
+to (a partial's number, a default) is judged by who made the function only where a replacement
+is judged (``strict``): a library may wrap its own functions, a notebook may not pass off a
+library function with other defaults as that function. A library module's namespace that a
+notebook changes afterwards is still that module's: the seal watches those the harness uses.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
+import sys
 import types
 
 _CODE = types.CodeType
 _MOST_FILE_BYTES = 8 * 2**20  # larger "sources" are not Python files of a library
+MAX_DEPTH = 8  # how deep is_library_callable looks inside a callable
+_BUILTIN_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+_EXACT = frozenset(
+    {
+        types.FunctionType,
+        types.MethodType,
+        functools.partial,
+        staticmethod,
+        classmethod,
+        property,
+        type,
+        *_BUILTIN_CALLABLES,
+    }
+)
 
 
 class Provenance:
@@ -32,11 +70,21 @@ class Provenance:
         self.trusted = tuple(trusted)
         self._known: dict[int, _CODE] = {}
         self._by_file: dict[str, frozenset] = {}
+        self._globals: dict[int, dict] = {}  # library namespaces, by identity
+        self._pending: dict[int, tuple] = {}  # namespace id -> (namespace, code) to verify
+        self._defaults: dict[int, list] = {}  # code id -> [(defaults, kwdefaults)] at seal
 
     def seal(self) -> int:
         """Record every code object now reachable from a function (nested code included),
         before any hand-in code runs; returns how many. They are held, so no id is reused."""
-        stack = [obj.__code__ for obj in gc.get_objects() if type(obj) is types.FunctionType]
+        functions = [obj for obj in gc.get_objects() if type(obj) is types.FunctionType]
+        for function in functions:
+            key = id(function.__code__)
+            variants = self._defaults.setdefault(key, [])
+            if len(variants) < 4:
+                variants.append((function.__defaults__, function.__kwdefaults__))
+        self._note_modules()
+        stack = [function.__code__ for function in functions]
         while stack:
             code = stack.pop()
             if id(code) not in self._known:
@@ -47,10 +95,170 @@ class Provenance:
     def share_known(self, other: Provenance) -> None:
         """Take a copy of ``other``'s record (two instruments, neither reaching the other's)."""
         self._known = dict(other._known)
+        self._globals = dict(other._globals)
+        self._defaults = dict(other._defaults)
 
     def trust(self, prefixes: tuple[str, ...]) -> None:
-        """The folders whose files count as the libraries' (set in the hand-in's process)."""
+        """The folders whose files count as the libraries' (set in the hand-in's process,
+        before any hand-in code runs: the modules loaded by then are the libraries')."""
         self.trusted = tuple(prefixes)
+        self._note_modules()
+
+    def trust_globals(self, namespace: dict) -> None:
+        """A namespace the grader made for library code (a private copy of a module's)."""
+        self._globals[id(namespace)] = namespace
+
+    def _note_modules(self) -> None:
+        for module in list(sys.modules.values()):
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is dict:
+                self._globals[id(namespace)] = namespace
+
+    def note_exec(self, frame, code) -> None:
+        """The audit hook's ``exec`` event, raised in ``frame``: when it is the import
+        system's own call that runs a module's code (``_call_with_frames_removed``, known
+        code), the namespace it runs in will count as a library module's once ``code`` is
+        found to be library code (checked when first asked: imports stay cheap)."""
+        if frame is None or frame.f_code.co_name != "_call_with_frames_removed":
+            return
+        if type(code) is not _CODE or not self.is_library(frame.f_code):
+            return
+        arguments = frame.f_locals.get("args")
+        if isinstance(arguments, tuple) and len(arguments) >= 2 and arguments[0] is code:
+            namespace = arguments[1]
+            if type(namespace) is dict and self.is_trusted_file(code.co_filename):
+                self._pending[id(namespace)] = (namespace, code)
+
+    def is_library_globals(self, namespace) -> bool:
+        """Whether ``namespace`` is a library module's own (see the module's docstring)."""
+        key = id(namespace)
+        if self._globals.get(key) is namespace:
+            return True
+        pending = self._pending.get(key)
+        if pending is None or pending[0] is not namespace:
+            return False
+        del self._pending[key]
+        if not self.is_library(pending[1]):
+            return False
+        self._globals[key] = namespace
+        return True
+
+    def is_library_frame(self, frame) -> bool:
+        """A running frame is the libraries' when its code is and its globals are."""
+        return self.is_library(frame.f_code) and self.is_library_globals(frame.f_globals)
+
+    def is_library_callable(self, value, strict: bool = False) -> bool:
+        """Whether everything ``value`` can run is the libraries' own (see the module's
+        docstring). ``strict``: also refuse a ``partial`` with bound arguments, and a
+        function whose code is known but whose defaults are not one of the library's own."""
+        return self._callable(value, strict, 0, set())
+
+    def _callable(self, value, strict: bool, depth: int, seen: set) -> bool:
+        if id(value) in seen or value is None:
+            return True
+        if depth > MAX_DEPTH:
+            return False
+        seen.add(id(value))
+        deeper = depth + 1
+        if type(value) not in _EXACT and not self._class(type(value), deeper, seen):
+            return False  # a subclass (of partial, property...) of the notebook's
+        if isinstance(value, types.FunctionType):
+            return self._function(value, strict, deeper, seen)
+        if isinstance(value, types.MethodType):
+            return self._callable(value.__func__, strict, deeper, seen) and self._bound(
+                value.__self__, strict, deeper, seen
+            )
+        if isinstance(value, functools.partial):
+            if strict and (value.args or value.keywords):
+                return False
+            parts = [value.func, *value.args, *(value.keywords or {}).values()]
+            return all(self._part(p, strict, deeper, seen) for p in parts)
+        if isinstance(value, _BUILTIN_CALLABLES):
+            owner = getattr(value, "__self__", None)
+            return owner is None or self._bound(owner, strict, deeper, seen)
+        if isinstance(value, (staticmethod, classmethod)):
+            return self._callable(value.__func__, strict, deeper, seen)
+        if isinstance(value, property):
+            parts = (value.fget, value.fset, value.fdel)
+            return all(self._callable(p, strict, deeper, seen) for p in parts)
+        if isinstance(value, type):
+            return self._class(value, deeper, seen)
+        return self._object(value, strict, deeper, seen)
+
+    def _part(self, value, strict: bool, depth: int, seen: set) -> bool:
+        """A bound argument, default, closure cell or attribute: callables (and those in
+        plain tuples, lists and dicts) are judged; data is data."""
+        if type(value) in (tuple, list) and depth <= MAX_DEPTH:
+            return all(self._part(v, strict, depth + 1, seen) for v in value[:64])
+        if type(value) is dict and depth <= MAX_DEPTH:
+            items = list(dict.values(value))[:64]
+            return all(self._part(v, strict, depth + 1, seen) for v in items)
+        if isinstance(value, (type(sys), str, bytes, int, float, complex, bool)):
+            return True
+        if callable(value):
+            return self._callable(value, strict, depth, seen)
+        return True
+
+    def _bound(self, owner, strict: bool, depth: int, seen: set) -> bool:
+        """A method's ``__self__``: a module, a library class, or an object of one."""
+        if isinstance(owner, type(sys)):
+            return True
+        if isinstance(owner, type):
+            return self._class(owner, depth, seen)
+        if id(owner) in seen:
+            return True
+        seen.add(id(owner))
+        return self._object(owner, strict, depth, seen)
+
+    def _object(self, value, strict: bool, depth: int, seen: set) -> bool:
+        """An object: its class is a library's, and the callables it holds (attributes such
+        as ``forward``, hooks, ``__wrapped__``) are the libraries' too."""
+        if not self._class(type(value), depth, seen):
+            return False
+        try:
+            attributes = object.__getattribute__(value, "__dict__")
+        except (AttributeError, TypeError):
+            return True
+        if type(attributes) is not dict:
+            return True
+        return self._part(attributes, strict, depth, seen)
+
+    def _function(self, function, strict: bool, depth: int, seen: set) -> bool:
+        code = function.__code__
+        if not self.is_library(code) or not self.is_library_globals(function.__globals__):
+            return False
+        if strict:
+            variants = self._defaults.get(id(code)) if self._known.get(id(code)) is code else None
+            if variants and not any(
+                _same(function.__defaults__, d) and _same_dict(function.__kwdefaults__, k)
+                for d, k in variants
+            ):
+                return False
+        parts = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
+        for cell in function.__closure__ or ():
+            try:
+                parts.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        wrapped = function.__dict__.get("__wrapped__")
+        parts += [wrapped] if wrapped is not None else []
+        return all(self._part(p, strict, depth, seen) for p in parts)
+
+    def _class(self, cls, depth: int = 0, seen: set | None = None) -> bool:
+        """A class is the libraries' when every function it or a base defines is, closure
+        and all (torch wraps a mode's ``__torch_dispatch__`` in a function of its own that
+        holds the notebook's); judged each time: a hand-in may add a method later."""
+        seen = set() if seen is None else seen
+        for klass in getattr(cls, "__mro__", (cls,)):
+            for member in list(vars(klass).values()):
+                inner = member.fget if isinstance(member, property) else member
+                if isinstance(member, (staticmethod, classmethod)):
+                    inner = member.__func__
+                if type(inner) is types.FunctionType and id(inner) not in seen:
+                    seen.add(id(inner))
+                    if not self._function(inner, False, depth + 1, seen):
+                        return False
+        return True
 
     def is_library(self, code) -> bool:
         """Whether ``code`` is the libraries' own (see the module's docstring)."""
@@ -93,6 +301,22 @@ class Provenance:
                 found = frozenset(_nested(top)) if top is not None else frozenset()
             self._by_file[filename] = found
         return found
+
+
+def _same(a, b) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None or len(a) != len(b):
+        return False
+    return all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _same_dict(a, b) -> bool:
+    if a is b:
+        return True
+    if a is None or b is None or a.keys() != b.keys():
+        return False
+    return all(a[k] is b[k] for k in a)
 
 
 def _nested(code: _CODE) -> list[_CODE]:

@@ -174,6 +174,7 @@ def serve(
     """The hand-in's process: confine, then answer the grader's commands until "end"."""
     fd_in, fd_out = _move_high(fd_in, fd_out)
     _close_all_but({fd_in, fd_out})
+    from coursekit.grading.sandbox import global_state as shared_global_state
     from coursekit.grading.sandbox import harness_seal, instruments
     from coursekit.grading.sandbox import tampering as shared_tampering
 
@@ -181,9 +182,10 @@ def serve(
     # copies of their modules' globals: a notebook that rebinds names in those modules, in
     # os or in builtins, does not reach them.
     tampering = shared_tampering.private_copy(shared_tampering)
-    own, wire = (
+    own, wire, state = (
         shared_tampering.private_copy(sys.modules[__name__]),
         shared_tampering.private_copy(channel),
+        shared_tampering.private_copy(shared_global_state),
     )
     encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
@@ -232,8 +234,10 @@ def serve(
     # The instruments the warm parent made before any hand-in existed, taken out of their
     # module now, so that no hand-in code finds them by name.
     provenance, tripwire_provenance, reporter, arm_tripwires, sealed = instruments.take()
-    provenance.trust(trusted)
-    tripwire_provenance.trust(trusted)
+    for record in (provenance, tripwire_provenance):
+        record.trust(trusted)  # the modules loaded by now are the libraries'
+        for copy in (tampering.private_copy, own.run_task, wire.receive, state.restore):
+            record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
 
     def answer_called(question: str, where: str) -> None:
@@ -249,8 +253,16 @@ def serve(
             report(f"its {testing[0]} called coursekit's own answer to {question} ({where})")
 
     reporter.append(answer_called)
-    tampering.install_audit_hook(report, trusted, provenance)
+    tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
     changes = harness_seal.changes
+    # torch's and the interpreter's state as no hand-in code has left it, put back before
+    # and after each test (modes, global hooks, settings, tracing: see global_state.py)
+    baseline, restore = state.take(), state.restore
+
+    def put_back() -> None:
+        for what in restore(baseline, provenance):
+            report(what)
+
     answer({"kind": "ready", "applied": applied})
     reported: set[str] = set()
     while True:
@@ -270,12 +282,15 @@ def serve(
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
+            put_back()
             reply = own.run_task(
                 shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
             )
+            put_back()  # what the test itself left on
             if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
+            put_back()  # what the cells left on
             reply = {}
         else:
             sys.stdout.flush()

@@ -53,7 +53,9 @@ def _reopens_a_descriptor(path) -> bool:
     return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
 
 
-def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], provenance) -> None:
+def install_audit_hook(
+    report: Callable[[str], None], trusted: tuple[str, ...], provenance, mirrors: tuple = ()
+) -> None:
     """Report (at most :data:`MAX_REPORTS` distinct) suspicious events of notebook code.
 
     ``provenance`` (:class:`coursekit.grading.sandbox.provenance.Provenance`) says which code is the
@@ -65,6 +67,13 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], 
     caller's request on or hand frames back to it (:data:`HELPER_MODULES`). Changing the
     code, defaults or keyword defaults of a library function counts whoever does it, and so
     does compiling code under a library file's name with other text than the file's.
+
+    Whose code raised an event is judged by frame: library code running in a library
+    module's namespace (:meth:`Provenance.is_library_frame`), so library code run with the
+    notebook's globals is the notebook's. The import system's runs of a module's code are
+    passed to ``provenance`` and to each of ``mirrors`` (other records of library code), so
+    that a module imported later counts as a library's. A new audit hook from the notebook's
+    code is reported and refused (an audit hook sees every object the events carry).
     """
     getframe = sys._getframe
     import _thread
@@ -72,6 +81,8 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], 
 
     get_ident = _thread.get_ident
     is_library = provenance.is_library
+    is_library_frame = provenance.is_library_frame
+    noters = tuple(p.note_exec for p in (provenance, *mirrors))
     trusted_file = provenance.is_trusted_file
     source_matches = provenance.source_matches
     helpers = _helper_codes()
@@ -83,10 +94,14 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], 
         """Whether the code that raised the event (past helpers) is the notebook's."""
         frame = getframe(depth)
         while frame is not None and (
-            frame.f_code.co_filename.startswith("<frozen importlib") or frame.f_code in helpers
+            frame.f_code in helpers
+            or (
+                frame.f_code.co_filename.startswith("<frozen importlib")
+                and is_library(frame.f_code)
+            )
         ):
             frame = frame.f_back
-        return frame is not None and not is_library(frame.f_code)
+        return frame is not None and not is_library_frame(frame)
 
     def classify(event: str, args: tuple) -> tuple[str | None, bool]:
         """(what to report, whether only when the notebook's code raised it)."""
@@ -129,6 +144,16 @@ def install_audit_hook(report: Callable[[str], None], trusted: tuple[str, ...], 
     def hook(event: str, args: tuple) -> None:
         if event not in _EVENTS and not event.startswith("ctypes."):
             return
+        if event == "exec":  # 0 this hook, 1 the code that called exec
+            if args:
+                for note in noters:
+                    note(getframe(1), args[0])
+            return
+        if event == "sys.addaudithook" and by_notebook(2):
+            if "it added an audit hook (refused)" not in sent:
+                sent.add("it added an audit hook (refused)")
+                report("it added an audit hook (refused)")
+            raise RuntimeError("no audit hooks in a hand-in")  # Python refuses the new hook
         me = get_ident()
         if me in busy or len(sent) >= MAX_REPORTS:
             return
@@ -263,6 +288,8 @@ _EVENTS = frozenset(
         "code.__new__",
         "os.exec",
         "open",
+        "exec",
+        "sys.addaudithook",
     }
 )
 
@@ -292,24 +319,50 @@ def install_tripwires(questions: dict, reporter: list, provenance):
     ``library_answers`` (the same answer under another name: ``coursekit.autotune.tune``) and
     the check's ``reference()``. Once the
     returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
-    them is reported (``reporter[0](question, where)``, set by the hand-in's process, which
-    counts it only where the answer is one of the assignment's own questions): its function
-    hands in coursekit's answer. Calls from coursekit's own code, and calls while the cells run
-    (demonstrations), are not. Installed in the warm parent, before the harness is sealed
+    them while the notebook's code is anywhere on the stack is reported
+    (``reporter[0](question, where)``, set by the hand-in's process, which counts it only
+    where the answer is one of the assignment's own questions): its function hands in
+    coursekit's answer, whatever calls it directly (``map``, ``functools.reduce``,
+    ``multiprocessing.pool.starmapstar``, a standard-library function compiled again with
+    the notebook's globals). So is a call whose direct caller is not library code that names
+    the answer: a library caller that never names it (``itertools.starmap``, a hook, a
+    ``partial``) was handed it. The one call that passes is the libraries' own: library code
+    that names the answer (``coursekit.autotune.tune`` calling ``largest_micro_batch``), with
+    no frame of the notebook's below it. Frames are judged by code and globals
+    (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_frame`), never by the
+    file name a code object claims. Calls while the cells run (demonstrations) are not
+    reported. Installed in the warm parent, before the harness is sealed
     (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are what the seal records."""
 
     getframe = sys._getframe
-    is_library = provenance.is_library
+    is_library_frame = provenance.is_library_frame
     armed: list[bool] = []
     wrappers: dict[int, Callable] = {}
 
-    def wrap(function, question: str, where: str):
+    def called_as_the_library(frame, names: frozenset) -> bool:
+        """Library code that names the answer called it, and no frame below is the
+        notebook's (see install_tripwires)."""
+        code = frame.f_code if frame is not None else None
+        if code is None or not names or not is_library_frame(frame):
+            return False
+        if names.isdisjoint(code.co_names) and names.isdisjoint(code.co_varnames):
+            if names.isdisjoint(code.co_freevars):
+                return False
+        for _ in range(_MOST_FRAMES):
+            frame = frame.f_back
+            if frame is None:
+                return True
+            if not is_library_frame(frame):
+                return False
+        return False
+
+    def wrap(function, question: str, where: str, names: frozenset = frozenset()):
         if id(function) in wrappers:
             return wrappers[id(function)]
 
         @functools.wraps(function)
         def tripwire(*args, **kwargs):
-            if armed and reporter and not is_library(getframe(1).f_code):
+            if armed and reporter and not called_as_the_library(getframe(1), names):
                 reporter[0](question, where)
             return function(*args, **kwargs)
 
@@ -330,16 +383,22 @@ def install_tripwires(questions: dict, reporter: list, provenance):
                 "coursekit"
             ):
                 where = f"{function.__module__}.{question_name}"
-                setattr(module, question_name, wrap(function, question_name, where))
+                names = frozenset({question_name, function.__name__})
+                setattr(module, question_name, wrap(function, question_name, where, names))
         for dotted in getattr(question, "library_answers", ()):  # the answer by another name
             owner, _, attribute = dotted.rpartition(".")
             function = vars(sys.modules.get(owner, types)).get(attribute)
             if not isinstance(function, types.FunctionType):
                 continue
-            for _, module in modules:
-                for name, value in list(vars(module).items()):
-                    if value is function:
-                        setattr(module, name, wrap(function, question_name, dotted))
+            bound = [
+                (module, name)
+                for _, module in modules
+                for name, value in list(vars(module).items())
+                if value is function
+            ]
+            names = frozenset({attribute, question_name, *(name for _, name in bound)})
+            for module, name in bound:
+                setattr(module, name, wrap(function, question_name, dotted, names))
         try:
             reference = question.reference()
         except Exception:  # a question without a reference here: nothing to wrap
@@ -362,19 +421,81 @@ def install_tripwires(questions: dict, reporter: list, provenance):
 
 
 def coursekit_function(fn, provenance) -> str | None:
-    """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's):
-    a hand-in whose answer *is* coursekit's implementation, imported under its name."""
+    """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's),
+    or holds one of coursekit's answers: a hand-in whose answer *is* coursekit's
+    implementation, imported under its name, or reached through what it holds (a
+    ``partial``'s function or arguments, a bound method's function or object, a closure
+    cell, a default, a wrapped function; to :data:`_MOST_DEPTH` levels)."""
     target = fn
-    while isinstance(target, functools.partial):  # partial(coursekit.train_accumulated)
-        target = target.func
-    target = getattr(target, "__wrapped__", target)
-    code = getattr(target, "__code__", None)
-    module = str(getattr(target, "__module__", ""))
-    if code is None or not module.startswith("coursekit"):
-        return None
-    if not provenance.is_library(code):
-        return None
-    return f"{module}.{getattr(target, '__qualname__', '?')}"
+    for _ in range(_MOST_DEPTH):  # what runs first: through partials and bound methods
+        if isinstance(target, functools.partial):
+            target = target.func
+        elif isinstance(target, types.MethodType | staticmethod | classmethod):
+            target = target.__func__
+        else:
+            break
+    if isinstance(target, types.FunctionType):
+        target = target.__dict__.get("__wrapped__", target)
+    code = getattr(target, "__code__", None) if isinstance(target, types.FunctionType) else None
+    module = str(getattr(target, "__module__", "")) if code is not None else ""
+    if module.startswith("coursekit") and provenance.is_library(code):
+        return f"{module}.{getattr(target, '__qualname__', '?')}"
+    return _held_answer(fn)
+
+
+_MOST_DEPTH = 8
+_MOST_FRAMES = 2000
+
+
+def _tripwire_code():
+    """The code object every tripwire wrapper runs (nested in install_tripwires)."""
+    stack = [install_tripwires.__code__]
+    while stack:
+        code = stack.pop()
+        if code.co_name == "tripwire":
+            return code
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return None
+
+
+def _held_answer(fn) -> str | None:
+    """``module.name`` of a tripwired answer of coursekit's that ``fn`` holds (see
+    :func:`coursekit_function`), read without running any of the notebook's code."""
+    wanted = _tripwire_code()
+    stack, seen = [(fn, 0)], set()
+    while stack:
+        item, depth = stack.pop()
+        if id(item) in seen or depth > _MOST_DEPTH:
+            continue
+        seen.add(id(item))
+        parts: list = []
+        if type(item) is types.FunctionType:
+            if item.__code__ is wanted:
+                return f"{item.__module__}.{item.__qualname__}"
+            parts += [*(item.__defaults__ or ()), *(item.__kwdefaults__ or {}).values()]
+            for cell in item.__closure__ or ():
+                try:
+                    parts.append(cell.cell_contents)
+                except ValueError:  # an empty cell
+                    continue
+            parts += list(item.__dict__.values())
+        elif isinstance(item, functools.partial):
+            parts += [item.func, *item.args, *(item.keywords or {}).values()]
+        elif isinstance(item, types.MethodType | staticmethod | classmethod):
+            parts += [item.__func__, getattr(item, "__self__", None)]
+        elif type(item) in (tuple, list):
+            parts += list(item)[:64]
+        elif type(item) is dict:
+            parts += list(dict.values(item))[:64]
+        elif callable(item) and not isinstance(item, type):
+            try:
+                attributes = object.__getattribute__(item, "__dict__")
+            except (AttributeError, TypeError):
+                attributes = None
+            if type(attributes) is dict:
+                parts += list(dict.values(attributes))[:64]
+        stack += [(part, depth + 1) for part in parts]
+    return None
 
 
 def private_copy(module) -> types.SimpleNamespace:

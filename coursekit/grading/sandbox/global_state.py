@@ -1,0 +1,489 @@
+"""Torch and interpreter state a cell can leave on, put back before each hidden test.
+
+A hand-in's cells run in the process that later runs the hidden tests, and much of what they
+can leave behind changes what those tests compute without replacing anything the harness seal
+(:mod:`coursekit.grading.sandbox.harness_seal`) records: a ``TorchFunctionMode`` or
+``TorchDispatchMode`` entered and never exited rewrites every result; a global module or
+optimizer hook (``register_module_forward_hook``) or default saved-tensor hooks reach every
+model; a trace or profile function sees every frame; a thread of its own runs beside the test.
+
+:func:`take` records that state when the hand-in's process starts, before any hand-in code
+runs. :func:`restore`, called before each test (and after it), compares, puts back what it
+can and names what it found:
+
+- *settings* (grad mode, inference mode, default dtype and device, autocast, anomaly mode,
+  flush-denormal, thread count, and every ``torch._C`` setting with a getter and a setter:
+  deterministic algorithms, matmul precision, cuDNN/oneDNN/TF32 flags...) are put back and not
+  flagged: an honest notebook may set them in a cell (the course itself works in float64), and
+  put back, they gain a hand-in nothing;
+- *code that runs inside later computation* (modes on torch's function and dispatch stacks,
+  global module and optimizer hooks, default saved-tensor hooks, dispatch keys included or
+  excluded, trace and profile functions, gc callbacks, ``torch.library`` registrations,
+  threads) is put back too, and flagged unless all its code is the libraries' own
+  (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable`);
+- ``torch.library`` registrations the notebook's code made are flagged and taken back (its
+  ``Library`` destroyed); a thread still running cannot be put back, and is flagged.
+
+Every function this module calls is taken at :func:`take` and kept in the :class:`Baseline`,
+which the runner holds privately: a hand-in that rebinds ``sys.settrace`` or
+``torch.set_grad_enabled`` later does not change what restores them. Each check is a few C
+calls (tens of microseconds a test; ``benchmarks/global_state.py`` prints the figure).
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import types
+from dataclasses import dataclass, field
+
+import torch
+
+# torch._C getter/setter pairs that are per-thread names or need arguments, not settings.
+_NOT_SETTINGS = frozenset(
+    {"thread_name", "dispatch_mode", "tensor_metadata", "value_trace", "tracing_state"}
+)
+_PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, tuple, list)
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where a notebook can compute
+# Modules whose global hook registries every module or optimizer runs.
+_HOOK_MODULES = ("torch.nn.modules.module", "torch.optim.optimizer")
+
+
+@dataclass
+class Baseline:
+    """The state :func:`restore` puts back (made by :func:`take`)."""
+
+    settings: list = field(default_factory=list)  # (name, getter, setter, value)
+    autocast: list = field(default_factory=list)  # (device, enabled, dtype)
+    containers: list = field(default_factory=list)  # (label, module dict, name, object, copy)
+    values: list = field(default_factory=list)  # (label, module dict, name, value)
+    dispatch_keys: tuple = ()  # (include set text, exclude set text)
+    function_modes: tuple = ()
+    dispatch_modes: tuple = ()
+    infra_modes: dict = field(default_factory=dict)
+    saved_tensor_hooks: object = None
+    tracing: tuple = ()  # sys trace, sys profile, threading trace, threading profile
+    threads: frozenset = frozenset()
+    gc_callbacks: list = field(default_factory=list)
+    gc_list: list = field(default_factory=list)
+    registrations: list = field(default_factory=list)  # the watch's record (see below)
+    registrations_seen: int = 0
+    watchers: tuple = ()  # (owner, name, watcher) as watch_registrations left them
+    tools: dict = field(default_factory=dict)  # the functions used, taken at take()
+    kept: list = field(default_factory=list)  # guards that keep a restored state on
+    reported_threads: set = field(default_factory=set)
+
+
+def _setting_pairs() -> list:
+    """(name, getter, setter) for each zero-argument ``torch._C`` getter with a setter."""
+    C, found = torch._C, []
+    for name in dir(C):
+        for prefix in ("_get_", "_is_", "_are_"):
+            if not name.startswith(prefix):
+                continue
+            base = name[len(prefix) :]
+            setter = getattr(C, "_set_" + base, None)
+            if base not in _NOT_SETTINGS and callable(setter):
+                found.append((base, getattr(C, name), setter))
+    return found
+
+
+def take() -> Baseline:
+    """Record the state (in the hand-in's process, before any hand-in code runs)."""
+    C, autograd = torch._C, torch._C._autograd
+    tools = {name: getattr(C, name) for name in _C_FUNCTIONS}
+    tools.update(
+        top_saved=autograd._top_saved_tensors_default_hooks,
+        pop_saved=autograd._pop_saved_tensors_default_hooks,
+        settrace=sys.settrace,
+        setprofile=sys.setprofile,
+        gettrace=sys.gettrace,
+        getprofile=sys.getprofile,
+        threading_settrace=threading.settrace,
+        threading_setprofile=threading.setprofile,
+        threading_gettrace=threading.gettrace,
+        threading_getprofile=threading.getprofile,
+        current_frames=sys._current_frames,
+        get_ident=threading.get_ident,
+        enumerate=threading.enumerate,
+        is_autocast_enabled=torch.is_autocast_enabled,
+        set_autocast_enabled=torch.set_autocast_enabled,
+        get_autocast_dtype=torch.get_autocast_dtype,
+        set_autocast_dtype=torch.set_autocast_dtype,
+        inference_mode=torch.is_inference_mode_enabled,
+        get_default_device=torch.get_default_device,
+        set_default_device=torch.set_default_device,
+        DispatchKey=C.DispatchKey,
+        cpu=torch.device("cpu"),
+    )
+    base = Baseline(tools=tools)
+    for name, getter, setter in _setting_pairs():
+        try:
+            value = getter()
+        except Exception:  # a getter that needs an argument or a device: not a setting
+            continue
+        if isinstance(value, _PLAIN) or type(value).__module__.startswith("torch"):
+            base.settings.append((name, getter, setter, value))
+    plain = [
+        ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
+        ("default dtype", torch.get_default_dtype, torch.set_default_dtype),
+        ("the autocast cache", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
+        ("thread count", torch.get_num_threads, torch.set_num_threads),
+        ("anomaly mode", *_anomaly_switch()),
+        ("flush-denormal", _flush_denormal_getter(), torch.set_flush_denormal),
+    ]
+    base.settings += [(name, get, put, get()) for name, get, put in plain]
+    for device in _AUTOCAST_DEVICES:
+        try:
+            enabled = torch.is_autocast_enabled(device)
+            base.autocast.append((device, enabled, torch.get_autocast_dtype(device)))
+        except (RuntimeError, ValueError, TypeError):  # not a device type of this build
+            continue
+    for module_name in _HOOK_MODULES:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        namespace = vars(module)
+        for name, value in list(namespace.items()):
+            if name.startswith("_global_") and isinstance(value, dict):
+                label = f"{module_name}.{name}"
+                base.containers.append((label, namespace, name, value, dict(value)))
+            elif name.startswith("_global_"):
+                base.values.append((f"{module_name}.{name}", namespace, name, value))
+    base.dispatch_keys = (
+        str(C._dispatch_tls_local_include_set()),
+        str(C._dispatch_tls_local_exclude_set()),
+    )
+    base.function_modes = tuple(
+        C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())
+    )
+    base.dispatch_modes = tuple(
+        C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())
+    )
+    base.infra_modes = {key: C._get_dispatch_mode(key) for key in _infra_keys()}
+    base.saved_tensor_hooks = autograd._top_saved_tensors_default_hooks(True)
+    base.tracing = (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
+    base.threads = frozenset(sys._current_frames())
+    base.gc_list = gc.callbacks
+    base.gc_callbacks = list(gc.callbacks)
+    base.registrations = _REGISTRATIONS
+    base.registrations_seen = len(_REGISTRATIONS)
+    base.watchers = tuple(
+        (owner, name, vars(owner).get(name)) for owner, name in _watched_registrars()
+    )
+    return base
+
+
+_C_FUNCTIONS = (
+    "_InferenceMode",
+    "_len_torch_function_stack",
+    "_get_function_stack_at",
+    "_pop_torch_function_stack",
+    "_push_on_torch_function_stack",
+    "_len_torch_dispatch_stack",
+    "_get_dispatch_stack_at",
+    "_pop_torch_dispatch_stack",
+    "_push_on_torch_dispatch_stack",
+    "_get_dispatch_mode",
+    "_set_dispatch_mode",
+    "_unset_dispatch_mode",
+    "_dispatch_tls_local_include_set",
+    "_dispatch_tls_local_exclude_set",
+    "_dispatch_tls_set_dispatch_key_included",
+    "_dispatch_tls_set_dispatch_key_excluded",
+)
+
+
+def _anomaly_switch() -> tuple:
+    """(getter, setter) of anomaly mode and its NaN check, as one setting."""
+    enabled, check_nan, put = (
+        torch.is_anomaly_enabled,
+        torch.is_anomaly_check_nan_enabled,
+        torch.set_anomaly_enabled,
+    )
+    return (lambda: (enabled(), check_nan())), (lambda value: put(*value))
+
+
+def _flush_denormal_getter():
+    """Whether denormal floats are flushed to zero (torch has no getter: computed)."""
+    full, dtype = torch.full, torch.float32
+    return lambda: (full((1,), 1e-39, dtype=dtype) * 1.0).item() == 0.0
+
+
+def _infra_keys() -> list:
+    keys = getattr(torch._C, "_TorchDispatchModeKey", None)
+    return list(keys.__members__.values()) if keys is not None else []
+
+
+def restore(base: Baseline, provenance) -> list[str]:
+    """Put the state of :func:`take` back; what was found, as flag texts (settings put back
+    are not flagged: see the module's docstring)."""
+    found: list[str] = []
+    library_code = provenance.is_library_callable
+    _restore_settings(base)
+    _restore_modes(base, found, library_code)
+    _restore_hooks(base, found, library_code)
+    _restore_tracing(base, found, library_code)
+    _check_threads(base, found, provenance)
+    _check_library(base, found, provenance)
+    return found
+
+
+def _restore_settings(base: Baseline) -> None:
+    tools = base.tools
+    if tools["inference_mode"]():  # entered and never left: a guard keeps it off from now
+        base.kept.append(tools["_InferenceMode"](False))
+    if tools["get_default_device"]() != tools["cpu"]:
+        tools["set_default_device"](None)  # leaves its mode on the function stack properly
+    for _name, getter, setter, value in base.settings:
+        try:
+            now = getter()
+        except Exception:  # a getter that fails now: nothing to compare
+            continue
+        if now != value:
+            try:
+                setter(value)
+            except TypeError:  # a setter that takes the getter's tuple as arguments
+                setter(*value)
+    for device, enabled, dtype in base.autocast:
+        if tools["is_autocast_enabled"](device) != enabled:
+            tools["set_autocast_enabled"](device, enabled)
+        if tools["get_autocast_dtype"](device) != dtype:
+            tools["set_autocast_dtype"](device, dtype)
+
+
+def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
+    C = types.SimpleNamespace(**base.tools)
+    modes = [C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())]
+    if len(modes) != len(base.function_modes) or any(
+        a is not b for a, b in zip(modes, base.function_modes, strict=False)
+    ):
+        for mode in modes:
+            if not any(mode is b for b in base.function_modes) and not library_code(mode):
+                found.append(f"it left a torch function mode on ({_name_of(mode)})")
+        while C._len_torch_function_stack():
+            C._pop_torch_function_stack()
+        for mode in base.function_modes:
+            C._push_on_torch_function_stack(mode)
+    modes = [C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())]
+    if len(modes) != len(base.dispatch_modes) or any(
+        a is not b for a, b in zip(modes, base.dispatch_modes, strict=False)
+    ):
+        for mode in modes:
+            if not any(mode is b for b in base.dispatch_modes) and not library_code(mode):
+                found.append(f"it left a torch dispatch mode on ({_name_of(mode)})")
+        while C._len_torch_dispatch_stack():
+            C._pop_torch_dispatch_stack(None)
+        for mode in base.dispatch_modes:
+            C._push_on_torch_dispatch_stack(mode)
+    for key, mode in base.infra_modes.items():
+        now = C._get_dispatch_mode(key)
+        if now is not mode:
+            if now is not None and not library_code(now):
+                found.append(f"it left a torch dispatch mode on ({_name_of(now)})")
+            C._unset_dispatch_mode(key)
+            if mode is not None:
+                C._set_dispatch_mode(mode)
+    include, exclude = base.dispatch_keys
+    now_include = str(C._dispatch_tls_local_include_set())
+    now_exclude = str(C._dispatch_tls_local_exclude_set())
+    if now_include != include or now_exclude != exclude:
+        found.append("it left dispatch keys included or excluded for later computation")
+        for key in base.tools["DispatchKey"].__members__.values():
+            name = f"{key.name},"
+            for text, now, put in (
+                (include, now_include, "set_dispatch_key_included"),
+                (exclude, now_exclude, "set_dispatch_key_excluded"),
+            ):
+                wanted = _key_in(name, text)
+                if _key_in(name, now) != wanted:
+                    getattr(C, "_dispatch_tls_" + put)(key, wanted)
+
+
+def _key_in(name: str, text: str) -> bool:
+    inner = text[text.find("(") + 1 : text.rfind(")")]
+    return name in inner.replace(" ", "") + ","
+
+
+def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
+    for label, namespace, name, container, copy in base.containers:
+        now = namespace.get(name)
+        same = now is container and len(container) == len(copy)
+        if same and all(container.get(k) is v for k, v in copy.items()):
+            continue
+        added = [v for k, v in (now or {}).items() if copy.get(k) is not v]
+        if now is not container or any(not library_code(v) for v in added):
+            found.append(f"it left a global hook in {label}")
+        namespace[name] = container
+        container.clear()
+        container.update(copy)
+    for label, namespace, name, value in base.values:
+        if namespace.get(name) is not value:
+            namespace[name] = value
+            found.append(f"it changed {label}")
+    top_saved, pop_saved = base.tools["top_saved"], base.tools["pop_saved"]
+    top = top_saved(True)
+    if top != base.saved_tensor_hooks:
+        if not all(library_code(hook) for hook in top or ()):
+            found.append("it left default saved-tensor hooks on (they see every backward)")
+        for _ in range(1000):
+            if top_saved(True) == base.saved_tensor_hooks:
+                break
+            pop_saved()
+    callbacks = base.gc_list
+    if callbacks != base.gc_callbacks:
+        added = [c for c in callbacks if not any(c is b for b in base.gc_callbacks)]
+        if any(not library_code(c) for c in added):
+            found.append("it left a gc callback (run at every collection)")
+        callbacks[:] = base.gc_callbacks
+
+
+def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
+    tools = base.tools
+    trace, profile, thread_trace, thread_profile = base.tracing
+    for what, get, put, value in (
+        ("a trace function (sys.settrace)", "gettrace", "settrace", trace),
+        ("a profile function (sys.setprofile)", "getprofile", "setprofile", profile),
+        (
+            "a trace function for new threads",
+            "threading_gettrace",
+            "threading_settrace",
+            thread_trace,
+        ),
+        (
+            "a profile function for new threads",
+            "threading_getprofile",
+            "threading_setprofile",
+            thread_profile,
+        ),
+    ):
+        now = tools[get]()
+        if now is not value:
+            if now is not None and not library_code(now):
+                found.append(f"it left {what} on")
+            tools[put](value)
+
+
+def _check_threads(base: Baseline, found: list[str], provenance) -> None:
+    """Threads started since :func:`take` whose running code, or whose target, is the
+    hand-in's: they run beside the tests, and cannot be stopped from here."""
+    tools = base.tools
+    me = tools["get_ident"]()
+    frames = tools["current_frames"]()
+    if len(frames) <= len(base.threads) + 1 and frames.keys() <= base.threads | {me}:
+        return
+    targets = {t.ident: t for t in tools["enumerate"]()}
+    for ident, frame in frames.items():
+        if ident in base.threads or ident == me or ident in base.reported_threads:
+            continue
+        thread = targets.get(ident)
+        target = getattr(thread, "_target", None) or getattr(thread, "run", None)
+        ours = target is None or provenance.is_library_callable(target)
+        while ours and frame is not None:
+            ours = provenance.is_library_frame(frame)
+            frame = frame.f_back
+        if not ours:
+            base.reported_threads.add(ident)
+            name = getattr(thread, "name", f"thread {ident}")
+            found.append(f"a thread it started ({name}) still runs beside the tests")
+
+
+def _check_library(base: Baseline, found: list[str], provenance) -> None:
+    """Kernels and operators registered with torch's dispatcher by the notebook's code since
+    :func:`take` (they cannot be taken back: flagged)."""
+    for owner, name, watcher in base.watchers:
+        if vars(owner).get(name) is not watcher:
+            found.append(f"it changed {getattr(owner, '__name__', '?')}.{name}")
+    records = base.registrations
+    if len(records) < base.registrations_seen:
+        found.append("it changed the record of torch.library registrations")
+    for what, stack, owner in records[base.registrations_seen :]:
+        if _by_notebook(stack, provenance):
+            found.append(f"it registered {what} with torch's dispatcher (torch.library)")
+            _take_back(owner)
+    base.registrations_seen = len(records)
+
+
+def _take_back(owner) -> None:
+    """Undo a notebook's registrations: its ``Library`` destroyed, or the dispatcher's
+    handle it holds reset (either removes every kernel and operator it registered)."""
+    destroy = getattr(type(owner), "_destroy", None)
+    reset = getattr(type(owner), "reset", None)
+    try:
+        if callable(destroy) and getattr(owner, "m", None) is not None:
+            destroy(owner)
+        elif callable(reset):
+            reset(owner)
+    except Exception:  # noqa: BLE001 - already destroyed, or a handle of another kind: flagged
+        return
+
+
+# What :func:`watch_registrations` records: (what, stack), stack from the registering call
+# down, as (code, globals) pairs, until the import system's call that runs a module's code.
+_REGISTRATIONS: list = []
+_WATCHERS: set = set()  # ids of the wrappers made (each registrar is wrapped once)
+_IMPORTING = "_call_with_frames_removed"
+_NEW_LIBRARY = "a library of operators"
+_REGISTRARS = ("torch.library", "torch._library", "torch._ops")
+
+
+def _watched_registrars() -> list:
+    import torch.library
+
+    names = ("define", "impl", "fallback", "_register_fake", "_register_torch_dispatch_rule")
+    watched = [(torch._C, "_dispatch_library")]
+    return watched + [(torch.library.Library, name) for name in names]
+
+
+def watch_registrations() -> None:
+    """Wrap torch's ways to register with its dispatcher (``torch._C._dispatch_library`` and
+    ``torch.library.Library``'s methods) so that each call records who made it. Run once, in
+    the warm parent, before the seal and before any hand-in code. A registration is the
+    notebook's when the nearest frame below it that is not library code called torch's
+    registration API itself; one made while a module is imported, or by torch's own lazy
+    set-up, is the library's (judged in :func:`restore`, where provenance is known)."""
+    getframe, record = sys._getframe, _REGISTRATIONS.append
+
+    def wrap(function, label: str):
+        def registering(*args, **kwargs):
+            stack, frame = [], getframe(1)
+            while frame is not None and len(stack) < 64:
+                stack.append((frame.f_code, frame.f_globals))
+                if frame.f_code.co_name == _IMPORTING:
+                    break
+                frame = frame.f_back
+            detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            result = function(*args, **kwargs)
+            owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
+            record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+            return result
+
+        _WATCHERS.add(id(registering))
+        return registering
+
+    for owner, name in _watched_registrars():
+        current = vars(owner).get(name)
+        if current is None or id(current) in _WATCHERS:
+            continue
+        label = _NEW_LIBRARY if name == "_dispatch_library" else f"Library.{name}"
+        setattr(owner, name, wrap(current, label))
+
+
+def _by_notebook(stack: list, provenance) -> bool:
+    """Whether a recorded registration is the notebook's (see watch_registrations)."""
+    for index, (code, namespace) in enumerate(stack):
+        if code.co_name == _IMPORTING and provenance.is_library(code):
+            return False
+        if provenance.is_library(code) and provenance.is_library_globals(namespace):
+            continue
+        if index == 0:
+            return True
+        callee = str(stack[index - 1][1].get("__name__", ""))
+        return callee.startswith(_REGISTRARS)
+    return False
+
+
+def _name_of(mode) -> str:
+    cls = type(mode)
+    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}"
