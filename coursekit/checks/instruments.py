@@ -13,10 +13,13 @@ from torch import nn
 from coursekit.checks.question import Failure
 from coursekit.checks.tamper_evident import (
     INTACT,
-    MODULE_CALL,
-    OPTIMIZER_STEP,
+    AutogradSink,
+    CallSink,
+    ForwardSink,
     Seal,
-    called_by,
+    StepSink,
+    counted,
+    poker,
 )
 
 
@@ -26,104 +29,70 @@ def tensor_list(tensor: torch.Tensor | None) -> list[float] | None:
 
 
 class Watch:
-    """Records what a student's code did to a model: forward sizes, backward passes, steps.
+    """Records what a student's code did to a model: forward sizes and backward passes.
 
     Forward sizes are seen at the model and at its first leaf module, so a forward through
     ``model.forward(x)``, which skips the model's own hooks, is still seen (only the largest
-    size is used). The record is tamper-evident (:mod:`coursekit.checks.tamper_evident`): its
-    hooks close over a ledger, not over this object, count only calls torch makes, and
-    :meth:`verdict` says whether they are still in place and the record unchanged.
+    size is used). What it records is out of the hooks' reach and read from torch's live
+    state (:mod:`coursekit.checks.tamper_evident`): call the function through
+    ``watched((watch, ...), fn, ...)``, then ask :meth:`verdict`.
     """
 
     def __init__(self, model: nn.Module):
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = ledger.events
         self.start = weights_of(model)
-        forward = _forward_recorder(ledger.record, "model")
-        self.seal.hook(
-            model,
-            "_forward_pre_hooks",
-            model.register_forward_pre_hook(forward, with_kwargs=True),
-            forward,
-        )
         first_leaf = next((m for m in model.modules() if not list(m.children())), model)
-        if first_leaf is not model:
-            leaf = _forward_recorder(ledger.record, "leaf")
-            self.seal.hook(
-                first_leaf,
-                "_forward_pre_hooks",
-                first_leaf.register_forward_pre_hook(leaf, with_kwargs=True),
-                leaf,
-            )
+        watched = [(model, "model")] + ([(first_leaf, "leaf")] if first_leaf is not model else [])
+        self._sizes: list[tuple] = []  # (where, size), in the order the passes ran
+        self._forwards = [ForwardSink(m, events=self._sizes, tag=tag) for m, tag in watched]
+        for (module, _), sink in zip(watched, self._forwards, strict=True):
+            before, after = poker(sink.token), poker(sink.token)
+            handle = module.register_forward_pre_hook(before)
+            self.seal.hook(module, "_forward_pre_hooks", handle, before)
+            handle = module.register_forward_hook(after)
+            self.seal.hook(module, "_forward_hooks", handle, after)
+        self.sinks = list(self._forwards)
         parameter = next((p for p in model.parameters() if p.requires_grad), None)
-        self._parameter = parameter
+        self._parameter, self._backward, self._gradient = parameter, None, None
         if parameter is not None:
-            backward = _autograd_recorder(ledger.record, "backward", parameter)
-            handle = parameter.register_post_accumulate_grad_hook(backward)
-            self.seal.hook(parameter, "_post_accumulate_grad_hooks", handle, backward)
-            gradient = _autograd_recorder(ledger.record, "gradient", parameter)
-            handle = parameter.register_hook(gradient)
-            self.seal.hook(parameter, "_backward_hooks", handle, gradient)
+            self._backward, self._gradient = AutogradSink(parameter), AutogradSink(parameter)
+            hook = poker(self._backward.token)
+            handle = parameter.register_post_accumulate_grad_hook(hook)
+            self.seal.hook(parameter, "_post_accumulate_grad_hooks", handle, hook)
+            hook = poker(self._gradient.token)
+            self.seal.hook(parameter, "_backward_hooks", parameter.register_hook(hook), hook)
+            self.sinks += [self._backward, self._gradient]
 
     @property
     def forward_sizes(self) -> list[int]:
-        """The first argument's length at every forward pass (at the model and its first
-        leaf), in order."""
-        return [event[1] for event in self._events if event[0] in ("model", "leaf")]
+        """The first argument's length at every forward pass seen (at the model, then at its
+        first leaf)."""
+        return [size for _, size in self._sizes]
 
     @property
     def backward_passes(self) -> int:
-        """Backward passes that accumulated into the model's first trained parameter."""
-        return sum(event[0] == "backward" for event in self._events)
+        """Backward passes that accumulated into the model's first trained parameter (each
+        autograd graph task once, however often a hook was made to run in it)."""
+        return len(self._backward.events) if self._backward is not None else 0
 
     def verdict(self, samples: int | None = None) -> str:
-        """``"intact"``, ``"changed"`` (a hook gone or replaced, the record rewritten) or a
-        bypass: fewer than ``samples`` samples went through forward passes of the model, or
-        its first parameter has a gradient that no autograd pass brought."""
+        """``"intact"``, ``"changed"`` (a hook gone or replaced) or a bypass: fewer than
+        ``samples`` samples went through forward passes of the model (or of its first leaf),
+        or its first parameter has a gradient that no autograd pass brought."""
         if not self.seal.intact():
             return "changed"
         if samples is not None:
             seen = {"model": 0, "leaf": 0}
-            for event in self._events:
-                if event[0] in seen:
-                    seen[event[0]] += event[1]
+            for where, size in self._sizes:
+                seen[where] += size
             if max(seen.values()) < samples:
                 return "forward_unseen"
-        parameter = self._parameter
-        passes = sum(event[0] in ("backward", "gradient") for event in self._events)
-        grad = None if parameter is None else parameter.grad
+        passes = 0 if self._backward is None else len(self._backward.events)
+        passes += 0 if self._gradient is None else len(self._gradient.events)
+        grad = None if self._parameter is None else self._parameter.grad
         if passes == 0 and torch.is_tensor(grad) and bool(grad.detach().ne(0).any()):
             return "gradient_unseen"
         return INTACT
-
-
-def _forward_recorder(record, tag: str):
-    """A forward pre-hook that records the first argument's length, when the module call
-    makes it (a direct call of the hook records nothing)."""
-    by_torch, is_tensor = called_by(MODULE_CALL), torch.is_tensor
-
-    def forward_seen(_module, args, kwargs) -> None:
-        if not by_torch():
-            return
-        first = args[0] if args else next(iter(kwargs.values()), None)
-        if is_tensor(first) and first.dim() > 0:
-            record((tag, int(first.shape[0])))
-
-    return forward_seen
-
-
-def _autograd_recorder(record, tag: str, parameter: torch.Tensor):
-    """A hook on ``parameter`` that records one event per autograd pass reaching it, when
-    the engine runs it for that parameter (a direct call records nothing)."""
-    current = torch._C._current_autograd_node
-
-    def autograd_seen(*_args) -> None:
-        node = current()
-        if node is not None and getattr(node, "variable", None) is parameter:
-            record((tag,))
-
-    return autograd_seen
 
 
 class GradientPasses:
@@ -132,61 +101,57 @@ class GradientPasses:
     A tensor hook fires for ``backward()`` and for ``torch.autograd.grad`` alike, so a loop
     that computes each micro-batch's gradient with ``torch.autograd.grad`` and sets ``.grad``
     itself is judged like one that calls ``backward()``: what matters is one pass per
-    micro-batch (one graph alive at a time), not which call makes it. Tamper-evident, as
-    :class:`Watch` is.
+    micro-batch (one graph alive at a time), not which call makes it. Out of reach and
+    verified, as :class:`Watch` is.
     """
 
     def __init__(self, model: nn.Module):
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = ledger.events
         parameter = next(p for p in model.parameters() if p.requires_grad)
-        seen = _autograd_recorder(ledger.record, "gradient", parameter)
-        self.seal.hook(parameter, "_backward_hooks", parameter.register_hook(seen), seen)
+        self._sink = AutogradSink(parameter)
+        self.sinks = [self._sink]
+        hook = poker(self._sink.token)
+        self.seal.hook(parameter, "_backward_hooks", parameter.register_hook(hook), hook)
 
     @property
     def count(self) -> int:
-        return len(self._events)
+        """Autograd passes (graph tasks) that reached the parameter."""
+        return len(self._sink.events)
 
     def verdict(self) -> str:
         return self.seal.verdict()
 
 
 class Probes:
-    """A question's own tamper-evident hooks: each records one plain value (a float, a str or
-    None) per call torch makes, in a list of one-item tuples it returns.
+    """A question's own hooks, out of reach and verified as :class:`Watch`'s are: each
+    records one plain value per call torch makes, in a list of one-item tuples.
 
-    Example: ``norms = Probes().on_step(optimizer, lambda: grad_norm(parameters))``.
+    Example: ``norms = Probes().on_step(optimizer, lambda optimizer: grad_norm(...))``.
     """
 
     def __init__(self):
         self.seal = Seal()
+        self.sinks: list = []
 
     def on_step(self, optimizer: torch.optim.Optimizer, measure) -> list[tuple]:
-        """``measure()`` at every ``optimizer.step()``, before the step."""
-        ledger = self.seal.ledger()
-        probe = _probe(ledger.record, measure, called_by(OPTIMIZER_STEP))
-        handle = optimizer.register_step_pre_hook(probe)
-        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, probe)
-        return ledger.events
+        """``measure(optimizer)`` at every ``optimizer.step()``, before the step."""
+        sink = StepSink(optimizer, measure)
+        hook = poker(sink.token)
+        handle = optimizer.register_step_pre_hook(hook)
+        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, hook)
+        self.sinks.append(sink)
+        return sink.events
 
     def on_forward(self, module: nn.Module, measure) -> list[tuple]:
         """``measure()`` at every forward pass of ``module``, before it runs."""
-        ledger = self.seal.ledger()
-        probe = _probe(ledger.record, measure, called_by(MODULE_CALL))
-        self.seal.hook(module, "_forward_pre_hooks", module.register_forward_pre_hook(probe), probe)
-        return ledger.events
+        sink = ForwardSink(module, measure)
+        hook = poker(sink.token)
+        self.seal.hook(module, "_forward_pre_hooks", module.register_forward_pre_hook(hook), hook)
+        self.sinks.append(sink)
+        return sink.events
 
     def verdict(self) -> str:
         return self.seal.verdict()
-
-
-def _probe(record, measure, by_torch):
-    def probe(*_args) -> None:
-        if by_torch():
-            record((measure(),))
-
-    return probe
 
 
 def weights_of(model: nn.Module) -> list[float]:
@@ -203,56 +168,37 @@ SINGLE_BACKWARD = (
 
 class StepCounter:
     """Counts optimizer.step() and zero_grad() calls (the optimizer's or the model's), and
-    records the learning rate each step used. Tamper-evident, as :class:`Watch` is."""
+    records the learning rate each step used. Out of reach and verified, as :class:`Watch`
+    is."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer):
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = ledger.events
-        step = _step_recorder(ledger.record)
-        handle = optimizer.register_step_pre_hook(step)
-        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, step)
+        self._steps = StepSink(optimizer, lambda opt: float(opt.param_groups[0]["lr"]))
+        hook = poker(self._steps.token)
+        handle = optimizer.register_step_pre_hook(hook)
+        self.seal.hook(optimizer, "_optimizer_step_pre_hooks", handle, hook)
+        self.sinks = [self._steps]
         for owner in (optimizer, model):
-            counted = _counted(owner.zero_grad, ledger.record, "zero_grad")
-            owner.zero_grad = counted
-            self.seal.method(owner, "zero_grad", counted)
+            sink = CallSink(owner.zero_grad)
+            wrapper = counted(sink.original, sink)
+            owner.zero_grad = wrapper
+            self.seal.method(owner, "zero_grad", wrapper)
+            self.sinks.append(sink)
 
     @property
     def steps(self) -> int:
-        return sum(event[0] == "step" for event in self._events)
+        return len(self._steps.events)
 
     @property
     def zero_grads(self) -> int:
-        return sum(event[0] == "zero_grad" for event in self._events)
+        return sum(len(sink.events) for sink in self.sinks[1:])
 
     @property
     def lrs(self) -> list[float]:
-        return [event[1] for event in self._events if event[0] == "step"]
+        return [lr for (lr,) in self._steps.events]
 
     def verdict(self) -> str:
         return self.seal.verdict()
-
-
-def _step_recorder(record):
-    """An optimizer step pre-hook that records the learning rate, when the optimizer's step
-    wrapper calls it."""
-    by_torch = called_by(OPTIMIZER_STEP)
-
-    def step_seen(optimizer, *_args) -> None:
-        if by_torch():
-            record(("step", float(optimizer.param_groups[0]["lr"])))
-
-    return step_seen
-
-
-def _counted(original, record, tag: str):
-    """``original`` that records ``(tag,)`` at each call (set as an instance attribute)."""
-
-    def counted(*args, **kwargs):
-        record((tag,))
-        return original(*args, **kwargs)
-
-    return counted
 
 
 class SchedulerSteps:
@@ -264,16 +210,16 @@ class SchedulerSteps:
 
     def __init__(self, scheduler: torch.optim.lr_scheduler.LRScheduler):
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = ledger.events
         self._scheduler, self._start = scheduler, scheduler.last_epoch
-        counted = _counted(scheduler.step, ledger.record, "scheduler_step")
-        scheduler.step = counted
-        self.seal.method(scheduler, "step", counted)
+        self._sink = CallSink(scheduler.step)
+        self.sinks = [self._sink]
+        wrapper = counted(self._sink.original, self._sink)
+        scheduler.step = wrapper
+        self.seal.method(scheduler, "step", wrapper)
 
     @property
     def count(self) -> int:
-        return len(self._events)
+        return len(self._sink.events)
 
     def verdict(self) -> str:
         epoch = self._scheduler.last_epoch

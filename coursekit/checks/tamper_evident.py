@@ -1,32 +1,32 @@
-"""Instrument records a student's function cannot rewrite, and hooks it cannot drop, unseen.
+"""Instrument records a student's function cannot reach, and hooks it cannot drop, unseen.
 
 A check's instruments hang on the objects the student's function is handed (a model's forward
 hooks, a parameter's gradient hooks, an optimizer's step hooks and methods), so the function
-can reach them: a hook's ``__self__`` or ``__closure__`` leads to whatever it writes into.
-Nothing inside a process is out of the function's reach, so what the instruments record is
-made *tamper-evident* instead, and a check scores on it only when :meth:`Seal.verdict` says
-it is intact:
+can reach the hooks: a hook's ``__self__`` or ``__closure__`` leads to whatever it holds. So
+the hooks hold nothing worth reaching:
 
-- every hook is a closure over a :class:`Ledger`'s parts alone, never over the instrument
-  that reads it; the instrument, which keeps the ledger's parts and each hook as installed,
-  is reached only through the check's own frame (which the grader's audit hook watches);
-- a ledger keeps each event twice: in a list that is read, and in a BLAKE2 digest that can be
-  fed more but never rewound, so a record rewritten, shortened or swapped no longer matches;
-- an event counts only when torch made the call (the module call, the autograd engine, the
-  optimizer's step): a function that calls a hook itself adds nothing;
-- after the call every hook must still be where it was put, the same function with the same
-  closure, in the same hook dict of the same owner.
+- what an instrument records lives in a :class:`Sink`, which only the frame of
+  :func:`watched` holds while the student's function runs (the check calls the function
+  through it). A hook holds an opaque token and calls :func:`poke`, which walks up the stack
+  to that frame and hands the sink the poke. Reaching the sink any other way takes frames,
+  ``gc`` or ``ctypes``, which the grader's audit hook reports;
+- a sink trusts nothing a poke says: it reads what it records from torch's live state (the
+  module call in progress and its arguments, the autograd node running, the optimizer step in
+  progress), so a hook called by the student's code, or a poke of its own, adds nothing, and
+  the same call seen twice counts once;
+- a :class:`Seal` keeps each hook and method as installed; after the call every one must
+  still be in place, the same function with the same closure, in the same dict of the same
+  owner, else the verdict is ``changed``.
 
-A hook removed, replaced or emptied, or a record rewritten, is ``changed``; the instruments'
-users add what they can cross-check (samples never seen by a forward pass, a gradient that no
-autograd pass brought) as ``bypassed``. Either costs the points the instrument protects
-(:func:`judge_instruments`). The grader judges the verdict in its own process, from codes it
-knows, never from text the hand-in's process wrote.
+The instruments add what they can cross-check (samples that no forward pass of the model
+saw, a gradient that no autograd pass brought) as a bypass. A changed or bypassed instrument
+costs the points it protects (:func:`judge_instruments`); the grader reads the verdict as one
+of the codes it knows, in its own process. Nothing here is a wall (nothing in a process is):
+each way around it is one the grader's audit hook reports.
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import types
 
@@ -39,80 +39,22 @@ INTACT = "intact"
 #: What a verdict may say, and what the grader tells the student for each.
 VERDICTS = {
     "changed": (
-        "Your function changed, removed or called itself a hook the check put on the model, "
-        "a parameter or the optimizer (or rewrote what it recorded), so the check cannot see "
-        "what your code did"
+        "Your function changed or removed a hook the check put on the model, a parameter or "
+        "the optimizer, so the check cannot see what your code did"
     ),
     "forward_unseen": (
         "Some of the samples your function was given never went through a forward pass of "
-        "the model it was given (model(inputs)): the check cannot see how they were computed "
-        "(a copy of the model, the layers' weights used by hand, or hooks switched off)"
+        "the model it was given (model(inputs)) that the check could see: a copy of the "
+        "model, the layers' weights used by hand, or the check's hooks switched off"
     ),
     "gradient_unseen": (
         "The model's parameters have a gradient that no backward pass through the model "
         "brought (it was set by hand, or computed on a copy of the model)"
     ),
     "step_unseen": (
-        "The weights (or the schedule) changed without a call of the optimizer's step() "
-        "(or the scheduler's step()) that the check could see"
+        "The schedule moved without a call of the scheduler's step() that the check could see"
     ),
 }
-
-
-def _exact(value) -> bool:
-    """A plain event value whose ``repr`` is what it is (no subclass can pass for it)."""
-    kind = type(value)
-    if kind is tuple:
-        return all(_exact(item) for item in value)
-    return kind is int or kind is float or kind is str or kind is bool or value is None
-
-
-class Ledger:
-    """An append-only record: ``record(event)`` appends a plain tuple to :attr:`events` and
-    feeds its ``repr`` to a digest. :meth:`intact` says whether the list still matches."""
-
-    def __init__(self):
-        self.events: list[tuple] = []
-        self._digest = hashlib.blake2b(digest_size=16)
-        self.record = _recorder(self.events.append, self._digest.update)
-        self._parts = (self.events, self._digest, self.record, _parts_of(self.record))
-
-    def intact(self) -> bool:
-        events, digest, record, parts = self._parts
-        if self.events is not events or self.record is not record:
-            return False
-        if not _same(_parts_of(record), parts) or not all(_exact(e) for e in events):
-            return False
-        fresh = hashlib.blake2b(digest_size=16)
-        for event in events:
-            fresh.update(repr(event).encode())
-        return fresh.digest() == digest.digest()
-
-
-def _recorder(append, update):
-    encode = str.encode
-
-    def record(event: tuple) -> None:
-        append(event)
-        update(encode(repr(event)))
-
-    return record
-
-
-def _parts_of(fn, depth: int = 0) -> tuple:
-    """What a function runs: its code, defaults and closure's contents, by identity, and
-    the same of each function in its closure (a measure a hook calls), three levels deep."""
-    parts = [fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__]
-    for cell in fn.__closure__ or ():
-        contents = cell.cell_contents
-        parts.append(contents)
-        if isinstance(contents, types.FunctionType) and depth < 3:
-            parts += _parts_of(contents, depth + 1)
-    return tuple(parts)
-
-
-def _same(now: tuple, then: tuple) -> bool:
-    return len(now) == len(then) and all(a is b for a, b in zip(now, then, strict=True))
 
 
 def _codes_within(code: types.CodeType) -> frozenset:
@@ -129,69 +71,237 @@ def _codes_within(code: types.CodeType) -> frozenset:
 MODULE_CALL = _codes_within(nn.Module._call_impl.__code__)
 #: The code that calls optimizer step hooks (the wrapper ``Optimizer`` puts around step).
 OPTIMIZER_STEP = _codes_within(torch.optim.Optimizer.profile_hook_step.__code__)
+_getframe = sys._getframe
 
 
-def called_by(codes: frozenset):
-    """A test, taken now, of whether a hook's caller (two frames up) runs one of ``codes``."""
-    getframe = sys._getframe
-
-    def by_torch() -> bool:
-        return getframe(2).f_code in codes
-
-    return by_torch
+# ----------------------------------------------------------------------- sinks and pokes
 
 
-def in_autograd():
-    """A test, taken now, of whether the autograd engine is running a node (a tensor hook
-    called by a backward pass, not by the student's code)."""
-    current = torch._C._current_autograd_node
+def watched(instruments, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``, with the instruments' sinks held by this frame alone: the
+    hooks find them here, through :func:`poke`, and nowhere else."""
+    sinks = {sink.token: sink for instrument in instruments for sink in instrument.sinks}  # noqa: F841 - read by poke(), through this frame
+    return fn(*args, **kwargs)
 
-    def by_engine() -> bool:
-        return current() is not None
 
-    return by_engine
+_WATCHED = watched.__code__
+
+
+def poke(token, *payload) -> None:
+    """Hand ``payload`` to the sink of ``token`` held by the running :func:`watched` call,
+    if any (outside one, a hook records nothing). Never raises: a traceback would lead to
+    the sink's frame."""
+    frame = _getframe(1)
+    while frame is not None and frame.f_code is not _WATCHED:
+        frame = frame.f_back
+    if frame is None:
+        return
+    sink = frame.f_locals.get("sinks", {}).get(token)
+    if sink is not None:
+        try:
+            sink.accept(*payload)
+        except Exception:  # noqa: BLE001 - a bad payload is the poker's, and records nothing
+            pass
+
+
+class Sink:
+    """Where one hook's events go; :meth:`accept` decides, from torch's live state, what a
+    poke records. ``events`` is read after the call."""
+
+    def __init__(self):
+        self.token = object()
+        self.events: list[tuple] = []
+        self._last = None  # what the last event was taken from, so that it counts once
+
+    def accept(self, *payload) -> None:
+        raise NotImplementedError
+
+    def _once(self, source) -> bool:
+        """Whether ``source`` (a call, a graph task) is new since the last event."""
+        if source is self._last or (type(source) is int and source == self._last):
+            return False
+        self._last = source
+        return True
+
+
+def call_of(frame):
+    """What tells one call of a function taking ``**kwargs`` from another: that dict, made
+    afresh for each call (held by a sink, its identity cannot be reused). The frame itself
+    is never held: after the call it would keep the call's locals, a graph among them."""
+    keywords = frame.f_locals.get("kwargs")
+    return keywords if type(keywords) is dict else object()
+
+
+def frame_of(codes: frozenset, owner):
+    """The innermost running frame of ``codes`` whose ``self`` is ``owner``, or None."""
+    frame = _getframe(2)
+    while frame is not None:
+        if frame.f_code in codes and frame.f_locals.get("self") is owner:
+            return frame
+        frame = frame.f_back
+    return None
+
+
+class ForwardSink(Sink):
+    """The size (first argument's length) of each forward pass of ``module``, read from the
+    module call in progress, as ``(tag, size)`` in ``events`` (a list several sinks may
+    share, in the order things happened); with ``measure``, ``(measure(),)`` instead."""
+
+    def __init__(self, module: nn.Module, measure=None, events=None, tag: str = ""):
+        super().__init__()
+        self.module, self.measure, self.tag = module, measure, tag
+        if events is not None:
+            self.events = events
+
+    def accept(self, *_payload) -> None:
+        frame = frame_of(MODULE_CALL, self.module)
+        if frame is None:
+            return
+        call = call_of(frame)
+        if self.measure is not None:
+            if self._once(call):
+                self.events.append((self.measure(),))
+            return
+        # the arguments the call holds now: a later pre-hook may change them, so the
+        # forward hook looks again (the same call and size count once)
+        arguments = frame.f_locals.get("args") or ()
+        keywords = frame.f_locals.get("kwargs") or {}
+        first = arguments[0] if arguments else next(iter(keywords.values()), None)
+        size = int(first.shape[0]) if torch.is_tensor(first) and first.dim() > 0 else 0
+        last = self._last
+        if last is None or last[0] is not call or last[1] != size:
+            self._last = (call, size)
+            self.events.append((self.tag, size))
+
+
+class AutogradSink(Sink):
+    """One event per autograd graph task that reaches ``parameter`` (the engine running its
+    node); with ``keep``, the gradient handed to the hook too, as a detached copy."""
+
+    def __init__(self, parameter: torch.Tensor, keep: bool = False):
+        super().__init__()
+        self.parameter, self.keep = parameter, keep
+
+    def accept(self, *payload) -> None:
+        node = torch._C._current_autograd_node()
+        if node is None or getattr(node, "variable", None) is not self.parameter:
+            return
+        task = torch._C._current_graph_task_id()
+        if not self._once(task):
+            return
+        gradient = payload[0] if self.keep and payload else None
+        if self.keep and not torch.is_tensor(gradient):
+            return
+        self.events.append((task, gradient.detach().clone()) if self.keep else (task,))
+
+
+class StepSink(Sink):
+    """``measure(optimizer)`` at each ``optimizer.step()``, read in the step in progress."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, measure):
+        super().__init__()
+        self.optimizer, self.measure = optimizer, measure
+
+    def accept(self, *_payload) -> None:
+        frame = frame_of(OPTIMIZER_STEP, self.optimizer)
+        if frame is not None and self._once(call_of(frame)):
+            self.events.append((self.measure(self.optimizer),))
+
+
+class CallSink(Sink):
+    """One event per call of a method the check wrapped (:func:`counted`): the wrapper's own
+    frame, calling the original method, must be on the stack."""
+
+    def __init__(self, original):
+        super().__init__()
+        self.original = original
+
+    def accept(self, *_payload) -> None:
+        frame = _getframe(2)
+        while frame is not None and frame.f_code is not _COUNTED:
+            frame = frame.f_back
+        if frame is not None and frame.f_locals.get("original") is self.original:
+            if self._once(call_of(frame)):
+                self.events.append(())
+
+
+def counted(original, sink: CallSink):
+    """``original`` that pokes ``sink`` at each call (set as an instance attribute)."""
+    token = sink.token
+
+    def counted_call(*args, **kwargs):
+        poke(token)
+        return original(*args, **kwargs)
+
+    return counted_call
+
+
+_COUNTED = next(c for c in counted.__code__.co_consts if isinstance(c, types.CodeType))
+
+
+def poker(token):
+    """A hook that pokes ``token``'s sink with its arguments, whatever torch passes."""
+
+    def hook(*args, **_kwargs) -> None:
+        poke(token, *args)
+
+    return hook
+
+
+# ------------------------------------------------------------------------------ the seal
+
+
+def _parts_of(fn, depth: int = 0) -> tuple:
+    """What a function runs: its code, defaults and closure's contents, by identity, and
+    the same of each function in its closure, three levels deep."""
+    parts = [fn.__code__, fn.__defaults__, fn.__kwdefaults__, fn.__globals__]
+    for cell in fn.__closure__ or ():
+        contents = cell.cell_contents
+        parts.append(contents)
+        if isinstance(contents, types.FunctionType) and depth < 3:
+            parts += _parts_of(contents, depth + 1)
+    return tuple(parts)
+
+
+def _same(now: tuple, then: tuple) -> bool:
+    return len(now) == len(then) and all(a is b for a, b in zip(now, then, strict=True))
 
 
 class Seal:
-    """The hooks and methods an instrument installed, and its ledgers, as they were.
+    """The hooks and methods an instrument installed, as they were.
 
-    :meth:`hook` records a hook by its handle (the dict it lives in, its key, its owner's
-    attribute that holds the dict); :meth:`method` a callable set as an instance attribute
-    (``optimizer.zero_grad = counted``); :meth:`verdict` compares them all with what is
+    :meth:`hook` records a hook by its handle (the dict it lives in, its key) and the
+    owner's attribute that holds the dict; :meth:`method` a callable set as an instance
+    attribute (``optimizer.zero_grad = counted``); :meth:`intact` compares them with what is
     there now.
     """
 
     def __init__(self):
         self._hooks: list[tuple] = []
         self._methods: list[tuple] = []
-        self._ledgers: list[Ledger] = []
-
-    def ledger(self) -> Ledger:
-        made = Ledger()
-        self._ledgers.append(made)
-        return made
 
     def hook(self, owner, attribute: str, handle, fn) -> None:
         hooks = handle.hooks_dict_ref()
-        self._hooks.append((owner, attribute, hooks, handle.id, fn, _parts_of(fn)))
+        place = list(hooks).index(handle.id)  # a hook put before it could change what it sees
+        self._hooks.append((owner, attribute, hooks, handle.id, fn, _parts_of(fn), place))
 
     def method(self, owner, name: str, fn) -> None:
         self._methods.append((owner, name, fn, _parts_of(fn)))
 
     def intact(self) -> bool:
-        for owner, attribute, hooks, key, fn, parts in self._hooks:
+        for owner, attribute, hooks, key, fn, parts, place in self._hooks:
             if getattr(owner, attribute, None) is not hooks or hooks.get(key) is not fn:
                 return False
-            if not _same(_parts_of(fn), parts):
+            if not _same(_parts_of(fn), parts) or list(hooks).index(key) > place:
                 return False
         for owner, name, fn, parts in self._methods:
             if vars(owner).get(name) is not fn or not _same(_parts_of(fn), parts):
                 return False
-        return all(ledger.intact() for ledger in self._ledgers)
+        return True
 
     def verdict(self, bypassed: str | None = None) -> str:
         """``"intact"``, ``"changed"``, or ``bypassed`` (a code of :data:`VERDICTS`) when the
-        caller's own cross-check found one."""
+        instrument's own cross-check found one."""
         if not self.intact():
             return "changed"
         return bypassed or INTACT
@@ -211,7 +321,8 @@ def judge_instruments(outputs: dict, setting: str = "", bypass: bool = True) -> 
     (the first micro-batch alone) can leave samples unseen for a reason of its own.
     """
     verdict = outputs.get("instruments")
-    if verdict == INTACT or (not bypass and verdict in VERDICTS and verdict != "changed"):
+    bypassed = verdict in VERDICTS and verdict != "changed"
+    if verdict == INTACT or (bypassed and not bypass):
         return
     reason = VERDICTS.get(verdict) if isinstance(verdict, str) else None
     if reason is None:
@@ -221,7 +332,5 @@ def judge_instruments(outputs: dict, setting: str = "", bypass: bool = True) -> 
         f"{reason}{where}. The check cannot give these points without seeing the work: call "
         "the model you are given on each micro-batch, backward() on its loss, and leave the "
         "hooks on the model, its parameters and the optimizer as they are.",
-        "instrument_bypassed"
-        if verdict in VERDICTS and verdict != "changed"
-        else "instrument_changed",
+        "instrument_bypassed" if bypassed else "instrument_changed",
     )

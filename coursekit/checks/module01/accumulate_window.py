@@ -24,9 +24,9 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.module01.common import MODULE, TOLERANCE
 from coursekit.checks.question import (
-    Rule,
     Failure,
     Question,
+    Rule,
     flipped_sign,
     number_list,
     relative_gap,
@@ -39,7 +39,7 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
-from coursekit.checks.tamper_evident import judge_instruments
+from coursekit.checks.tamper_evident import judge_instruments, watched
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.gradients import flat_gradient, full_batch_gradient
 from coursekit.models import tiny_mlp
@@ -127,7 +127,7 @@ class AccumulateWindow(Question):
         model, _, _, micro_batches = _window_problem(spec)
         watch = Watch(model)
         kept = Kept((model,), micro_batches=micro_batches)
-        fn(model, nn.MSELoss(), micro_batches)
+        watched((watch,), fn, model, nn.MSELoss(), micro_batches)
         outputs = {
             **kept.report(),
             "grad": tensor_list(flat_gradient(model.parameters())),

@@ -11,6 +11,8 @@ measured it and still chose wrong.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from coursekit.checks.instruments import Watch
@@ -18,6 +20,7 @@ from coursekit.checks.module01.common import MODULE
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import watched
 from coursekit.memory import activation_bytes
 from coursekit.models import tiny_mlp
 
@@ -152,7 +155,7 @@ class PlanMicroBatch(Question):
         model, make_inputs = _memory_model(spec)
         watch = Watch(model)  # the batch sizes run forward: the sizes the search measured
         kept = Kept((model,))
-        outputs = self._answer(fn, model, make_inputs, spec)
+        outputs = self._answer(functools.partial(watched, (watch,), fn), model, make_inputs, spec)
         return {
             **outputs,
             **kept.report(),

@@ -28,10 +28,10 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module01.common import MODULE, TOLERANCE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
-from coursekit.checks.tamper_evident import combined, judge_instruments
+from coursekit.checks.tamper_evident import combined, judge_instruments, watched
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.training import train_accumulated
@@ -192,7 +192,8 @@ class TrainAccumulated(Question):
         modified, grads_left, logged, left = False, False, None, []
         for epoch in range(spec.get("epochs", 1)):
             kept = Kept((model,))  # per call: a switch left on is put back before the next
-            logged = fn(model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
+            args = (model, optimizer, nn.MSELoss(), micro_batches, spec["accum_steps"])
+            logged = watched((counter, passes), fn, *args)
             left += [code for code in kept.report()["left_changed"] if code not in left]
             modified = modified or not _same_data(given, micro_batches)
             if epoch == 0:

@@ -26,10 +26,17 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, relative_gap, Rule
+from coursekit.checks.question import Failure, Question, Rule, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind, switches_kept
-from coursekit.checks.tamper_evident import judge_instruments
+from coursekit.checks.tamper_evident import (
+    AutogradSink,
+    Seal,
+    combined,
+    judge_instruments,
+    poker,
+    watched,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 
@@ -67,24 +74,38 @@ def accumulate_in_float32(model, loss_fn, micro_batches):
 class _Incoming:
     """Records each gradient flowing into each parameter (a tensor hook fires before the
     gradient is added to ``.grad``, for ``backward`` and ``autograd.grad`` alike), so a
-    hand-in is compared with the float32 sums of its *own* micro-batch gradients."""
+    hand-in is compared with the float32 sums of its *own* micro-batch gradients.
+
+    Out of the hooks' reach and verified, as the checks' instruments are
+    (:mod:`coursekit.checks.tamper_evident`): a gradient counts when the autograd engine
+    hands it over for that parameter, once per backward pass.
+    """
 
     def __init__(self, parameters):
         self.parameters = parameters
-        self.arrived: list[list[torch.Tensor]] = [[] for _ in parameters]
-        self.dtypes: set[str] = set()
-        self.handles = [
-            p.register_hook(self._recorder(i))
-            for i, p in enumerate(parameters)
-            if p.requires_grad  # a frozen parameter takes no hook, and gets no gradient
-        ]
+        self.seal = Seal()
+        self._sinks = [AutogradSink(p, keep=True) if p.requires_grad else None for p in parameters]
+        self.sinks = [sink for sink in self._sinks if sink is not None]
+        self.handles = []
+        for parameter, sink in zip(parameters, self._sinks, strict=True):
+            if sink is None:  # a frozen parameter takes no hook, and gets no gradient
+                continue
+            hook = poker(sink.token)
+            handle = parameter.register_hook(hook)
+            self.seal.hook(parameter, "_backward_hooks", handle, hook)
+            self.handles.append(handle)
 
-    def _recorder(self, index):
-        def record(gradient):
-            self.arrived[index].append(gradient.detach().clone())
-            self.dtypes.add(str(gradient.dtype))
+    @property
+    def arrived(self) -> list[list[torch.Tensor]]:
+        """The gradients that reached each parameter, in order."""
+        return [[g for _, g in sink.events] if sink else [] for sink in self._sinks]
 
-        return record
+    @property
+    def dtypes(self) -> set[str]:
+        return {str(g.dtype) for sink in self.sinks for _, g in sink.events}
+
+    def verdict(self) -> str:
+        return self.seal.verdict()
 
     def remove(self):
         for handle in self.handles:
@@ -280,7 +301,8 @@ class AccumulateInFloat32(Question):
         incoming = _Incoming(parameters)
         kept = Kept((model,), micro_batches=micro_batches)
         try:
-            returned = fn(model, nn.MSELoss(), micro_batches)
+            returned = watched((watch, incoming), fn, model, nn.MSELoss(), micro_batches)
+            incoming_verdict = incoming.verdict()  # before its hooks are removed
         finally:
             incoming.remove()
         outputs = {
@@ -289,7 +311,10 @@ class AccumulateInFloat32(Question):
             "backward_passes": watch.backward_passes,
             "forward_samples": sum(watch.forward_sizes),  # seen once or twice, by two hooks
             "weights_moved": weights_of(model) != watch.start,
-            "instruments": watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
+            "instruments": combined(
+                incoming_verdict,
+                watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
+            ),
             "model_dtypes": sorted({str(p.dtype) for p in parameters}),
             "incoming_dtypes": sorted(incoming.dtypes),
             "own_sums": incoming.float32_sums(),

@@ -23,9 +23,9 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import (
-    Rule,
     Failure,
     Question,
+    Rule,
     flipped_sign,
     number_list,
     relative_gap,
@@ -38,7 +38,7 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
-from coursekit.checks.tamper_evident import judge_instruments
+from coursekit.checks.tamper_evident import judge_instruments, watched
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_lm
 from coursekit.tokens import (
@@ -212,7 +212,7 @@ class AccumulateTokens(Question):
         model, micro_batches = _token_problem(spec)
         watch = Watch(model)
         kept = Kept((model,), micro_batches=micro_batches)
-        returned = fn(model, micro_batches)
+        returned = watched((watch,), fn, model, micro_batches)
         loss = as_float(returned)
         outputs = {
             **kept.report(),

@@ -18,10 +18,10 @@ from torch import nn
 
 from coursekit.checks.instruments import SINGLE_BACKWARD, StepCounter, Watch, weights_of
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
-from coursekit.checks.tamper_evident import combined, judge_instruments
+from coursekit.checks.tamper_evident import combined, judge_instruments, watched
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.mixed_precision import amp_window
 from coursekit.models import tiny_mlp
@@ -298,7 +298,8 @@ class AmpWindow(Question):
         kept = Kept((model,), micro_batches=micro_batches)
         raised = None
         try:
-            fn(model, optimizer, scaler, nn.MSELoss(), micro_batches, spec["max_norm"])
+            args = (model, optimizer, scaler, nn.MSELoss(), micro_batches, spec["max_norm"])
+            watched((counter, watch), fn, *args)
         except (RuntimeError, AssertionError) as exc:  # GradScaler refusing a misuse
             raised = next((k for k, text in SCALER_REFUSALS.items() if text in str(exc)), None)
             if raised is None:

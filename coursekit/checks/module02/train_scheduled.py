@@ -24,10 +24,10 @@ from coursekit.checks.instruments import (
 )
 from coursekit.checks.loop_variants import MISTAKES, run_loop
 from coursekit.checks.module02.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
-from coursekit.checks.tamper_evident import combined, judge_instruments
+from coursekit.checks.tamper_evident import combined, judge_instruments, watched
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.schedules import optimizer_steps, warmup_linear_decay
@@ -240,7 +240,8 @@ class TrainScheduled(Question):
         scheduler_steps = SchedulerSteps(scheduler)
         watch = Watch(model)
         kept = Kept((model,), micro_batches=micro_batches)
-        fn(model, optimizer, scheduler, nn.MSELoss(), micro_batches, spec["accum_steps"])
+        args = (model, optimizer, scheduler, nn.MSELoss(), micro_batches, spec["accum_steps"])
+        watched((counter, scheduler_steps, watch), fn, *args)
         return {
             **kept.report(),
             "weights": weights_of(model),

@@ -26,7 +26,7 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module03.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import (
     Kept,
@@ -34,7 +34,18 @@ from coursekit.checks.side_effects import (
     judge_again,
     judge_left_behind,
 )
-from coursekit.checks.tamper_evident import MODULE_CALL, Seal, called_by, judge_instruments
+from coursekit.checks.tamper_evident import (
+    MODULE_CALL,
+    ForwardSink,
+    Seal,
+    Sink,
+    call_of,
+    frame_of,
+    judge_instruments,
+    poke,
+    poker,
+    watched,
+)
 from coursekit.contrastive import (
     grad_cache_step,
     info_nce,
@@ -77,51 +88,31 @@ class _Box:
 class _LiveGraphs:
     """Counts the encoder's forward graphs that are alive at once (their saved activations).
 
-    Each forward run with autograd on gets an id; every tensor autograd saves during it is
-    boxed, and a weak reference notices when autograd lets go of the box (after backward, or
-    when the graph is dropped, e.g. by ``.detach()``). ``peak`` is the most graphs alive at
-    once: 1 or 2 for GradCache's second pass (a query and a key micro-batch may share one
-    backward), many when micro-batches' graphs are kept until a late backward.
-
-    Tamper-evident (:mod:`coursekit.checks.tamper_evident`): the hooks record events in a
-    ledger, and ``peak`` is replayed from them; a release counts only once its box is gone.
+    Each forward of the encoder run with autograd on is one graph; every tensor autograd
+    saves during it is boxed, and a weak reference notices when autograd lets go of the box
+    (after backward, or when the graph is dropped, e.g. by ``.detach()``). ``peak`` is the
+    most graphs alive at once: 1 or 2 for GradCache's second pass (a query and a key
+    micro-batch may share one backward), many when micro-batches' graphs are kept until a
+    late backward. Out of the hooks' reach and read from torch's live state, as the checks'
+    instruments are (:mod:`coursekit.checks.tamper_evident`).
     """
 
     def __init__(self, model: nn.Module):
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = ledger.events
-        record, by_torch = ledger.record, called_by(MODULE_CALL)
-        is_tensor, grad_enabled, numbers = torch.is_tensor, torch.is_grad_enabled, count()
-        boxes: list = []  # the weak references, alive while their boxes are
-
-        def start(_module, args) -> None:
-            if by_torch():
-                first = args[0] if args else None
-                size = int(first.shape[0]) if is_tensor(first) and first.dim() > 0 else 0
-                record(("start", size, bool(grad_enabled())))
-
-        def end(_module, _args, _output) -> None:
-            if by_torch():
-                record(("end",))
-
-        def released(reference) -> None:  # called by the weak reference when its box goes
-            if reference() is None:
-                record(("release", reference.number))
-
-        def pack(tensor: torch.Tensor) -> _Box:
-            box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph
-            reference = _Reference(box, released)
-            reference.number = next(numbers)
-            boxes.append(reference)
-            record(("pack", reference.number))
-            return box
-
-        self.pack = pack
-        handle = model.register_forward_pre_hook(start)
-        self.seal.hook(model, "_forward_pre_hooks", handle, start)
-        handle = model.register_forward_hook(end)
-        self.seal.hook(model, "_forward_hooks", handle, end)
+        self._sizes: list[tuple] = []
+        self._forwards = ForwardSink(model, events=self._sizes)
+        self._grad_modes = ForwardSink(model, measure=torch.is_grad_enabled)
+        self._graphs = _GraphSink(model)
+        self.sinks = [self._forwards, self._grad_modes, self._graphs]
+        for add, attribute in (
+            (model.register_forward_pre_hook, "_forward_pre_hooks"),
+            (model.register_forward_hook, "_forward_hooks"),
+        ):
+            hook = poker(self._forwards.token)
+            self.seal.hook(model, attribute, add(hook), hook)
+        hook = poker(self._grad_modes.token)
+        self.seal.hook(model, "_forward_pre_hooks", model.register_forward_pre_hook(hook), hook)
+        self.pack, self._graphs.released = _packer(self._graphs.token)
 
     @staticmethod
     def unpack(box: _Box) -> torch.Tensor:
@@ -129,22 +120,19 @@ class _LiveGraphs:
 
     @property
     def largest_forward(self) -> int:
-        return max((e[1] for e in self._events if e[0] == "start"), default=0)
+        return max((size for _, size in self._sizes), default=0)
 
     @property
     def peak(self) -> int:
         """The most forward graphs alive at once, replayed from the events."""
-        current, forward_of, live, peak, next_id = None, {}, {}, 0, 0
-        for event in self._events:
-            if event[0] == "start":
-                current, next_id = (next_id if event[2] else None), next_id + event[2]
-            elif event[0] == "end":
-                current = None
-            elif event[0] == "pack" and current is not None:
-                forward_of[event[1]] = current
-                live[current] = live.get(current, 0) + 1
+        forward_of, live, peak = {}, {}, 0
+        for event in self._graphs.events:
+            if event[0] == "pack":
+                _, forward, number = event
+                forward_of[number] = forward
+                live[forward] = live.get(forward, 0) + 1
                 peak = max(peak, len(live))
-            elif event[0] == "release" and event[1] in forward_of:
+            elif event[1] in forward_of:
                 forward = forward_of.pop(event[1])
                 live[forward] -= 1
                 if not live[forward]:
@@ -152,19 +140,13 @@ class _LiveGraphs:
         return peak
 
     def verdict(self, hooks_on: bool) -> str:
-        """Intact when the hooks and the record are, the saved-tensor hooks were still this
-        counter's when the function returned (``hooks_on``), and every forward run with
-        autograd on saved something through them (else they were off meanwhile)."""
+        """Intact when every hook is, the saved-tensor hooks were still this counter's when
+        the function returned (``hooks_on``), and every forward run with autograd on saved
+        something through them (else they were off meanwhile)."""
         if not hooks_on:
             return "changed"
-        unseen, packed = False, True
-        for event in self._events:
-            if event[0] == "start":
-                packed = not event[2]
-            elif event[0] == "pack":
-                packed = True
-            elif event[0] == "end":
-                unseen = unseen or not packed
+        with_grad = sum(enabled for (enabled,) in self._grad_modes.events)
+        unseen = with_grad > len(self._graphs.forwards)
         return self.seal.verdict("forward_unseen" if unseen else None)
 
 
@@ -173,10 +155,48 @@ def _saved_tensor_hooks():
     return torch._C._autograd._top_saved_tensors_default_hooks(False)
 
 
-class _Reference(weakref.ref):
-    """A weak reference to a box that knows the box's number."""
+def _packer(token):
+    """The saved-tensor pack hook, and the weak references' callback, for ``token``'s sink."""
 
-    __slots__ = ("number",)
+    def released(reference) -> None:  # called by a weak reference when its box goes
+        poke(token, "release", reference)
+
+    def pack(tensor: torch.Tensor) -> _Box:
+        box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph
+        poke(token, "pack", box, weakref.ref(box, released))
+        return box
+
+    return pack, released
+
+
+class _GraphSink(Sink):
+    """Packs attributed to the encoder call in progress (found on the stack, never told),
+    and releases of boxes this sink saw packed, once they are really gone."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model, self.released = model, None
+        self.forwards: dict[int, tuple] = {}  # id of a call (call_of) -> (it, its number)
+        self._boxes: dict[int, tuple] = {}  # id of a weak reference -> (it, its number)
+        self._numbers = count()
+
+    def accept(self, kind, *payload) -> None:
+        if kind == "release":
+            (reference,) = payload
+            known = self._boxes.get(id(reference))
+            if known is not None and known[0] is reference and reference() is None:
+                del self._boxes[id(reference)]
+                self.events.append(("release", known[1]))
+            return
+        box, reference = payload
+        frame = frame_of(MODULE_CALL, self.model)
+        if frame is None or reference() is not box or reference.__callback__ is not self.released:
+            return
+        call = call_of(frame)
+        forward = self.forwards.setdefault(id(call), (call, len(self.forwards)))[1]
+        number = next(self._numbers)
+        self._boxes[id(reference)] = (reference, number)
+        self.events.append(("pack", forward, number))
 
 
 def _variant_gradients(spec):
@@ -284,7 +304,8 @@ class GradCacheStep(Question):
         start = weights_of(encoder)
         kept = Kept((encoder,), queries=queries, keys=keys)
         with torch.autograd.graph.saved_tensors_hooks(graphs.pack, graphs.unpack):
-            returned = fn(encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+            args = (encoder, queries, keys, spec["micro_batch_size"], spec["temperature"])
+            returned = watched((graphs,), fn, *args)
             hooks_on = _saved_tensor_hooks() == (graphs.pack, graphs.unpack)
         loss = as_float(returned)
         outputs = {

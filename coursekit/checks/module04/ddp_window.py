@@ -23,15 +23,20 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module04.common import MODULE
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, scale_of, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.checks.tamper_evident import (
-    MODULE_CALL,
+    CallSink,
+    ForwardSink,
     Seal,
-    called_by,
+    Sink,
     combined,
+    counted,
     judge_instruments,
+    poke,
+    poker,
+    watched,
 )
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import CollectiveCounter, ensure_single_process_group
@@ -43,68 +48,72 @@ from coursekit.workers.distributed import reference_ddp_window
 class _SyncWatch:
     """Counts DDP's synchronisations, the micro-batch each happened in, and no_sync use.
 
-    Tamper-evident (:mod:`coursekit.checks.tamper_evident`): the hooks close over a ledger,
-    not over this object, and :meth:`verdict` says whether they are all still in place.
+    Out of the hooks' reach and read from torch's live state, as the checks' instruments are
+    (:mod:`coursekit.checks.tamper_evident`); :meth:`verdict` says whether every hook is
+    still in place.
     """
 
     def __init__(self, ddp: nn.parallel.DistributedDataParallel):
         self.counter = CollectiveCounter()
         self.seal = Seal()
-        ledger = self.seal.ledger()
-        self._events = events = ledger.events
-        record, by_torch, ddp_hook = ledger.record, called_by(MODULE_CALL), self.counter.ddp_hook
+        # through the DDP wrapper, which alone can synchronise: inside no_sync() or not
+        self._ddp = ForwardSink(ddp, measure=lambda: not ddp.require_backward_grad_sync)
+        self._module = ForwardSink(ddp.module, measure=lambda: None)  # the micro-batches
+        self._sync = _SyncSink(self._module)
+        self._no_sync = CallSink(ddp.no_sync)
+        self.sinks = [self._ddp, self._module, self._sync, self._no_sync]
+        sync_token, ddp_hook = self._sync.token, self.counter.ddp_hook
 
-        def ddp_forward(*_args) -> None:  # through the DDP wrapper, which alone can sync
-            if by_torch():
-                record(("ddp_forward", not ddp.require_backward_grad_sync))
-
-        def forward(*_args) -> None:  # of the model inside DDP: the micro-batches
-            if by_torch():
-                record(("forward",))
-
-        def synced(state, bucket):  # DDP's reducer calls it (from C++)
-            record(("sync", sum(event[0] == "forward" for event in events)))
+        def synced(state, bucket):  # DDP's reducer calls it, in the backward pass
+            poke(sync_token)
             return ddp_hook(state, bucket)
 
         ddp.register_comm_hook(None, synced)
-        handle = ddp.register_forward_pre_hook(ddp_forward)
-        self.seal.hook(ddp, "_forward_pre_hooks", handle, ddp_forward)
-        handle = ddp.module.register_forward_pre_hook(forward)
-        self.seal.hook(ddp.module, "_forward_pre_hooks", handle, forward)
-        original = ddp.no_sync
-
-        def counted_no_sync(*args, **kwargs):
-            record(("no_sync",))
-            return original(*args, **kwargs)
-
-        ddp.no_sync = counted_no_sync
-        self.seal.method(ddp, "no_sync", counted_no_sync)
-
-    def _count(self, kind: str) -> int:
-        return sum(event[0] == kind for event in self._events)
+        for module, sink in ((ddp, self._ddp), (ddp.module, self._module)):
+            hook = poker(sink.token)
+            handle = module.register_forward_pre_hook(hook)
+            self.seal.hook(module, "_forward_pre_hooks", handle, hook)
+        wrapper = counted(self._no_sync.original, self._no_sync)
+        ddp.no_sync = wrapper
+        self.seal.method(ddp, "no_sync", wrapper)
 
     @property
     def forwards(self) -> int:
-        return self._count("forward")
+        return len(self._module.events)
 
     @property
     def ddp_forwards(self) -> int:
-        return self._count("ddp_forward")
+        return len(self._ddp.events)
 
     @property
     def forwards_inside_no_sync(self) -> int:
-        return sum(event[0] == "ddp_forward" and event[1] for event in self._events)
+        return sum(inside for (inside,) in self._ddp.events)
 
     @property
     def no_sync_entries(self) -> int:
-        return self._count("no_sync")
+        return len(self._no_sync.events)
 
     @property
     def sync_at(self) -> list[int]:
-        return [event[1] for event in self._events if event[0] == "sync"]
+        return [at for (at,) in self._sync.events]
 
     def verdict(self) -> str:
         return self.seal.verdict()
+
+
+class _SyncSink(Sink):
+    """One event per backward pass in which DDP synchronised (its comm hook ran inside the
+    autograd engine): how many micro-batches had run forward by then."""
+
+    def __init__(self, forwards: ForwardSink):
+        super().__init__()
+        self.forwards = forwards
+
+    def accept(self, *_payload) -> None:
+        if torch._C._current_autograd_node() is None:
+            return
+        if self._once(torch._C._current_graph_task_id()):
+            self.events.append((len(self.forwards.events),))
 
 
 # The check runs one process, but answers dist.get_world_size() with 2, so a loss divided by
@@ -232,7 +241,7 @@ class DdpWindow(Question):
         kept = Kept((ddp,))
         try:
             with CollectiveCounter() as by_hand:
-                fn(ddp, nn.MSELoss(), micro_batches)
+                watched((watch, backward), fn, ddp, nn.MSELoss(), micro_batches)
         finally:
             dist.get_world_size = real_world_size
         return {

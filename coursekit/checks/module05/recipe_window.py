@@ -38,10 +38,10 @@ from coursekit.checks.module05.recipe_window_replay import (
     scheduled_lrs,
     spec_dtype,
 )
-from coursekit.checks.question import Failure, Question, number_list, relative_gap, Rule
+from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
-from coursekit.checks.tamper_evident import combined, judge_instruments
+from coursekit.checks.tamper_evident import combined, judge_instruments, watched
 from coursekit.recipe import recipe_window
 
 TOLERANCE = 1e-5  # float32 throughout: rounding moves the weights by ~1e-7 relative
@@ -177,7 +177,7 @@ class RecipeWindow(Question):
         parameters = list(model.parameters())
         probes = Probes()
         # the gradient's norm as each optimizer step found it
-        norms = probes.on_step(optimizer, lambda: _grad_norm(parameters))
+        norms = probes.on_step(optimizer, lambda _optimizer: _grad_norm(parameters))
         # per forward: the autocast dtype in force on the CPU, or None
         autocast = probes.on_forward(
             model,
@@ -193,7 +193,13 @@ class RecipeWindow(Question):
             seen = len(watch.forward_sizes)
             kept = Kept((model,))  # per window: a switch left on is put back before the next
             losses.append(
-                as_float(fn(model, optimizer, scheduler, window, spec["max_norm"], *extra))
+                as_float(
+                    watched(
+                        (counter, scheduler_steps, watch, probes),
+                        fn,
+                        *(model, optimizer, scheduler, window, spec["max_norm"], *extra),
+                    )
+                )
             )
             left += [code for code in kept.report()["left_changed"] if code not in left]
             window_weights.append(weights_of(model))
