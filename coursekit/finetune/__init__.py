@@ -39,7 +39,8 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
         -> FineTunePlan    # .fits .micro_batch_size .accum_steps .effective_tokens
                            # .estimate (MemoryEstimate at that micro-batch, or at 1)
                            # str(): the plan, or "does not fit even at micro-batch 1: ..."
-    planner_widget(config="Qwen2.5-1.5B") -> ipywidgets.VBox
+    planner_widget(config=None) -> ipywidgets.VBox  # config: added as "your model"
+    planner_html(config, card_gb, mode, seq_len, tokens_per_step, checkpointing) -> str
 
     fits_table(models=TABLE_MODELS, cards_gb=(8, 12, 16, 24), modes=TABLE_MODES,
                seq_len=1024, tokens_per_step=65536, checkpointing=(False, True))
@@ -52,14 +53,23 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
         # .part .predicted_bytes .measured_bytes .ratio .note; comparison_table(rows) -> str
 
     auto_batch_comparison(card=None, per_device_train_batch_size=64,
-                          gradient_accumulation_steps=4) -> AutoBatchComparison
-        # .trainer and .tuner: micro_batch_size, accum_steps, effective_batch, tried sizes
+                          gradient_accumulation_steps=4, *,
+                          mechanism="find_executable_batch_size" | "trainer", margin=0.1)
+        -> AutoBatchComparison  # .asked_effective_batch .mechanism, str() a summary
+        # .trainer and .tuner (BatchChoice): .finder .micro_batch_size .accum_steps
+        # .effective_batch .tried; card: a coursekit SimulatedDevice (default_card())
 """
 
 from coursekit.finetune.activations import (
     SavedPerToken,
     korthikanti_layer_bytes,
     saved_bytes_per_token,
+)
+from coursekit.finetune.auto_batch import (
+    AutoBatchComparison,
+    BatchChoice,
+    auto_batch_comparison,
+    default_card,
 )
 from coursekit.finetune.configs import (
     PUBLISHED_CONFIGS,
@@ -80,8 +90,11 @@ from coursekit.finetune.modes import MODES, TABLE_MODES, Mode
 from coursekit.finetune.planner import FineTunePlan, plan_fine_tune
 from coursekit.finetune.table import CARDS_GB, FitRow, fits_table, render_fits_table
 from coursekit.finetune.weights import WEIGHT_FORMATS, weight_bytes
+from coursekit.finetune.widget import planner_html, planner_widget
 
 __all__ = [
+    "AutoBatchComparison",
+    "BatchChoice",
     "CARDS_GB",
     "Comparison",
     "CONTEXT_GB",
@@ -97,14 +110,18 @@ __all__ = [
     "MemoryEstimate",
     "Mode",
     "SavedPerToken",
+    "auto_batch_comparison",
     "compare_with_measurement",
     "comparison_table",
     "count_parameters",
+    "default_card",
     "estimate_memory",
     "fits_table",
     "korthikanti_layer_bytes",
     "meta_model",
     "plan_fine_tune",
+    "planner_html",
+    "planner_widget",
     "published_config",
     "render_fits_table",
     "saved_bytes_per_token",
