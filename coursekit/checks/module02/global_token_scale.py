@@ -27,6 +27,15 @@ from coursekit.tokens import global_token_scale
 TOLERANCE = 1e-6  # counts in float32 are exact below 2**24, but an average of them rounds
 
 RANK_MISTAKES = {
+    "micro_batches_counted": (
+        "that is world_size / the number of micro-batches on all ranks ({world} / "
+        "{micro_batches}), not / the number of real tokens ({total}). Sum the token counts "
+        "of local_token_counts, not their number."
+    ),
+    "integer_division": (
+        "that is world_size // global count, an integer division ({world} // {total}). "
+        "Divide with /."
+    ),
     "token_count_not_summed_across_ranks": (
         "that is world_size / this rank's own count ({local} tokens). Each rank would weight "
         "its tokens by its own count: the mean of means again, across ranks "
@@ -191,6 +200,9 @@ def _scale_patterns(counts: list[int], others: list[list[int]]) -> list[tuple[st
         mistake = "token_count_not_summed_across_ranks"
         patterns.append((mistake, mistake, world / local))
         patterns.append(("own_count_alone", mistake, 1 / local))
+    micro_batches = len(counts) + sum(len(c) for c in others)
+    patterns.append(("micro_batches_counted", "micro_batches_counted", world / micro_batches))
+    patterns.append(("integer_division", "integer_division", float(world // total)))
     for index in range(len(counts) if len(counts) > 1 else 0):  # one micro-batch's count
         one = counts[index] + sum(c[index] for c in others if index < len(c))
         if one:
@@ -388,7 +400,8 @@ class GlobalTokenScale(Question):
                 f"ReduceOp.SUM {setting}.",
                 "all_reduce_not_sum",
             )
-        details = {"local": local, "total": total, "world": world}
+        micro_batches = len(counts) + sum(len(c) for c in others)
+        details = {"local": local, "total": total, "world": world, "micro_batches": micro_batches}
         found = {
             (message, mistake)
             for message, mistake, value in _scale_patterns(counts, others)

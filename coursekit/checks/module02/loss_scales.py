@@ -113,6 +113,18 @@ def _rounding_hint(gap: float) -> str:
     return ""
 
 
+def _probe(spec) -> dict | None:
+    """Another window with as many micro-batches and the same reduction, whose factors
+    differ from the spec's (None where every window's are alike: one micro-batch, "mean")."""
+    sizes = spec["sizes"]
+    if len(sizes) == 1 and spec["reduction"] == "mean":
+        return None
+    return {
+        "sizes": [size + index + 1 for index, size in enumerate(sizes)],
+        "reduction": spec["reduction"],
+    }
+
+
 @register
 class LossScales(Question):
     name = "loss_scales"
@@ -183,7 +195,11 @@ class LossScales(Question):
                 read = {"scales": repr(scales)[:200]}
             return {**read, **kept.report()}
 
-        return repeated(answer, spec)
+        outputs = repeated(answer, spec)
+        probe = _probe(spec)
+        if probe is not None:  # another window of as many micro-batches, asked for after
+            outputs["other"] = answer(probe).get("scales")
+        return outputs
 
     def reference(self):
         return loss_scales
@@ -221,6 +237,18 @@ class LossScales(Question):
                 n=n, total=total, first=sizes[0], guess=sizes[0] * n
             )
             raise Failure(f"{message} {setting}", mistake)
+        probe, other = _probe(spec), outputs.get("other")
+        if probe is not None and isinstance(other, list) and other == scales:
+            wanted = loss_scales(probe["sizes"], reduction)
+            if relative_gap(wanted, expected["scales"]) > 1e-6:
+                raise Failure(
+                    f"For this window and for sizes {probe['sizes']} (asked for just after), "
+                    f"your function returned the same factors, {[round(v, 6) for v in actual]}; "
+                    f"the right ones are {[round(v, 6) for v in expected['scales']]} and "
+                    f"{[round(v, 6) for v in wanted]} {setting}. The factors do not follow the "
+                    "sizes of the call: they come from a value kept from an earlier call (a "
+                    "cache, a global) or from something other than the sizes."
+                )
         gap = relative_gap(actual, expected["scales"])
         raise Failure(
             f"Expected {[round(v, 6) for v in expected['scales']]}, got "

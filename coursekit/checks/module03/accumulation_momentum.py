@@ -137,7 +137,14 @@ class AccumulationMomentum(Question):
             "divided_by_n": [m / n for m in original],
             "power_not_root": [1 - (1 - m) ** n for m in original],
             "default_momentum_assumed": [1 - (1 - 0.1) ** (1 / n)] * len(original),
+            "root_of_momentum": [m ** (1 / n) for m in original],
+            "integer_exponent": [0.0 for m in original],  # 1 - (1 - m) ** (1 // n)
         }
+        for steps in (n - 1, n + 1):
+            if steps > 1:
+                patterns[f"off_by_one_steps {steps}"] = [
+                    1 - (1 - m) ** (1 / steps) for m in original
+                ]
         wrong = [
             i
             for i, (got, want) in enumerate(
@@ -153,7 +160,9 @@ class AccumulationMomentum(Question):
                 isinstance(g, float) and abs(g - p) <= 1e-12
                 for g, p in zip(momenta[:-1], pattern, strict=True)
             ):
-                raise Failure(f"{MOMENTUM_MESSAGES[mistake].format(n=n)} {setting}", mistake)
+                mistake, _, steps = mistake.partition(" ")
+                said = MOMENTUM_MESSAGES[mistake].format(n=n, steps=steps)
+                raise Failure(f"{said} {setting}", mistake)
         if all(
             isinstance(g, float) and abs(g - w) <= 1e-6
             for g, w in zip(momenta[:-1], expected["momenta"][:-1], strict=True)
@@ -200,6 +209,18 @@ MOMENTUM_MESSAGES = {
         "You divided each momentum by {n}. That is close for small momenta but not right: "
         "after {n} updates with m/{n}, the newest window weighs 1 - (1 - m/{n})**{n}, not m. "
         "Solve (1 - m')**{n} = 1 - m for m'."
+    ),
+    "root_of_momentum": (
+        "Every BatchNorm got m ** (1 / {n}), the root of the momentum itself. The root belongs "
+        "to 1 - m, what one update keeps of the old estimate: 1 - (1 - m) ** (1 / {n})."
+    ),
+    "integer_exponent": (
+        "Every BatchNorm got momentum 0.0, what 1 - (1 - m) ** (1 // {n}) gives: in integer "
+        "division 1 // {n} is 0. The exponent is 1 / {n}."
+    ),
+    "off_by_one_steps": (
+        "Every BatchNorm got 1 - (1 - m) ** (1 / {steps}), the correction for {steps} updates "
+        "per optimizer step; a window of {n} micro-batches makes {n}: 1 - (1 - m) ** (1 / {n})."
     ),
     "power_not_root": (
         "You used 1 - (1 - m)**{n}: that is the weight the window gets with the original "

@@ -13,7 +13,7 @@ from __future__ import annotations
 from coursekit.checks.module04.common import MODULE
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
-from coursekit.checks.side_effects import judge_repeated, repeated
+from coursekit.checks.side_effects import judge_repeated
 from coursekit.zero import resolve_batch_config
 
 _SETTINGS = ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")
@@ -30,6 +30,11 @@ def _reference_resolve(world_size, train_batch_size=None, micro=None, accum=None
 
 def _case(world_size, total=None, micro=None, accum=None, label=""):
     return {"world_size": world_size, "given": [total, micro, accum], "label": label}
+
+
+# Settings no spec uses, given between two calls on a spec's: a function of its arguments
+# answers the spec the same both times.
+_OTHER_SETTINGS = _case(1, 35, 5, 7)
 
 
 def _resolves_without_world(world, total, micro, accum, outputs) -> bool:
@@ -112,7 +117,11 @@ class ResolveBatchConfig(Question):
         ]
 
     def run(self, fn, spec):
-        return repeated(lambda spec: self._answer(fn, spec), spec)
+        """The answer, and whether it is the same again after a call on other settings (as
+        :func:`repeated`, with settings between that a stale cache would keep)."""
+        first = self._answer(fn, spec)
+        self._answer(fn, _OTHER_SETTINGS)
+        return {**first, "again_same": self._answer(fn, spec) == first}
 
     @staticmethod
     def _answer(fn, spec):
@@ -180,9 +189,18 @@ class ResolveBatchConfig(Question):
                 mistake,
             )
         if raised:
+            said = f"You raised {raised} ({_first_line(outputs.get('message'), 120)})"
+            if None not in spec["given"] and world > 1 and total != micro * accum:
+                raise Failure(
+                    f"{said}, but the settings agree: {total} = {micro} x {accum} x {world}. "
+                    f"Only without world_size ({micro} x {accum} = {micro * accum}) would they "
+                    "not: train_batch_size = micro-batch x accumulation steps x world_size "
+                    f"{setting}.",
+                    "world_size_ignored",
+                )
             raise Failure(
-                f"You raised {raised} ({_first_line(outputs.get('message'), 120)}), but the "
-                f"settings fit together: expected {tuple(expected['answer'])} {setting}."
+                f"{said}, but the settings fit together: expected "
+                f"{tuple(expected['answer'])} {setting}."
             )
         answer = outputs.get("answer")
         if answer == expected["answer"]:

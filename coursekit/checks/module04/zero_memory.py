@@ -25,6 +25,8 @@ def _zero_patterns(psi: float, stage: int, nd: int) -> dict[str, float]:
         "fp32_master_weights_forgotten": zero_bytes_per_device(psi, stage, nd, k=8),
         "stages_shifted": zero_bytes_per_device(psi, min(stage + 1, 3), nd),
         "stages_not_cumulative": _one_part_sharded(psi, stage, nd),
+        "fp32_gradients": zero_bytes_per_device(psi, stage, nd)
+        + 2 * psi / (nd if stage >= 2 else 1),
     }
 
 
@@ -52,6 +54,10 @@ ZERO_MESSAGES = {
     "fp32_master_weights_forgotten": (
         "You used K = 8 (Adam's momentum and variance). Mixed-precision Adam also keeps an "
         "fp32 copy of the weights: K = 4 + 4 + 4 = 12 bytes per parameter."
+    ),
+    "fp32_gradients": (
+        "Your number counts 4 bytes (fp32) per gradient. In the table's accounting the "
+        "gradients are fp16, 2 bytes per parameter; the fp32 copy is of the weights, in K."
     ),
     "stages_shifted": (
         "Your numbers are the next stage's: stage 1 shards the optimizer state only, stage 2 "
@@ -151,6 +157,10 @@ class ZeroMemory(Question):
             for mistake, pattern in _zero_patterns(psi, stage, nd).items()
             if abs(pattern - wanted) > 1e-9 * wanted and abs(answer - pattern) <= 1e-9 * pattern
         ]
+        if any(  # fp32 gradients give another stage's number here: not a name to give
+            abs(answer - zero_bytes_per_device(psi, s, nd)) <= 1e-9 * answer for s in range(4)
+        ):
+            matches = [m for m in matches if m != "fp32_gradients"]
         if len(matches) == 1:  # two slips give this number here: naming one could be untrue
             raise Failure(f"{ZERO_MESSAGES[matches[0]]} {setting}", matches[0])
         other_stages = [

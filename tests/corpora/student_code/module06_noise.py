@@ -330,3 +330,9 @@ HIDDEN_ONLY: set[tuple[str, str]] = set()
 # it raises on the frozen parameter: the verdict reports the exception
 UNNAMED: set[tuple[str, str]] = {(_N, "frozen_parameter_crashes")}
 ALSO_NAMED: dict[tuple[str, str], set[str]] = {}
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("noise_scale", "frozen_parameter_crashes"): r"does not require grad",
+}

@@ -192,3 +192,10 @@ def accumulate_window(model, loss_fn, micro_batches):
 NON_TEXTBOOK = NON_TEXTBOOK | {("accumulate_window", "grads_divided_after")}
 HIDDEN_ONLY = {("accumulate_window", "grads_divided_after")}
 UNNAMED = UNNAMED | {("accumulate_window", "grads_divided_after")}
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("accumulate_window", "float32_accumulation"): r"summed in float32",
+    ("accumulate_window", "grads_divided_after"): r"raised TypeError|^TypeError",
+}

@@ -273,3 +273,9 @@ NAMED_AS = {
     "eval_mode_left": side_effects.NAMED["eval_mode_left"],
     "hook_left": side_effects.NAMED["hook_left"],
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("train_accumulated", "partial_micro_batch_as_full"): r"its last micro-batch ha",
+}

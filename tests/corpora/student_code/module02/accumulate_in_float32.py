@@ -314,3 +314,10 @@ NAMED_AS = {
     "model_cast_and_back": "model_cast",
     "float32_copy": "model_cast",
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("accumulate_in_float32", "divided_twice"): r"times the window's mean gradient",
+    ("accumulate_in_float32", "frozen_parameter_crashes"): r"AttributeError",
+}

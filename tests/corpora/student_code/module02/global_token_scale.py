@@ -147,10 +147,6 @@ NON_TEXTBOOK = {
     ("global_token_scale", "micro_batches_counted"),
     ("global_token_scale", "integer_division"),
 }
-UNNAMED = {
-    ("global_token_scale", "micro_batches_counted"),
-    ("global_token_scale", "integer_division"),
-}
 # Variants named after the mistake the checks name (one that shows first, or the same
 # mistake seen from outside).
 NAMED_AS = {

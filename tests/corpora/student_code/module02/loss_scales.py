@@ -135,3 +135,10 @@ NAMED_AS = {
     "inputs_popped": side_effects.NAMED["inputs_popped"],
     "scales_in_default_argument": "state_across_calls",
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("loss_scales", "in_float16"): r"as small as rounding",
+    ("loss_scales", "cached_by_count"): r"returned the same factors",
+}

@@ -213,3 +213,10 @@ NAMED_AS = {
     "eval_mode_left": side_effects.NAMED["eval_mode_left"],
     "inputs_popped": side_effects.NAMED["inputs_popped"],
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("train_scheduled", "scheduler_after_the_loop"): r"and the scheduler once",
+    ("train_scheduled", "shares_in_float32"): r"computed in float32",
+}

@@ -85,12 +85,6 @@ NON_TEXTBOOK = {
     ("accumulation_momentum", "integer_exponent"),  # 1 // n: a dtype (int) slip
     ("accumulation_momentum", "stops_after_first_layer"),  # a return inside the loop
 }
-# No name fits these (the message says what differs, where).
-UNNAMED = {
-    ("accumulation_momentum", "root_of_momentum"),
-    ("accumulation_momentum", "integer_exponent"),
-    ("accumulation_momentum", "off_by_one_steps"),
-}
 
 
 # Side-effect mutants (tests/corpora/student_code/side_effects.py): the answer right, the

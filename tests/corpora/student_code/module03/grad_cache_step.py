@@ -252,3 +252,12 @@ NAMED_AS = {
     "eval_mode_left": side_effects.NAMED["eval_mode_left"],
     "inputs_changed_in_place": side_effects.NAMED["inputs_changed_in_place"],
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("grad_cache_step", "float32_cache"): r"a float32 step",
+    ("grad_cache_step", "gradients_chunked_by_count"): r"RuntimeError",
+    ("grad_cache_step", "slice_offset_from_chunk_length"): r"the last micro-batch is shorter",
+    ("grad_cache_step", "last_partial_micro_batch_dropped"): r"the last micro-batch is shorter",
+}

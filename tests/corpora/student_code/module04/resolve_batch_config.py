@@ -100,6 +100,8 @@ NAMED_AS = {
     "world_size_in_one_branch": "world_size_ignored",
     "remainder_without_world_size": "remainder_ignored",
     "true_division": "not_integers",
+    "consistency_without_world_size": "world_size_ignored",
+    "stale_settings": "state_across_calls",
 }
 
 # Mutation-testing sets (tests/helpers/mutation.py; tests/corpora/student_code/__init__.py
@@ -114,7 +116,3 @@ NON_TEXTBOOK = {
 # Only the grader's fixed specs catch this one (60 = 6 x 10 with 4 devices).
 HIDDEN_ONLY = {("resolve_batch_config", "remainder_without_world_size")}
 # No name fits these (the message says what differs: which setting).
-UNNAMED = {
-    ("resolve_batch_config", "consistency_without_world_size"),
-    ("resolve_batch_config", "stale_settings"),
-}

@@ -75,6 +75,12 @@ NON_TEXTBOOK = {
 # No name fits these (the message says what differs: which stage).
 UNNAMED = {
     ("zero_memory", "weights_never_sharded"),
-    ("zero_memory", "fp32_gradients"),
     ("zero_memory", "returns_a_string"),
+}
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("zero_memory", "returns_a_string"): r"Return the number of bytes as a number",
+    ("zero_memory", "weights_never_sharded"): r"stage 2's number",
 }

@@ -126,3 +126,9 @@ NON_TEXTBOOK = NON_TEXTBOOK | {
     ("count_steps", "totals_in_default_argument"),
 }
 NAMED_AS = {**NAMED_AS, "totals_in_default_argument": "state_across_calls"}
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("count_steps", "tuple_returned"): r"got tuple",
+}

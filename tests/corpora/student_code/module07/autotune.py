@@ -306,3 +306,10 @@ ALSO_NAMED = {
     ("autotune", "budget_ignored"): {"margin_ignored", "failed_size_chosen"},
     ("autotune", "beyond_share"): {"nothing_freed"},
 }
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("autotune", "bisection_keeps_wrong_end"): r"did not keep a size that fitted",
+    ("autotune", "units_in_gigabytes"): r"a GiB of 2\*\*30 bytes",
+}
