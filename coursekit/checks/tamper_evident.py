@@ -321,7 +321,7 @@ def judge_instruments(outputs: dict, setting: str = "", bypass: bool = True) -> 
     (the first micro-batch alone) can leave samples unseen for a reason of its own.
     """
     verdict = outputs.get("instruments")
-    bypassed = verdict in VERDICTS and verdict != "changed"
+    bypassed = isinstance(verdict, str) and verdict in VERDICTS and verdict != "changed"
     if verdict == INTACT or (bypassed and not bypass):
         return
     reason = VERDICTS.get(verdict) if isinstance(verdict, str) else None

@@ -13,6 +13,8 @@ judge read best together, as one question.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -21,7 +23,15 @@ from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
-from coursekit.checks.tamper_evident import combined, judge_instruments, watched
+from coursekit.checks.tamper_evident import (
+    INTACT,
+    Sink,
+    combined,
+    frame_of,
+    judge_instruments,
+    poke,
+    watched,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.mixed_precision import amp_window
 from coursekit.models import tiny_mlp
@@ -32,36 +42,86 @@ AMP_TOLERANCE = 1e-7
 
 
 class CountingScaler(torch.amp.GradScaler):
-    """A GradScaler that counts the calls a student's code makes to it."""
+    """A GradScaler that tells a :class:`ScalerCalls` of each call a student's code makes to
+    it: it holds only the opaque tokens, so the counts stay out of the student's reach."""
 
     def __init__(self, init_scale: float):
         super().__init__("cpu", init_scale=init_scale, growth_interval=1)
-        self.calls = {"scale": 0, "unscale_": 0, "step": 0, "update": 0}
-        self.dtypes: set[str] = set()  # of the losses scaled: a bfloat16 loss is a slip
-        self._in_step = False
+        self.tokens: dict[str, object] = {}  # method -> its sink's token (ScalerCalls)
 
     def scale(self, outputs):
-        self.calls["scale"] += 1
-        if torch.is_tensor(outputs):
-            self.dtypes.add(str(outputs.dtype).removeprefix("torch."))
+        poke(self.tokens.get("scale"))
         return super().scale(outputs)
 
     def unscale_(self, optimizer):
-        if not self._in_step:  # step() unscales by itself when you have not
-            self.calls["unscale_"] += 1
+        poke(self.tokens.get("unscale_"))
         return super().unscale_(optimizer)
 
     def step(self, optimizer, *args, **kwargs):
-        self.calls["step"] += 1
-        self._in_step = True
-        try:
-            return super().step(optimizer, *args, **kwargs)
-        finally:
-            self._in_step = False
+        poke(self.tokens.get("step"))
+        return super().step(optimizer, *args, **kwargs)
 
     def update(self, new_scale=None):
-        self.calls["update"] += 1
+        poke(self.tokens.get("update"))
         return super().update(new_scale)
+
+
+_SCALER_METHODS = ("scale", "unscale_", "step", "update")
+_SCALER_CODES = {name: getattr(CountingScaler, name).__code__ for name in _SCALER_METHODS}
+
+
+class _ScalerSink(Sink):
+    """Calls of one CountingScaler method, seen from the method's own frame (the poke must
+    come straight from it, with ``self`` the scaler). ``unscale_`` inside ``step`` (which
+    unscales by itself when you have not) is not the student's call; ``scale`` records the
+    dtype of what it scales (a bfloat16 loss is a slip)."""
+
+    def __init__(self, scaler: CountingScaler, name: str):
+        super().__init__()
+        self.scaler, self.name = scaler, name
+
+    def accept(self, *_payload) -> None:
+        frame = sys._getframe(2)
+        if frame.f_code is not _SCALER_CODES[self.name]:
+            return
+        if frame.f_locals.get("self") is not self.scaler:
+            return
+        if self.name == "unscale_" and frame_of(frozenset({_SCALER_CODES["step"]}), self.scaler):
+            return
+        outputs = frame.f_locals.get("outputs") if self.name == "scale" else None
+        dtype = str(outputs.dtype).removeprefix("torch.") if torch.is_tensor(outputs) else ""
+        self.events.append((dtype,))
+
+
+class ScalerCalls:
+    """The CountingScaler's calls, counted out of the student's reach (an instrument for
+    :func:`coursekit.checks.tamper_evident.watched`)."""
+
+    def __init__(self, scaler: CountingScaler):
+        self._sinks = {name: _ScalerSink(scaler, name) for name in _SCALER_METHODS}
+        self.sinks = list(self._sinks.values())
+        scaler.tokens = {name: sink.token for name, sink in self._sinks.items()}
+        self._scaler, self._tokens = scaler, scaler.tokens
+
+    @property
+    def calls(self) -> dict[str, int]:
+        return {name: len(sink.events) for name, sink in self._sinks.items()}
+
+    @property
+    def dtypes(self) -> set[str]:
+        return {dtype for (dtype,) in self._sinks["scale"].events if dtype}
+
+    def verdict(self) -> str:
+        """Changed when the scaler no longer holds this counter's tokens, or a counting
+        method of its own was set on it."""
+        scaler = self._scaler
+        if scaler.tokens is not self._tokens or any(
+            self._tokens.get(name) is not sink.token for name, sink in self._sinks.items()
+        ):
+            return "changed"
+        if any(name in vars(scaler) for name in _SCALER_METHODS):
+            return "changed"
+        return INTACT
 
 
 def _amp_problem(spec):
@@ -299,11 +359,12 @@ class AmpWindow(Question):
         raised = None
         try:
             args = (model, optimizer, scaler, nn.MSELoss(), micro_batches, spec["max_norm"])
-            watched((counter, watch), fn, *args)
+            watched((counter, watch, scaler_calls), fn, *args)
         except (RuntimeError, AssertionError) as exc:  # GradScaler refusing a misuse
             raised = next((k for k, text in SCALER_REFUSALS.items() if text in str(exc)), None)
             if raised is None:
                 raise
+        scaler_calls = ScalerCalls(scaler)
         grads_left = any(
             p.grad is not None and bool(p.grad.ne(0).any()) for p in model.parameters()
         )
@@ -311,13 +372,13 @@ class AmpWindow(Question):
             **kept.report(),
             "weights": weights_of(model),
             "scale": float(scaler.get_scale()),
-            "calls": dict(scaler.calls),
+            "calls": scaler_calls.calls,
             "optimizer_steps": counter.steps,
             "grads_left": grads_left,
             "raised": raised,
             "largest_forward": max(watch.forward_sizes, default=0),
             "backward_passes": watch.backward_passes,
-            "loss_dtypes": sorted(scaler.dtypes),
+            "loss_dtypes": sorted(scaler_calls.dtypes),
             "instruments": combined(
                 counter.verdict(),
                 watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
@@ -329,6 +390,7 @@ class AmpWindow(Question):
 
     def judge(self, spec, outputs, expected):
         n = spec["accum_steps"]
+                scaler_calls.verdict(),
         setting = (
             f"({n} micro-batches of {spec['micro_batch_size']}, max_norm {spec['max_norm']}"
             + (
