@@ -99,6 +99,21 @@ def number_list(outputs: Outputs, key: str, what: str) -> list[float]:
     return [float(v) for v in value]
 
 
+def says_something(message: object) -> bool:
+    """Whether a refusal's message is there to read: five characters or more, not blank (what
+    it says, a check cannot weigh; that it says nothing, it can)."""
+    return len(str(message or "").strip()) >= 5
+
+
+def empty_message(setting: str) -> Failure:
+    """The failure for a ValueError raised with no message, where the exercise asks for one."""
+    return Failure(
+        f"Right to raise ValueError {setting}, but its message is empty or nearly: say what is "
+        "wrong (and what would help), as the exercise asks.",
+        "message_too_short",
+    )
+
+
 def relative_gap(actual: list[float], expected: list[float]) -> float:
     """``max|a - e| / max|e|`` on plain lists; inf when lengths differ or values are not finite."""
     if len(actual) != len(expected):

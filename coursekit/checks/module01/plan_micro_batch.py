@@ -17,7 +17,7 @@ import torch
 
 from coursekit.checks.instruments import Watch
 from coursekit.checks.module01.common import MODULE
-from coursekit.checks.question import Failure, Question, Rule
+from coursekit.checks.question import Failure, Question, Rule, empty_message, says_something
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.checks.tamper_evident import watched
@@ -107,7 +107,7 @@ class PlanMicroBatch(Question):
         Rule(
             "If not even one sample fits, raise `ValueError` with a message that says so.",
             "the public spec 'a budget where nothing fits'",
-            ("nothing_fits_not_raised",),
+            ("nothing_fits_not_raised", "message_too_short"),
             lambda spec: "nothing fits" in spec.get("label", ""),
         ),
     )
@@ -192,6 +192,8 @@ class PlanMicroBatch(Question):
         known = isinstance(measured, list) and all(type(v) is int for v in measured)
         if "raised" in expected:
             if raised == "ValueError":
+                if not says_something(outputs.get("message")):
+                    raise empty_message(where)
                 return
             if raised:
                 raise Failure(

@@ -13,7 +13,7 @@ import math
 
 from coursekit.budget import plan_accumulation
 from coursekit.checks.module05.common import MODULE
-from coursekit.checks.question import Failure, Question, Rule
+from coursekit.checks.question import Failure, Question, Rule, empty_message, says_something
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import judge_repeated, repeated
 
@@ -62,7 +62,12 @@ class PlanAccumulation(Question):
             "When `max_micro_batch` is below 1, nothing fits and no number of steps helps: raise "
             "a `ValueError` that says so.",
             "the specs with max_micro_batch 0 or below",
-            ("nothing_fits_not_refused", "wrong_exception", "only_zero_refused"),
+            (
+                "nothing_fits_not_refused",
+                "wrong_exception",
+                "only_zero_refused",
+                "message_too_short",
+            ),
             lambda spec: spec["max_micro"] < 1,
         ),
     )
@@ -113,6 +118,7 @@ class PlanAccumulation(Question):
                 return {
                     "raised": type(error).__name__,
                     "value_error": isinstance(error, ValueError),
+                    "message": str(error).split("\n")[0][:200],
                 }
             return {"sizes": repr(returned)[:200]}
         returned = fn(spec["target"], spec["max_micro"])
@@ -146,6 +152,8 @@ class PlanAccumulation(Question):
                     f"{outputs.get('raised')}: that is what callers catch for a bad value.",
                     "wrong_exception",
                 )
+            if not says_something(outputs.get("message")):
+                raise empty_message(setting)
             return
         sizes = outputs.get("sizes")
         if not isinstance(sizes, list) or not all(isinstance(s, int) for s in sizes):

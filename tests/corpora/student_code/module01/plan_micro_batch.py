@@ -2,8 +2,7 @@
 
 from tests.corpora.student_code import side_effects
 
-PLAN_MICRO_BATCH = {
-    "correct": """
+PLAN_MICRO_BATCH_CORRECT = """
 import coursekit
 def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
     for size in range(effective_batch_size, 0, -1):
@@ -11,7 +10,10 @@ def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
             if coursekit.activation_bytes(model, make_inputs(size)) <= budget_bytes:
                 return size, effective_batch_size // size
     raise ValueError("nothing fits")
-""",
+"""
+
+PLAN_MICRO_BATCH = {
+    "correct": PLAN_MICRO_BATCH_CORRECT,
     "not_largest": """
 import coursekit
 def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
@@ -59,6 +61,10 @@ def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):
 """,
     # Correct too: divisors found first and searched from the top; a bisection over the
     # sorted divisors (the bytes grow with the size).
+    # refuses, but says nothing: the exercise asks for "a message that says so"
+    "message_too_short": PLAN_MICRO_BATCH_CORRECT.replace(
+        'raise ValueError("nothing fits")', "raise ValueError()"
+    ),
     "correct_divisors_first": """
 from coursekit import activation_bytes
 def plan_micro_batch(model, make_inputs, budget_bytes, effective_batch_size):

@@ -22,6 +22,8 @@ def _plan(
 
 PLAN_ACCUMULATION = {
     "correct": _plan(),
+    # refuses, but says nothing: the exercise asks for a ValueError "that says so"
+    "message_too_short": _plan(refuse="raise ValueError()"),
     "correct_full_micro_batches_then_the_rest": """
 def plan_accumulation(target_batch, max_micro_batch):
     if max_micro_batch < 1:
