@@ -51,6 +51,8 @@ The API (module 8 calls these; sizes in bytes, cards in GiB)::
     compare_with_measurement(model="tiny" | "gpt2", mode="full-fp32", micro_batch_size=2,
                              seq_len=32, checkpointing=False) -> list[Comparison]
         # .part .predicted_bytes .measured_bytes .ratio .note; comparison_table(rows) -> str
+    compare_quantized_weights(model="tiny" | "gpt2", weight_format="nf4" | "int8")
+        -> Comparison      # needs bitsandbytes (the optional "quantization" extra)
 
     auto_batch_comparison(card=None, per_device_train_batch_size=64,
                           gradient_accumulation_steps=4, *,
@@ -85,7 +87,12 @@ from coursekit.finetune.estimate import (
     MemoryEstimate,
     estimate_memory,
 )
-from coursekit.finetune.measured import Comparison, compare_with_measurement, comparison_table
+from coursekit.finetune.measured import (
+    Comparison,
+    compare_quantized_weights,
+    compare_with_measurement,
+    comparison_table,
+)
 from coursekit.finetune.modes import MODES, TABLE_MODES, Mode
 from coursekit.finetune.planner import FineTunePlan, plan_fine_tune
 from coursekit.finetune.table import CARDS_GB, FitRow, fits_table, render_fits_table
@@ -111,6 +118,7 @@ __all__ = [
     "Mode",
     "SavedPerToken",
     "auto_batch_comparison",
+    "compare_quantized_weights",
     "compare_with_measurement",
     "comparison_table",
     "count_parameters",

@@ -25,7 +25,7 @@ from coursekit.arguments import choice, whole
 from coursekit.finetune.activations import _with_lora, saved_bytes_per_token
 from coursekit.finetune.estimate import estimate_memory
 from coursekit.finetune.modes import mode_named
-from coursekit.memory import activation_bytes, optimizer_state_bytes, peak_live_bytes
+from coursekit.memory import activation_bytes, peak_live_bytes
 
 MEASURABLE_MODES = ("full-fp32", "full-bf16-adam8bit", "lora-fp32", "lora-bf16")
 MODELS = ("tiny", "gpt2")
@@ -137,7 +137,7 @@ def compare_with_measurement(
         if mode.optimizer != "adamw8bit" or _has_bitsandbytes():
             optimizer = _optimizer(lm, mode)
             optimizer.step()  # creates the state; the gradients stay
-            state = optimizer_state_bytes(optimizer)
+            state = _state_bytes(optimizer)
             rows.append(Comparison("optimizer state", predicted.optimizer_bytes, state))
         held = _bytes(params) + grads + (state if optimizer is not None else 0)
         live = peak_live_bytes(step)
@@ -147,6 +147,79 @@ def compare_with_measurement(
     peak = Comparison("micro-batch peak", predicted.training_bytes, held + live + missing, note)
     return [*rows, peak]
     return rows
+
+
+def _state_bytes(optimizer) -> int:
+    """The optimizer's state tensors, each storage once: bitsandbytes' 8-bit AdamW shares
+    its two quantization maps between parameters, which
+    :func:`coursekit.memory.optimizer_state_bytes` would count once per parameter."""
+    storages = {}
+    for state in optimizer.state.values():
+        for value in state.values():
+            if torch.is_tensor(value) and value.dim() > 0:
+                storages[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def compare_quantized_weights(model: str = "tiny", weight_format: str = "nf4") -> Comparison:
+    """Load ``model`` (random weights, saved to a temporary folder) the way students load a
+    quantized base, ``from_pretrained(..., quantization_config=BitsAndBytesConfig(...))``
+    (NF4 with double quantization, or LLM.int8), on the CPU, and count every storage it
+    holds (weights, quantization constants and codes, each once) against
+    :func:`coursekit.finetune.weight_bytes`. Needs bitsandbytes (CPU support since 0.48)."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    from coursekit.finetune.configs import meta_model
+    from coursekit.finetune.weights import weight_bytes
+
+    weight_format = choice("weight_format", weight_format, ("nf4", "int8"))
+    config = cpu_config(model)
+    if weight_format == "nf4":
+        quantization = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+    else:
+        quantization = BitsAndBytesConfig(load_in_8bit=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        plain = AutoModelForCausalLM.from_config(config)
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain.save_pretrained(folder)
+        quantized = AutoModelForCausalLM.from_pretrained(
+            folder, quantization_config=quantization, dtype=torch.bfloat16, device_map="cpu"
+        )
+    return Comparison(
+        f"{weight_format} weights",
+        weight_bytes(meta_model(config), weight_format),
+        _held_bytes(quantized),
+    )
+
+
+def _held_bytes(model: nn.Module) -> int:
+    storages: dict[int, int] = {}
+
+    def add(tensor) -> None:
+        if torch.is_tensor(tensor):
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+
+    for module in model.modules():
+        for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+            add(tensor)
+            add(getattr(tensor, "SCB", None))  # LLM.int8's row scales
+            state = getattr(tensor, "quant_state", None)  # NF4's constants
+            if state is not None:
+                for name in ("absmax", "offset", "code"):
+                    add(getattr(state, name, None))
+                if state.state2 is not None:
+                    add(state.state2.absmax)
+                    add(state.state2.code)
+    return sum(storages.values())
 
 
 def _bytes(tensors) -> int:

@@ -16,8 +16,9 @@ from the source of bitsandbytes 0.50.2 and transformers 5.25:
   weight). With it (``bnb_4bit_use_double_quant=True``, the QLoRA recipe) they are uint8
   (1 byte per block) after subtracting their mean (one float32 ``offset``), with a float32
   absmax per block of 256 constants (``quantize_blockwise(blocksize=256)``): 8/64 + 32/(64 x
-  256) = 0.127 bit per weight, the paper's figure. The 256-value 8-bit code is shared by
-  every layer on a device and left out.
+  256) = 0.127 bit per weight, the paper's figure, plus the 256-value float32 code of that
+  8-bit quantization (1 KiB), one copy per layer when transformers loads the model
+  (counted on the CPU: :func:`coursekit.finetune.measured.compare_quantized_weights`).
 
 Which layers are quantized: every ``nn.Linear`` (and GPT-2's ``Conv1D``) but those
 transformers keeps in full precision (``get_keys_to_not_convert``: the output embedding and
@@ -29,7 +30,8 @@ Optimizer state per trainable parameter: ``torch.optim.AdamW`` keeps two moments
 parameter's dtype (8 bytes for float32). bitsandbytes' ``AdamW8bit`` keeps both as uint8
 (2 bytes) plus one float32 absmax per block of 256 for each (``Optimizer2State.init_state``),
 except for tensors of fewer than 4,096 elements (``min_8bit_size``), whose two states stay
-float32 (8 bytes); its two 256-value quantization maps (2 KiB) are shared and left out.
+float32 (8 bytes), and its two 256-value float32 quantization maps (2 KiB), shared by every
+parameter, once.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _BYTES = {"fp32": 4, "bf16": 2}
 NF4_BLOCK = 64  # bitsandbytes Params4bit's default blocksize
 DOUBLE_QUANT_BLOCK = 256  # quantize_blockwise's blocksize for the absmax constants
 NF4_CODE_BYTES = 16 * 4  # the 16 NF4 values, float32, kept per layer
+DOUBLE_QUANT_CODE_BYTES = 256 * 4  # the 8-bit dynamic map of the nested quantization
 ADAM8BIT_BLOCK = 256
 ADAM8BIT_MIN_SIZE = 4096  # bitsandbytes' min_8bit_size
 #: LoRA's default target: every linear layer but the output layer (peft's "all-linear").
@@ -86,7 +89,8 @@ def nf4_layer_bytes(numel: int, double_quant: bool = True) -> int:
     """Bytes of one NF4 layer of ``numel`` weights: packed weights and their constants."""
     blocks = math.ceil(numel / NF4_BLOCK)
     if double_quant:
-        constants = blocks + 4 * math.ceil(blocks / DOUBLE_QUANT_BLOCK) + 4  # + offset
+        nested = 4 * math.ceil(blocks / DOUBLE_QUANT_BLOCK) + 4 + DOUBLE_QUANT_CODE_BYTES
+        constants = blocks + nested  # uint8 absmax; theirs in float32, the offset, the code
     else:
         constants = 4 * blocks
     return math.ceil(numel / 2) + constants + NF4_CODE_BYTES
@@ -152,13 +156,14 @@ def lora_parameter_shapes(
 
 def adam8bit_state_bytes(sizes: Iterable[int]) -> int:
     """Bytes of bitsandbytes ``AdamW8bit``'s state for parameters of these element counts."""
-    total = 0
+    total, quantized = 0, False
     for n in sizes:
         if n < ADAM8BIT_MIN_SIZE:
             total += 8 * n
         else:
             total += 2 * n + 2 * 4 * math.ceil(n / ADAM8BIT_BLOCK)
-    return total
+            quantized = True
+    return total + (2 * 256 * 4 if quantized else 0)
 
 
 @dataclass(frozen=True)
