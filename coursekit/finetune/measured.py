@@ -166,7 +166,8 @@ def compare_quantized_weights(model: str = "tiny", weight_format: str = "nf4") -
     quantized base, ``from_pretrained(..., quantization_config=BitsAndBytesConfig(...))``
     (NF4 with double quantization, or LLM.int8), on the CPU, and count every storage it
     holds (weights, quantization constants and codes, each once) against
-    :func:`coursekit.finetune.weight_bytes`. Needs bitsandbytes (CPU support since 0.48)."""
+    :func:`coursekit.finetune.weight_bytes`. Needs bitsandbytes (the ``quantization``
+    extra; run here with 0.50.2, whose CPU backend quantizes and multiplies)."""
     import tempfile
 
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
