@@ -154,8 +154,7 @@ class AccumulateTokens(Question):
             ("single_backward", "whole_batch_forward"),
         ),
         Rule(
-            "so that `.grad` ends up holding the gradient of the window's mean loss per real "
-            "token",
+            "so that `.grad` ends up holding the gradient of the window's mean loss per real token",
             "every spec; micro-batches of unequal sizes and padding in most",
             (
                 "wrong_sign",

@@ -215,9 +215,20 @@ def _variant_gradients(spec):
     for chunk, gradient in zip(queries.split(micro), query_cache.grad.split(micro), strict=True):
         encoder(chunk).backward(gradient)
     yield "keys_not_backpropagated", flat_gradient(encoder.parameters()).tolist()
+    encoder.zero_grad(set_to_none=True)
+    query_cache, key_cache = query_cache.detach(), key_cache.requires_grad_(True)
+    info_nce(query_cache, key_cache, temperature).backward()
+    for chunk, gradient in zip(keys.split(micro), key_cache.grad.split(micro), strict=True):
+        encoder(chunk).backward(gradient)
+    yield "zero_grad_between_passes", flat_gradient(encoder.parameters()).tolist()
 
 
 GRAD_CACHE_MESSAGES = {
+    "zero_grad_between_passes": (
+        "Your gradient is the keys' part alone: the queries' part, pushed back before it, is "
+        "no longer in .grad (cleared between the two, by a zero_grad?). Both parts add up in "
+        ".grad; clear it only before the step, never between the queries' and keys' passes."
+    ),
     "negatives_per_micro_batch": (
         "Your gradient is plain accumulation of each micro-batch's own InfoNCE loss: every "
         "query met only its micro-batch's keys as negatives. That is another, easier loss. "
@@ -269,6 +280,11 @@ class GradCacheStep(Question):
             "`embeddings.backward(cached_gradient_slice)`",
             "every spec: the graphs alive during the second pass are counted",
             ("all_graphs_then_one_backward", "graph_kept_for_all_micro_batches"),
+        ),
+        Rule(
+            "and return the full-batch loss as a float.",
+            "every spec: the returned loss against the reference's",
+            ("loss_wrong",),
         ),
     )
 

@@ -342,9 +342,18 @@ class DdpWindow(Question):
                     f"window's mean: divide each micro-batch's loss by exactly {n}, the number "
                     f"of micro-batches{rounded} {setting}."
                 )
+            gap = f"differs from the window's mean gradient by {relative_gap(actual, wanted):.2e}"
+            left = outputs.get("micro_batches_left")
+            if left != expected["micro_batches_left"]:
+                raise Failure(
+                    f"The synchronisation is right, but the gradient {gap} (relative), and "
+                    f"the list of micro-batches you were given now holds {left} of {n}: a "
+                    "length read after popping counts one fewer. Read the micro-batches; do "
+                    f"not pop or remove them {setting}.",
+                    "inputs_changed",
+                )
             raise Failure(
-                f"The synchronisation is right, but the gradient differs from the window's "
-                f"mean gradient by {relative_gap(actual, wanted):.2e} (relative) {setting}."
+                f"The synchronisation is right, but the gradient {gap} (relative) {setting}."
             )
         judge_instruments(outputs, setting)
         passes = outputs.get("backward_passes")

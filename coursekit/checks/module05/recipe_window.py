@@ -74,9 +74,8 @@ class RecipeWindow(Question):
         Rule(
             "**Forward** each micro-batch under `torch.autocast(device_type, dtype=dtype, "
             "enabled=dtype is not None)`",
-            "the spec with dtype=torch.bfloat16",
+            "every spec: three with dtype None (autocast off), one with torch.bfloat16",
             ("autocast_missing", "autocast_without_dtype"),
-            lambda spec: spec.get("dtype") is not None,
         ),
         Rule(
             "and compute the loss from `logits.float()`.",
@@ -85,7 +84,7 @@ class RecipeWindow(Question):
             lambda spec: spec.get("dtype") is not None,
         ),
         Rule(
-            "each micro-batch's summed loss (`lm_loss(logits, labels, \"sum\")`) divided by the "
+            'each micro-batch\'s summed loss (`lm_loss(logits, labels, "sum")`) divided by the '
             "real-token count of the *whole window* (`count_tokens`), then `backward()`, one "
             "micro-batch at a time.",
             "every spec: two windows of unequal micro-batches, padded",
@@ -103,7 +102,13 @@ class RecipeWindow(Question):
         Rule(
             "**Clip** the window's gradient once, at the boundary:",
             "the specs whose max_norm clips",
-            ("clip_every_micro_batch", "clipping_missing", "clip_after_step", "clip_on_data", "flush_without_clipping"),
+            (
+                "clip_every_micro_batch",
+                "clipping_missing",
+                "clip_after_step",
+                "clip_on_data",
+                "flush_without_clipping",
+            ),
             lambda spec: spec["max_norm"] < 100,
         ),
         Rule(

@@ -29,6 +29,10 @@ def _cache(
 
 GRAD_CACHE_STEP = {
     "correct": _cache(),
+    # the gradient right, the loss returned per pair: not the full-batch loss info_nce gives
+    "loss_wrong": _cache().replace(
+        "    return loss.item()\n", "    return loss.item() / len(queries)\n"
+    ),
     "correct_with_detach_in_the_first_pass": _cache(
         first_pass=(
             "query_cache = torch.cat([encoder(q).detach() for q in "
@@ -229,7 +233,6 @@ UNNAMED = {
     ("grad_cache_step", "slice_offset_from_chunk_length"),
     ("grad_cache_step", "last_partial_micro_batch_dropped"),
     ("grad_cache_step", "float32_cache"),
-    ("grad_cache_step", "zero_grad_between_passes"),
 }
 
 

@@ -95,6 +95,7 @@ def ddp_window(model, loss_fn, micro_batches):
 # Variants whose mistake is named after another one that shows first.
 NAMED_AS = {
     "synced_twice": "off_by_one_boundary",
+    "divided_by_count_after_pop": "inputs_changed",
     "enumerate_from_one": "off_by_one_boundary",
     "popped_last_micro_batch": "inputs_changed",
 }
@@ -112,7 +113,6 @@ HIDDEN_ONLY = {("ddp_window", "float32_scale")}
 # No name fits these (the message says what differs: the scale).
 UNNAMED = {
     ("ddp_window", "float32_scale"),
-    ("ddp_window", "divided_by_count_after_pop"),
 }
 ALSO_NAMED = {
     # With 2 micro-batches, "the last two" is every one: no_sync() is never used.
@@ -137,4 +137,10 @@ NAMED_AS = {
     **NAMED_AS,
     "eval_mode_left": side_effects.NAMED["eval_mode_left"],
     "hook_left": side_effects.NAMED["hook_left"],
+}
+
+# What feedback must say to name the mistake of an UNNAMED mutant (a crash names it by
+# its own error and line).
+DESCRIBED = {
+    ("ddp_window", "float32_scale"): r"a float32 tensor rounds",
 }
