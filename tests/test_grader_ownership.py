@@ -71,9 +71,10 @@ def test_graded_as_root_a_sweep_takes_only_its_own_hand_in_users_strays():
     before = reaping.children()
     mine, others = 0x70000000 + 4_000_001, 0x70000000 + 4_000_002
     pids = {}
-    for uid in (mine, others):
+    for uid in (mine, others, 0):  # 0: root, in a session of its own (as a runner's init is)
         pid = os.fork()
         if pid == 0:
+            os.setsid()
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             time.sleep(30)
@@ -81,11 +82,15 @@ def test_graded_as_root_a_sweep_takes_only_its_own_hand_in_users_strays():
         pids[uid] = pid
     try:
         deadline = time.monotonic() + 10
+        while reaping.session_of(pids[0]) != pids[0] and time.monotonic() < deadline:
+            time.sleep(0.01)
         while reaping.uid_of(pids[others]) != others and time.monotonic() < deadline:
             time.sleep(0.01)
         assert warm.strays(before, mine) == {pids[mine]}
-        kill_new_children(lambda: warm.strays(before, mine))
-        assert reaping.uid_of(pids[mine]) is None  # killed and reaped
+        # its runner's session: a root process of that session is its hand-in's too
+        assert warm.strays(before, mine, session=pids[0]) == {pids[mine], pids[0]}
+        kill_new_children(lambda: warm.strays(before, mine, session=pids[0]))
+        assert reaping.uid_of(pids[mine]) is None and reaping.uid_of(pids[0]) is None
         assert reaping.uid_of(pids[others]) == others  # another hand-in's: left to its thread
     finally:
         os.kill(pids[others], signal.SIGKILL)

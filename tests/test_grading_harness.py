@@ -96,6 +96,22 @@ for _ in range(150):
 if children >= 150:
     raise RuntimeError("UNCAPPED: 150 processes")
 """,
+    # the names the next hand-ins' scratch folders would get, were they predictable: folders,
+    # files and links to / (old names and new), held while the others start (issue 40)
+    "squats_scratch_names": """
+import os, re, time
+found = re.search(r"coursekit-hand-in-([0-9]+)-([0-9]+)", os.getcwd())
+made = 0
+for pid in range(int(found.group(2)) + 1, int(found.group(2)) + 400) if found else ():
+    for name in (f"{{pid}}", f"{{pid}}-{{pid:016x}}"):
+        path = f"/tmp/coursekit-hand-in-{{found.group(1)}}-{{name}}"
+        try:
+            [os.mkdir, lambda p: open(p, "w").close(), lambda p: os.symlink("/", p)][pid % 3](path)
+            made += 1
+        except OSError:
+            pass
+time.sleep(3 if made else 0)
+""",
 }
 
 
@@ -215,6 +231,15 @@ def test_nothing_of_the_graders_or_of_others_is_reached(graded, name):
     assert "LEAKED" not in text and "UNCAPPED" not in text, text[:2000]
     # the others keep their grades, whatever this one killed
     assert run["results"]["ada"]["score"] == run["results"]["ada"]["max_score"]
+
+
+def test_names_a_hand_in_squats_stop_no_one_and_it_is_named(graded):
+    mode, run = graded
+    assert all(r.get("not_graded") is None for r in run["results"].values()), run["stderr"][-3000:]
+    assert run["results"]["ada"]["score"] == run["results"]["ada"]["max_score"]
+    flags = " ".join(_flags(run["results"]["squats_scratch_names"]))
+    # only where nothing keeps its writes to its own folder (no Landlock, no root of its own)
+    assert ("named like the grader's own scratch folders" in flags) == (mode == "docker-old")
 
 
 @pytest.mark.parametrize("old", [False, True], ids=["docker", "docker-old"])

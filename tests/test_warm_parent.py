@@ -11,7 +11,7 @@ from coursekit.grading.sandbox import driver as sandbox
 from coursekit.grading.sandbox import scratch
 from coursekit.grading.sandbox.driver import Limits, Options, SandboxSetupError, run_hand_in
 from coursekit.grading.sandbox.fork_server import wait_until_reparented
-from coursekit.grading.sandbox.reaping import Child, become_subreaper
+from coursekit.grading.sandbox.reaping import Child, become_subreaper, children
 from coursekit.grading.sandbox.warm_parent import WarmParent
 from tests.helpers.docker_like import in_docker_like
 from tests.helpers.hand_ins import runners_left
@@ -131,6 +131,18 @@ def test_without_a_pid_namespace_detached_processes_are_still_ended():
     )
     _printed(run_hand_in([detach], [], LIMITS, Options(isolation="none")))
     assert _descendants_running("2998.5") == 0
+    # and nothing is left to reap: the runner's own processes (its init, root, in its
+    # session) that re-parented to the grader are its sweep's, as its user's are
+    zombies = [pid for pid in children() if _state(pid) == "Z"]
+    assert zombies == []
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 def _descendants_running(marker: str) -> int:

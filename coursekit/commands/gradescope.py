@@ -382,7 +382,7 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
             read_hand_in(path, assignment, student)
         except HandInError as error:
             raise _NotGraded(str(error)) from None
-        from coursekit.grading.grader import grade_path, prepare
+        from coursekit.grading.grader import grade_with_retries, prepare
         from coursekit.grading.sandbox.driver import Options, describe_confinement, mode_of
         from coursekit.grading.sandbox.read_shield import Protected, shielding
 
@@ -408,7 +408,10 @@ def _grade(root: Path, settings: dict, seed: int, extra: dict) -> dict:
             print(f"Sandbox: {'; '.join(present)}.")
             for line in missing:
                 print(f"Warning: the sandbox here has no {line}")
-            result = grade_path(str(path), student, plan, warm)
+            # a failure of the grader's own machinery is graded again on a fresh process
+            result = grade_with_retries(str(path), student, plan, warm)
+            if result.not_graded:  # every try failed: the grader's failure, below
+                raise RuntimeError(f"the grader failed on every try: {result.not_graded}")
     finally:
         warm.close()
     print(json.dumps(result.public(), indent=2))  # for the instructor: Gradescope's stdout

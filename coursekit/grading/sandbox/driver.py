@@ -146,25 +146,30 @@ class _Runner:
         detached may have re-parented to the grader; they are found and killed."""
         returncode = None
         if self.process is not None:
-            self.process.wait(timeout=wait_s)  # how it ended, if it did
+            # ended, not reaped until the sweep is done: its pid, which names its cgroups, its
+            # user and its session, stays its own meanwhile
+            self.process.ended(timeout=wait_s)  # how it ended, if it did
             self.process.kill()
-            returncode = self.process.wait()
+            self.process.ended()
             for group in privileges.cgroup_paths(self.process.pid):
                 privileges.empty_and_remove_cgroup(group)
             uid = None
             if os.geteuid() == 0:  # every process of the hand-in's own user, wherever it is
                 uid, _ = privileges.hand_in_ids(self.process.pid)
                 privileges.end_processes_of(uid)
-                self.squatted = [
+                self.squatted = [  # its own scratch folder, its user's, is no squat
                     path
                     for path in privileges.remove_files_of(uid)
                     if os.path.basename(path).startswith(scratch.PREFIX)
+                    and path != str(self.scratch)
                 ]
             if orphans_possible:
                 with _SWEEPING:  # one thread at a time: none reaps what another one scanned
                     # graded as root, only this hand-in's user's: another hand-in's are its own
                     # thread's to end
-                    kill_new_children(lambda: self.warm.strays(self.before, uid))
+                    pid = self.process.pid
+                    kill_new_children(lambda: self.warm.strays(self.before, uid, session=pid))
+            returncode = self.process.wait()
             self.warm.forget(self.process)
         for fd in self.fds:
             with contextlib.suppress(OSError):

@@ -137,9 +137,26 @@ def end_processes_of(uid: int, seconds: float = 10.0) -> bool:
         # the calling grading thread's own child: no other thread's sweep signals or reaps it
         reaping.fork_owned(kill_as_the_user)
         for pid in processes_of(uid):
+            _kill_if_of(pid, uid)
+        time.sleep(0.01)
+
+
+def _kill_if_of(pid: int, uid: int) -> None:
+    """SIGKILL process ``pid`` if it is still ``uid``'s: held by a pidfd while its user is
+    read, so a pid given to another process since /proc was read is never signalled."""
+    try:
+        handle = os.pidfd_open(pid)
+    except (AttributeError, OSError):  # gone, or before Linux 5.3: a plain kill
+        if reaping.uid_of(pid) == uid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
-        time.sleep(0.01)
+        return
+    try:
+        if reaping.uid_of(pid) == uid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+    finally:
+        os.close(handle)
 
 
 # World-writable folders a hand-in's user could leave files in where it has no root of its

@@ -122,6 +122,15 @@ def uid_of(pid: int) -> int | None:
     return None
 
 
+def session_of(pid: int) -> int | None:
+    """The session id of process ``pid`` (a zombie's too), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def children() -> set[int]:
     """Process ids of this process's live children."""
     me, found = str(os.getpid()), set()
@@ -160,6 +169,29 @@ class Child:
             if pid == self.pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
+
+    def ended(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` for it to end, without reaping it (``WNOWAIT``): while it is
+        not reaped no other process can be given its pid, nor its session's id, so what is
+        named after it is still its own. Whether it has ended."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            try:
+                if os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG):
+                    return True
+            except ChildProcessError:
+                self.poll()  # not ours (any more): lost
+                break
+            except InterruptedError:
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if self._pidfd is not None:
+                select.select([self._pidfd], [], [], left)
+            else:
+                time.sleep(0.01 if left is None else min(0.01, left))
+        return True
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Its exit status (as ``Popen.returncode``), or None if it still runs at ``timeout``."""

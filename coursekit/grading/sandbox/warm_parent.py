@@ -30,7 +30,14 @@ import time
 
 from coursekit.grading.sandbox import channel, scratch
 from coursekit.grading.sandbox.errors import SandboxSetupError
-from coursekit.grading.sandbox.reaping import Child, become_subreaper, children, registry, uid_of
+from coursekit.grading.sandbox.reaping import (
+    Child,
+    become_subreaper,
+    children,
+    registry,
+    session_of,
+    uid_of,
+)
 from coursekit.progress import ENV as PROGRESS_ENV
 
 ENTRY_MODULE = "coursekit.grading.sandbox.fork_server"  # what python -m runs: the warm parent
@@ -255,17 +262,21 @@ class WarmParent:
             self._live.pop(child.pid, None)
         child.release()
 
-    def strays(self, before: set[int], uid: int | None = None) -> set[int]:
+    def strays(
+        self, before: set[int], uid: int | None = None, session: int | None = None
+    ) -> set[int]:
         """Children of the grader that nobody in it started: neither ``before``, nor runners,
         nor the parent, nor a helper a grading thread started and waits for
-        (:func:`coursekit.grading.sandbox.reaping.registry`); with ``uid``, only those of
-        that user (a hand-in's own). Where no PID namespace ends a hand-in's daemons, they
-        re-parent here. Scanned while no runner and no helper can be started."""
+        (:func:`coursekit.grading.sandbox.reaping.registry`). With ``uid`` (graded as root:
+        a hand-in's own user), only one hand-in's: that user's, or in ``session`` (its
+        runner's, whose pid, not yet reaped, no other process can have). Where no PID
+        namespace ends a hand-in's daemons, they re-parent here. Scanned while no runner and
+        no helper can be started."""
         with self._lock, registry() as owned:
             known = set(self._live) | ({self.process.pid} if self.process else set())
             found = children() - before - known - owned
         if uid is not None:
-            found = {pid for pid in found if uid_of(pid) == uid}
+            found = {p for p in found if uid_of(p) == uid or session_of(p) == session}
         return found
 
     def stop(self) -> None:
