@@ -1,6 +1,7 @@
 """``scripts/gpu-check``: every CUDA path of the course in one command, and a short report.
 
-On one GPU it runs, within a time budget (8 minutes by default):
+On one GPU it runs, within a time budget (450 s by default, leaving room to stay under 8
+minutes in all; not yet timed on a GPU):
 
 1. every solution notebook under papermill with ``-p device cuda`` (module 7 with
    ``-p model config:gpt2``: GPT-2's size from its configuration, random weights, since a
@@ -38,7 +39,7 @@ DEFAULT_NOTEBOOKS = Path("runs") / "gpu-check"
 def run_checks(
     *,
     report: Path = DEFAULT_REPORT,
-    budget_s: float = 480.0,
+    budget_s: float = 450.0,
     dry_run: bool = False,
     modules: list[str] | None = None,
     notebooks_dir: Path = DEFAULT_NOTEBOOKS,
