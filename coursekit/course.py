@@ -97,6 +97,14 @@ MODULES: tuple[Module, ...] = (
         "whole recipe beside the HF Trainer.",
         75,
     ),
+    Module(
+        "08_fitting_one_gpu",
+        "Fit a fine-tune on one GPU",
+        "Count the effective batch in tokens, pack documents without losses across their "
+        "boundaries, see where a fine-tune's memory goes on an 8-24 GB card, and plan the "
+        "micro-batch and accumulation for your own model and card.",
+        60,
+    ),
 )
 
 

@@ -131,6 +131,11 @@ HAND_INS = {
         "cyd": {"autotune": "freed_while_error_alive"},
         "dev": {"autotune": "correct_top_down_bisection"},
     },
+    "08_fitting_one_gpu": {
+        "ada": {},
+        "ben": {"pack_documents": "eos_masked_with_padding"},
+        "dev": {"pack_documents": "correct_with_torch"},
+    },
 }
 
 

@@ -149,8 +149,9 @@ def test_grading_refuses_to_run_unconfined_and_says_what_to_do():
     applied = {"root_user": False, "user_namespace": False, "why_no_namespaces": "EPERM"}
     refusal = unconfined_refusal(applied)
     assert "not root" in refusal and "--unconfined" in refusal and "EPERM" in refusal
-    assert unconfined_refusal({"root_user": True}) is None
-    assert unconfined_refusal({"user_namespace": True}) is None
+    own_root = {"root": {"root": "own"}}  # reads confined (tests/test_read_shield.py: without)
+    assert unconfined_refusal({"root_user": True, "hand_in_user": 5, **own_root}) is None
+    assert unconfined_refusal({"user_namespace": True, **own_root}) is None
     assert mode_of(applied).startswith("UNCONFINED")
 
 

@@ -35,6 +35,7 @@ MODULE_OVERRIDES = {
     "05_capstone": {"width": 16, "steps": 32},
     "06_batch_size": {"steps": 100, "world_size": 3},
     "07_real_model": {"model": "tiny", "max_memory_gb": 0.02, "seq_len": 48, "steps": 2},
+    "08_fitting_one_gpu": {"seq_len": 512, "tokens_per_step": 1024, "max_memory_gb": 8},
 }
 # Per module: (cell, what it prints with these overrides and not at the defaults), each
 # showing a size or a draw that only the overrides give.
@@ -66,6 +67,11 @@ EVIDENCE = {
         ("m07-03", r"sequences of \d+ to 48 tokens"),  # seq_len
         ("m07-09", r": 64 samples per optimizer step"),  # target_batch 256 x 0.25
         ("m07-20", r"^1 x 64 \(large batch\): losses \[[^,\]]+, [^,\]]+\]$"),  # steps 2
+    ],
+    "08_fitting_one_gpu": [
+        ("m08-03", r"^4 documents per step:"),  # scale
+        ("m08-05", r"packed into rows of 512:"),  # seq_len
+        ("m08-05", r"^packed, 2 rows per step:"),  # tokens_per_step 1024 / seq_len 512
     ],
 }
 
@@ -129,6 +135,7 @@ def test_each_source_opens_with_one_parameters_cell_that_notebook_run_receives_w
         "max_memory_gb",
         "seq_len",
         "target_batch",
+        "tokens_per_step",
     }
     keywords = notebook_run_keywords(cells[1].source)
     rules = {k: keywords.pop(k) for k in ("at_least", "even") if k in keywords}

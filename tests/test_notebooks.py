@@ -164,6 +164,7 @@ HAND_INS = {
         },
     ],
     "07_real_model": [{"autotune": "freed_while_error_alive"}],
+    "08_fitting_one_gpu": [{"pack_documents": "boundary_labels_kept"}],
 }
 
 

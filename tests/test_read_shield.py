@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from coursekit.grading.sandbox import privileges, read_shield, shield_journal
+from coursekit.grading.sandbox import privileges, read_shield, shield_journal, shield_plan
+from coursekit.grading.sandbox.as_hand_in import probe
 from coursekit.grading.sandbox.modes import unconfined_refusal
 
 pytestmark = [
@@ -60,8 +61,8 @@ def _modes(base: Path) -> dict[str, int]:
     return {str(p): stat.S_IMODE(os.lstat(p).st_mode) for p in [base, *base.rglob("*")]}
 
 
-def _protected(paths) -> read_shield.Protected:
-    return read_shield.grade_protected(
+def _protected(paths) -> shield_plan.Protected:
+    return shield_plan.grade_protected(
         paths["course"], [str(paths["graded"].parent)], paths["gradebook"]
     )
 
@@ -82,7 +83,7 @@ def needs_venv(monkeypatch):
     so the probe's process can still run)."""
 
     def needed(hidden):
-        return sorted({read_shield._real(p) for p in needed.paths})
+        return sorted({shield_plan.real(p) for p in needed.paths})
 
     needed.paths = []
     monkeypatch.setattr(read_shield, "needed_paths", needed)
@@ -90,7 +91,7 @@ def needs_venv(monkeypatch):
 
 
 def _reads_as_hand_in(paths: list[Path]) -> list[str]:
-    return read_shield.probe([(str(p), "whole") for p in paths])
+    return probe([(str(p), "whole") for p in paths])
 
 
 def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(base, needs_venv):
@@ -107,13 +108,14 @@ def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(ba
         assert _reads_as_hand_in(secrets) == []
         # its Python stays reachable through the closed course folder, but not listable
         assert _reads_as_hand_in([paths["library"]]) == [str(paths["library"])]
-        assert read_shield.probe([(str(paths["course"]), "list")]) == []
+        assert probe([(str(paths["course"]), "list")]) == []
         assert list(paths["course"].glob(".coursekit-read-shield-*.json"))  # the journal
     assert _modes(base) == before
     assert not list(paths["course"].glob(".coursekit-read-shield-*"))
     assert any("unreadable to other users" in s for s in said)
     checked = [s for s in said if s.startswith("Checked as a hand-in's user")]
-    assert checked and f"nothing in {paths['course']}" in checked[0]
+    listed = checked[0].split("nothing in ")[1].split(" but ")[0].split(", ")
+    assert str(paths["course"]) in listed and str(paths["gradebook"].parent) in listed
     assert f"but what its Python needs ({paths['venv']})" in checked[0]
 
 
@@ -164,7 +166,7 @@ def test_modes_a_killed_grader_left_are_given_back_by_the_next_run(base, needs_v
     paths = _tree(base)
     needs_venv.paths = [paths["venv"]]
     before = _modes(base)
-    steps = read_shield.plan(_protected(paths), needs_venv(()))
+    steps = shield_plan.plan(_protected(paths), needs_venv(()))
     dead = os.fork()
     if dead == 0:  # a grader that writes its journal, makes its changes and is killed
         shield_journal.write(paths["course"], steps.changes)
@@ -219,7 +221,7 @@ def test_sigterm_while_grading_gives_the_modes_back(base, needs_venv):
 
 def test_what_grade_protects():
     root = Path("/srv/course")
-    protected = read_shield.grade_protected(
+    protected = shield_plan.grade_protected(
         root, ["/data/hand-ins/week2", "/data/hand-ins/week3/ada.ipynb"], Path("/tmp/g.sqlite")
     )
     assert root in protected.required and Path("/data/hand-ins/week2") in protected.required
@@ -231,3 +233,26 @@ def test_what_grade_protects():
         *protected.required,
         *protected.extra,
     ]
+
+
+def test_a_hand_in_still_running_is_ended_before_the_modes_are_given_back(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    with read_shield.shielding(_protected(paths), paths["course"], say=lambda _: None):
+        unconfined_refusal(SHARED_FILES)
+        straggler = os.fork()
+        if straggler == 0:  # a hand-in's process a stopped worker had not ended yet
+            uid = privileges.HAND_IN_ID_BASE + os.getpid()
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            time.sleep(60)
+            os._exit(0)
+        for _ in range(1000):  # until it has become a hand-in's user
+            if straggler in read_shield.hand_ins_below():
+                break
+            time.sleep(0.01)
+    _, status = os.waitpid(straggler, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert _modes(base) == before

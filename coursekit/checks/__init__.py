@@ -9,6 +9,7 @@ from coursekit.checks import (  # noqa: F401, I001  (importing registers, in thi
     module05,
     module06,
     module07,
+    module08,
 )
 from coursekit.checks.question import Failure, Question
 from coursekit.checks.registry import QUESTIONS, check, evaluate, questions_of

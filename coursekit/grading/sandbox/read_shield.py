@@ -4,306 +4,41 @@ Without a root file system of its own (Docker, Gradescope, Kubernetes: no mount 
 hand-in runs as a user of its own on the machine's files, and only their permissions (and
 Landlock, where the kernel has it) stand between it and the course's ``solutions/`` and
 ``notebooks/``, other students' hand-ins and the gradebook, which a checkout leaves readable
-by every user. So, while grading runs (:func:`shielding`), the first sandbox that reports
-such a mode (:func:`refusal`, called by ``modes.unconfined_refusal`` before any of its cells)
-makes the protected folders unreadable to other users:
-
-- each protected folder that holds nothing the hand-in's Python needs is closed whole
-  (``chmod o-rwx``): no path through it resolves for another user;
-- one that holds such a path (the course's folder, with the virtual environment or
-  coursekit's package of an editable install) keeps only ``o+x`` (no listing), and each entry
-  in it is closed in turn, except the needed paths (left as they are) and the folders on the
-  way to them (treated the same way);
-- links are not changed (a link has no permissions of its own): each is probed instead.
-
-Only files the grader's own user owns are changed, each recorded first (device, inode, mode:
-:mod:`~coursekit.grading.sandbox.shield_journal`) and given back when grading ends, however
-it ends. Then a process that has become a hand-in's user (a uid of the same range, no groups)
-tries to read every protected path: what it can read is named. Where Landlock confines reads
-anyway, that is a warning; without it, grading stops before any hand-in runs, with each
-readable path and the command that closes it, unless ``--unconfined`` accepts it.
+by every user. So, while grading runs (:func:`shielding`; ``grade`` through
+:func:`shielded_grade`), the first sandbox that reports such a mode (:func:`refusal`, called by
+``modes.unconfined_refusal`` before any of its cells run) closes them to other users
+(:mod:`~coursekit.grading.sandbox.shield_plan` says how), each change written down first
+(:mod:`~coursekit.grading.sandbox.shield_journal`) and given back when grading ends, however it
+ends. Then a process that has become a hand-in's user tries to read every protected path
+(:func:`~coursekit.grading.sandbox.as_hand_in.probe`): what it can read is named. Where Landlock
+confines reads anyway, that is a warning; without it, grading stops before any hand-in runs,
+with each readable path and the command that closes it, unless ``--unconfined`` accepts it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
-import stat
 import sys
-import tempfile
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from coursekit.grading.sandbox import shield_journal
-from coursekit.grading.sandbox.privileges import HAND_IN_ID_BASE
+from coursekit.grading.sandbox.as_hand_in import end_hand_ins_below, hand_ins_below, probe
 from coursekit.grading.sandbox.shield_journal import Change
+from coursekit.grading.sandbox.shield_plan import (
+    Protected,
+    grade_protected,
+    needed_paths,
+    outermost,
+    plan,
+    quoted,
+    real,
+)
 
-# Folders every user of a machine shares: never closed whole, as the folder holding a
-# hand-in or the gradebook (their own entries are closed instead).
-SHARED = (
-    "/", "/home", "/tmp", "/var", "/var/tmp", "/dev", "/dev/shm", "/run", "/mnt", "/media",
-    "/srv", "/opt", "/usr", "/etc", "/proc", "/sys", "/lib", "/bin", "/sbin", "/boot",
-)  # fmt: skip
-
-
-def _real(path) -> Path:
-    return Path(os.path.realpath(path))
-
-
-def _within(path: Path, folder: Path) -> bool:
-    return path == folder or path.is_relative_to(folder)
-
-
-def too_wide(path: Path) -> bool:
-    """A folder other users share (``/``, ``/tmp``, ``/home``...), or one that holds one."""
-    shared = [*map(Path, SHARED), _real(tempfile.gettempdir())]
-    return any(_within(folder, path) for folder in shared)
-
-
-@dataclass
-class Protected:
-    """What to close: ``required`` paths (a failure to close one is named), and ``extra`` ones
-    closed where the grader owns them (the folders holding hand-ins: other batches)."""
-
-    required: list[Path] = field(default_factory=list)
-    extra: list[Path] = field(default_factory=list)
-
-
-def grade_protected(
-    course: Path, given: Iterable[str], gradebook: Path, hidden: Iterable[str] = ()
-) -> Protected:
-    """What ``coursekit grade`` protects: the course's folder, the folders the instructor
-    named to it (``hidden``), each hand-in path given, the folder holding each (other batches
-    beside it), the gradebook's folder (or the gradebook, in a shared folder), and the other
-    checkouts of the course's git repository (copies of the course the grader knows of)."""
-    course = _real(course)
-    required = [course, *map(_real, hidden), *(_real(g) for g in given)]
-    required += git_checkouts(course)
-    extra = [_real(g).parent for g in given]
-    book = _real(gradebook)
-    if too_wide(book.parent):
-        required += [book.with_name(book.name + s) for s in ("", "-wal", "-shm", "-journal")]
-    else:
-        required.append(book.parent)
-    extra = [p for p in extra if not too_wide(p)]
-    return Protected(required, extra)
-
-
-def git_checkouts(course: Path) -> list[Path]:
-    """Other working trees of the course's repository (``git worktree``), and the main one
-    where the course is a linked working tree: each holds the course too."""
-    dot_git = course / ".git"
-    found = []
-    try:
-        if dot_git.is_file():  # a linked working tree: "gitdir: <main>/.git/worktrees/<name>"
-            line = dot_git.read_text(encoding="utf-8").strip()
-            own = Path(line.removeprefix("gitdir:").strip())
-            common = (own / (own / "commondir").read_text().strip()).resolve()
-            dot_git = common
-            if common.name == ".git":
-                found.append(common.parent)
-        for entry in (dot_git / "worktrees").iterdir():
-            where = Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
-            found.append(where)
-    except (OSError, ValueError):
-        pass
-    return [_real(p) for p in found if _real(p) != course and p.exists()]
-
-
-def needed_paths(hidden: Iterable[Path]) -> list[Path]:
-    """What a hand-in's process reads on the host: its Python (interpreter, standard library,
-    site-packages, coursekit's package: :func:`~.namespaces.python_paths`) and the folder its
-    scratch is made in."""
-    from coursekit.grading.sandbox.namespaces import python_paths
-
-    paths = python_paths([str(h) for h in hidden]) + [tempfile.gettempdir()]
-    return sorted({_real(p) for p in paths})
-
-
-@dataclass
-class Plan:
-    """The changes to make, the paths to probe as a hand-in's user, what cannot be closed."""
-
-    changes: list[Change] = field(default_factory=list)
-    probes: list[tuple[str, str]] = field(default_factory=list)  # (path, "whole" or "list")
-    unclosable: dict[str, str] = field(default_factory=dict)  # path -> why, and the fix
-    covered: list[str] = field(default_factory=list)  # protected folders closed in full
-    kept: list[str] = field(default_factory=list)  # what the hand-ins' Python needs, in them
-
-
-def plan(protected: Protected, needed: list[Path]) -> Plan:
-    """How to make ``protected`` unreadable to other users while keeping ``needed`` reachable."""
-    result = Plan()
-    me = os.geteuid()
-    seen: set[Path] = set()
-    skipped: list[Path] = []  # the grader's to close only where it owns them, and it does not
-
-    def close(path: Path, keep: int, is_required: bool) -> None:
-        """Take other users' bits off ``path`` except ``keep``."""
-        if path in seen:
-            return
-        seen.add(path)
-        try:
-            status = os.lstat(path)
-        except FileNotFoundError:
-            return
-        except OSError as error:
-            result.unclosable[str(path)] = f"cannot be read by the grader ({error.strerror})"
-            return
-        probe = "list" if keep else "whole"
-        if stat.S_ISLNK(status.st_mode):
-            target = _real(path)
-            if not any(_within(target, n) for n in needed):
-                result.probes.append((str(path), "whole"))
-            return
-        mode = stat.S_IMODE(status.st_mode)
-        wanted = mode & ~(0o007 & ~keep)
-        if wanted != mode:
-            if status.st_uid != me:
-                if is_required:
-                    fix = "chmod o-rw" if keep else "chmod o-rwx"
-                    result.unclosable[str(path)] = (
-                        f"belongs to uid {status.st_uid}, not to the grader (uid {me}), which "
-                        f"changes only its own files: `{fix} {_quoted(path)}`"
-                    )
-                skipped.append(path)
-                return
-            result.changes.append(Change(str(path), status.st_dev, status.st_ino, mode, wanted))
-        result.probes.append((str(path), probe))
-
-    def walk(path: Path, is_required: bool, top: bool = True) -> None:
-        inside = [n for n in needed if _within(n, path)]
-        if not inside:
-            close(path, 0, is_required)
-            return
-        if path in inside:  # an entry the hand-ins' Python needs: left as it is
-            result.kept.append(str(path))
-            if top and is_required:
-                result.unclosable[str(path)] = (
-                    "is a folder the hand-ins' Python needs (their interpreter or packages): "
-                    "keep the course, hand-ins and gradebook out of it"
-                )
-            return
-        if too_wide(path) or not path.is_dir():
-            skipped.append(path)
-            if is_required:
-                result.unclosable[str(path)] = "is a folder every user shares, too wide to close"
-            return
-        close(path, 0o001, is_required)  # passable, not listable: only known names resolve
-        try:
-            entries = sorted(os.scandir(path), key=lambda e: e.name)
-        except OSError as error:
-            skipped.append(path)
-            if is_required:
-                result.unclosable[str(path)] = f"cannot be listed by the grader ({error.strerror})"
-            return
-        for entry in entries:
-            walk(Path(entry.path), is_required, top=False)
-
-    required = _outermost(protected.required)
-    tops = [*required]
-    for top in required:
-        walk(top, True)
-    for top in _outermost(protected.extra):  # best effort: where the grader owns them
-        if not any(_within(top, r) for r in required):
-            tops.append(top)
-            walk(top, False)
-    missed = [*skipped, *map(Path, result.unclosable)]
-    whole = [t for t in tops if os.path.lexists(t) and not any(_within(m, t) for m in missed)]
-    result.covered = [str(t) for t in _outermost(whole)]
-    return result
-
-
-def _outermost(paths: list[Path]) -> list[Path]:
-    ordered = sorted(set(paths), key=lambda p: len(p.parts))
-    kept: list[Path] = []
-    for path in ordered:
-        if not any(_within(path, k) for k in kept):
-            kept.append(path)
-    return kept
-
-
-def _quoted(path) -> str:
-    import shlex
-
-    return shlex.quote(str(path))
-
-
-def probe(targets: list[tuple[str, str]]) -> list[str]:
-    """The ``targets`` a hand-in's user can read, measured by a process that has become one
-    (a uid of the hand-ins' range, no groups, no capabilities). ``whole``: any read of the
-    file, a listing of the folder or a look at an entry inside it; ``list``: a listing.
-    Needs root; raises OSError when the probe itself fails."""
-    if not targets:
-        return []
-    names = {path: _first_entry(path) for path, kind in targets if kind == "whole"}
-    for _ in range(3):  # a probe another thread's sweep of stray children ended is retried
-        read, write = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked process
-            status = 3
-            try:
-                os.close(read)
-                uid = HAND_IN_ID_BASE + os.getpid()
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-                found = [p for p, kind in targets if _can_read(p, kind, names.get(p))]
-                data = json.dumps(found).encode()
-                while data:
-                    data = data[os.write(write, data) :]
-                status = 0
-            finally:
-                os._exit(status)
-        os.close(write)
-        chunks = []
-        with os.fdopen(read, "rb") as handle:
-            while chunk := handle.read(65536):
-                chunks.append(chunk)
-        try:
-            _, status = os.waitpid(child, 0)
-        except ChildProcessError:
-            continue
-        if os.waitstatus_to_exitcode(status) == 0:
-            return json.loads(b"".join(chunks))
-    raise OSError("the probe of what a hand-in's user can read did not finish")
-
-
-def _first_entry(path: str) -> str | None:
-    with contextlib.suppress(OSError):
-        with os.scandir(path) as entries:
-            for entry in entries:
-                return entry.path
-    return None
-
-
-def _can_read(path: str, kind: str, inside: str | None) -> bool:
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        descriptor = None
-    if descriptor is not None:
-        try:
-            if stat.S_ISDIR(os.fstat(descriptor).st_mode):
-                os.listdir(descriptor)
-            elif kind == "whole":
-                os.read(descriptor, 1)
-            return True
-        except OSError:
-            pass
-        finally:
-            os.close(descriptor)
-    if kind == "whole" and inside is not None:
-        try:
-            os.lstat(inside)
-            return True
-        except OSError:
-            pass
-    return False
+__all__ = ["Protected", "Shield", "hand_ins_below", "refusal", "shielded_grade", "shielding"]
 
 
 class Shield:
@@ -359,7 +94,7 @@ class Shield:
 
     def _tell(self, landlock: bool) -> None:
         if self.changes:
-            shown = ", ".join(str(p) for p in _outermost([Path(c.path) for c in self.changes]))
+            shown = ", ".join(str(p) for p in outermost([Path(c.path) for c in self.changes]))
             self.say(
                 f"Hand-ins here run as another user on this machine's files: until grading "
                 f"ends, {len(self.changes)} file(s) and folder(s) are unreadable to other "
@@ -383,13 +118,24 @@ class Shield:
             )
 
     def give_back(self) -> None:
-        """Give every changed mode back and remove the journal (what cannot be, is named)."""
+        """Give every changed mode back and remove the journal (what cannot be, is named).
+
+        Not while a hand-in of this run still runs (grading stopped by Ctrl-C or an error
+        while a worker was still ending one): those are ended first; if one cannot be, the
+        modes stay closed and the journal stays, for the next ``grade`` to give them back."""
+        if self.changes and not end_hand_ins_below():
+            self.say(
+                "A hand-in's process of this run could not be ended, so the course and the "
+                "hand-ins stay closed to other users; the next `coursekit grade` of this course "
+                "gives their modes back."
+            )
+            return
         left = shield_journal.give_back(self.changes)
         self.changes = []
         if left:
             self.say(
                 "These modes were changed by someone while grading ran, so the grader left "
-                "them: " + "; ".join(f"chmod {c.before:o} {_quoted(c.path)}" for c in left)
+                "them: " + "; ".join(f"chmod {c.before:o} {quoted(c.path)}" for c in left)
             )
         if self.journal is not None:
             shield_journal.remove(self.journal)
@@ -401,7 +147,7 @@ def _fix_for(path: str, probes: list[tuple[str, str]]) -> str:
     if os.path.islink(path):
         return f"a link to {os.path.realpath(path)}: remove the link, or close what it leads to"
     fix = "chmod o-rw" if kind == "list" else "chmod o-rwx"
-    return f"readable to other users: `{fix} {_quoted(path)}`"
+    return f"readable to other users: `{fix} {quoted(path)}`"
 
 
 _LOCK = threading.Lock()
@@ -518,7 +264,7 @@ def shielded_grade(run_grade):
             Path(given["root"]), given["hand_ins"], Path(given["gradebook_path"]), hidden
         )
         unconfined = bool(getattr(options, "unconfined", False))
-        with shielding(protected, _real(given["root"]), unconfined, say):
+        with shielding(protected, real(given["root"]), unconfined, say):
             return run_grade(*args, **kwargs)
 
     return wrapper
