@@ -23,10 +23,11 @@ course's estimate: what autograd saves for backward (:func:`coursekit.memory.act
 plus the gradients. Each adds the model's weights and AdamW's two float32 moments per
 trainable parameter, which exist before the step.
 
-Neither counts the optimizer step's own moment: PyTorch's default (foreach) AdamW allocates
-about 4 more bytes per trainable parameter for a temporary (the square root of the second
-moment) while weights, gradients and both moments are live; ``fused=True`` avoids most of
-it. The tuner's 10% margin is there for this, and for fragmentation.
+Neither counts the optimizer step's own moment: on a GPU, PyTorch's default AdamW (its
+``foreach`` implementation) allocates about 4 more bytes per trainable parameter for a
+temporary (the square root of the second moment) while weights, gradients and both moments
+are live; ``fused=True`` avoids most of it. The tuner's 10% margin is there for this, and
+for fragmentation.
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ def memory_model(lm, settings: Settings, deadline: float) -> Check:
     notes = [
         "Peak: one forward and backward pass, less what was allocated before it, plus the "
         "weights and AdamW's two moments (not allocated by a probe). The optimizer step's "
-        "own temporary (about 4 B per trainable weight with foreach AdamW) is in neither.",
+        "own temporary (about 4 B per trainable weight with foreach AdamW, the default on a "
+        "GPU) is in neither.",
     ]
     for mode in dict.fromkeys(r.mode for r in rows):
         points = sorted(
