@@ -3,8 +3,11 @@
 The grader's side is :mod:`~coursekit.grading.sandbox.driver` (start a confined process, send
 it one command at a time over :mod:`~coursekit.grading.sandbox.channel` and read its answers:
 :mod:`~coursekit.grading.sandbox.session`), with its settings (:mod:`limits`, :mod:`modes`) and
-its handle on the warm parent (:mod:`warm_parent`, :mod:`reaping`). The warm parent's own
-process (:mod:`fork_server`, ``python -m``'s entry point) imports torch and coursekit once
+its handle on the warm parent (:mod:`warm_parent`, :mod:`reaping`), and, where hand-ins share
+the host's files, :mod:`read_shield` (with :mod:`shield_plan`, :mod:`shield_journal` and
+:mod:`as_hand_in`), which closes the course and the hand-ins to them while grading runs.
+The warm parent's own process (:mod:`fork_server`, ``python -m``'s entry point) imports torch
+and coursekit once
 (:mod:`preload`, :mod:`instruments`) and forks one runner per hand-in; the runner builds its
 process tree (:mod:`process_tree`) and confines the hand-in's process (:mod:`confinement`:
 :mod:`namespaces`, :mod:`privileges`, :mod:`landlock` and :mod:`seccomp`, whose lists are
