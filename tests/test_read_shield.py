@@ -256,3 +256,16 @@ def test_a_hand_in_still_running_is_ended_before_the_modes_are_given_back(base, 
     _, status = os.waitpid(straggler, 0)
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     assert _modes(base) == before
+
+
+def test_a_failure_of_the_shield_itself_refuses_instead_of_grading_open(base, monkeypatch):
+    paths = _tree(base)
+
+    def broken(*args):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(read_shield, "plan", broken)
+    with read_shield.shielding(_protected(paths), paths["course"], say=lambda _: None):
+        refusal = unconfined_refusal(SHARED_FILES)
+        assert "(the read shield): failed: RuntimeError: a bug" in refusal
+        assert "(the read shield)" in unconfined_refusal(SHARED_FILES)  # the next one too

@@ -58,10 +58,19 @@ class Shield:
         self.kept: list[str] = []  # what the hand-ins' Python needs inside them, left open
 
     def close_up(self, landlock: bool) -> None:
-        """Close the protected paths (once), then measure what a hand-in's user can read."""
+        """Close the protected paths (once), then measure what a hand-in's user can read.
+        A failure of its own is named as what cannot be vouched for: it never lets grading
+        go on as if the paths were closed."""
         if self.done:
             return
         self.done = True
+        try:
+            self._close_up()
+        except Exception as error:  # noqa: BLE001 - fails closed: named, and refused
+            self.readable["(the read shield)"] = f"failed: {type(error).__name__}: {error}"
+        self._tell(landlock)
+
+    def _close_up(self) -> None:
         hidden = [*self.protected.required, *self.protected.extra]
         steps = plan(self.protected, needed_paths(hidden))
         self.readable.update(steps.unclosable)
@@ -90,7 +99,6 @@ class Shield:
                 self.readable.setdefault(path, _fix_for(path, steps.probes))
         except OSError as error:
             self.readable["(the probe)"] = str(error)
-        self._tell(landlock)
 
     def _tell(self, landlock: bool) -> None:
         if self.changes:
@@ -201,6 +209,26 @@ def refusal(applied: dict) -> str | None:
 _STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
+def _give_back_whole(shield: Shield) -> None:
+    """``shield.give_back()`` without a stop signal cutting it short (in the main thread:
+    SIGINT, SIGTERM and SIGHUP wait until it is done, then act as they would have)."""
+    if threading.current_thread() is not threading.main_thread():
+        shield.give_back()
+        return
+    pending: list[int] = []
+    held = {}
+    for signum in (signal.SIGINT, *_STOP_SIGNALS):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            held[signum] = signal.signal(signum, lambda number, frame: pending.append(number))
+    try:
+        shield.give_back()
+    finally:
+        for signum, handler in held.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(pending):
+            os.kill(os.getpid(), signum)
+
+
 @contextlib.contextmanager
 def shielding(
     protected: Protected,
@@ -233,11 +261,11 @@ def shielding(
     try:
         yield shield
     finally:
-        with _LOCK:
-            _OPEN.remove(shield)
-            shield.give_back()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        with _LOCK:
+            _OPEN.remove(shield)
+            _give_back_whole(shield)
 
 
 def shielded_grade(run_grade):
