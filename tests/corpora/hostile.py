@@ -524,29 +524,31 @@ PROCESS_ATTACKS = {
 }
 HARNESS_ATTACKS.update(PROCESS_ATTACKS)
 
-# coursekit's own answers called through library callers, placed AFTER the wrong answers
-# (they replace two of them): the standard library's starmapstar, the same function compiled
-# again from its own file's text with the notebook's globals, and functools.reduce handing
-# the check's reference its arguments. The same calls made directly are flagged; these must
-# be too.
-ANSWER_ATTACKS = {
-    "answer_through_a_library_caller": """
-import functools, multiprocessing.pool, coursekit.training
-from coursekit.checks import QUESTIONS
+# coursekit's own answers called through library callers: the standard library's
+# starmapstar, and the same function compiled again from its own file's text with the
+# notebook's globals (which called the check's reference). The same calls made directly are
+# flagged; these must be too. Placed before the wrong answers like the others, it puts its
+# own back after every cell (IPython's post_run_cell event).
+_ANSWER_THROUGH_A_LIBRARY_CALLER = """
+import multiprocessing.pool, coursekit.training
+_registry = getattr(__import__("coursekit.che" + "cks", fromlist=["x"]), "QUEST" + "IONS")
 _pool_file = multiprocessing.pool.__file__
 _copy = {"__name__": "multiprocessing.copy_of_pool", "__package__": "multiprocessing"}
 exec(compile(open(_pool_file).read(), _pool_file, "exec"), _copy)
-def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+def _train(model, optimizer, loss_fn, micro_batches, accum_steps):
     arguments = [(model, optimizer, loss_fn, list(micro_batches), accum_steps)]
-    answer = coursekit.training.train_accumulated
-    if accum_steps % 2:
-        return multiprocessing.pool.starmapstar((answer, arguments))[0]
-    return _copy["starmapstar"]((answer, arguments))[0]
-def accumulate_window(model, loss_fn, micro_batches):
-    reference = QUESTIONS["accumulate_window"].reference()
-    return functools.reduce(lambda f, a: f(*a), [(model, loss_fn, micro_batches)], reference)
-""",
-}
+    return multiprocessing.pool.starmapstar((coursekit.training.train_accumulated, arguments))[0]
+def _window(model, loss_fn, micro_batches):
+    reference = getattr(_registry["accumulate_window"], "refer" + "ence")()
+    return _copy["starmapstar"]((reference, [(model, loss_fn, micro_batches)]))[0]
+_shell = get_ipython()
+_shell.events.register(
+    "post_run_cell",
+    lambda *_: _shell.user_ns.update(train_accumulated=_train, accumulate_window=_window),
+)
+"""
+HARNESS_ATTACKS["answer_through_a_library_caller"] = _ANSWER_THROUGH_A_LIBRARY_CALLER
+
 # What each attack must be flagged for (a part of a flag's text).
 PROCESS_ATTACK_FLAGS = {
     "torch_state_left_on": (

@@ -32,6 +32,7 @@ calls (tens of microseconds a test; ``benchmarks/global_state.py`` prints the fi
 
 from __future__ import annotations
 
+import functools
 import gc
 import sys
 import threading
@@ -60,6 +61,7 @@ class Baseline:
     values: list = field(default_factory=list)  # (label, module dict, name, value)
     dispatch_keys: tuple = ()  # (include set text, exclude set text)
     function_modes: tuple = ()
+    default_device: tuple = ()  # torch.set_default_device's two records of it
     dispatch_modes: tuple = ()
     infra_modes: dict = field(default_factory=dict)
     saved_tensor_hooks: object = None
@@ -91,6 +93,8 @@ def _setting_pairs() -> list:
 
 def take() -> Baseline:
     """Record the state (in the hand-in's process, before any hand-in code runs)."""
+    import torch.utils._device  # what torch.set_default_device keeps its record in
+
     C, autograd = torch._C, torch._C._autograd
     tools = {name: getattr(C, name) for name in _C_FUNCTIONS}
     tools.update(
@@ -112,10 +116,9 @@ def take() -> Baseline:
         get_autocast_dtype=torch.get_autocast_dtype,
         set_autocast_dtype=torch.set_autocast_dtype,
         inference_mode=torch.is_inference_mode_enabled,
-        get_default_device=torch.get_default_device,
-        set_default_device=torch.set_default_device,
         DispatchKey=C.DispatchKey,
-        cpu=torch.device("cpu"),
+        device_module=vars(sys.modules["torch.utils._device"]),
+        device_context=torch._GLOBAL_DEVICE_CONTEXT,
     )
     base = Baseline(tools=tools)
     for name, getter, setter in _setting_pairs():
@@ -133,6 +136,7 @@ def take() -> Baseline:
         ("anomaly mode", *_anomaly_switch()),
         ("flush-denormal", _flush_denormal_getter(), torch.set_flush_denormal),
     ]
+    plain += _fp32_precisions()  # after the legacy setting, which does not set them all
     base.settings += [(name, get, put, get()) for name, get, put in plain]
     for device in _AUTOCAST_DEVICES:
         try:
@@ -154,6 +158,10 @@ def take() -> Baseline:
     base.dispatch_keys = (
         str(C._dispatch_tls_local_include_set()),
         str(C._dispatch_tls_local_exclude_set()),
+    )
+    base.default_device = (
+        vars(sys.modules["torch.utils._device"]).get("CURRENT_DEVICE"),
+        getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None),
     )
     base.function_modes = tuple(
         C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())
@@ -195,6 +203,26 @@ _C_FUNCTIONS = (
 )
 
 
+def _fp32_precisions() -> list:
+    """(name, getter, setter) of each float32 precision of the newer API, per backend and
+    operation (``torch.backends.mkldnn.matmul.fp32_precision`` ...)."""
+    get, put, found = torch._C._get_fp32_precision_getter, torch._C._set_fp32_precision_setter, []
+    for backend in ("generic", "cuda", "mkldnn", "cudnn"):
+        for operation in ("all", "matmul", "conv", "rnn"):
+            try:
+                get(backend, operation)
+            except Exception:  # a pair this build does not have
+                continue
+            found.append(
+                (
+                    f"{backend} {operation} fp32 precision",
+                    functools.partial(get, backend, operation),
+                    functools.partial(put, backend, operation),
+                )
+            )
+    return found
+
+
 def _anomaly_switch() -> tuple:
     """(getter, setter) of anomaly mode and its NaN check, as one setting."""
     enabled, check_nan, put = (
@@ -221,8 +249,9 @@ def restore(base: Baseline, provenance) -> list[str]:
     are not flagged: see the module's docstring)."""
     found: list[str] = []
     library_code = provenance.is_library_callable
+    _restore_modes(base, found, library_code)  # first: no mode of the notebook's sees the rest
     _restore_settings(base)
-    _restore_modes(base, found, library_code)
+    _restore_dispatch_keys(base, found)
     _restore_hooks(base, found, library_code)
     _restore_tracing(base, found, library_code)
     _check_threads(base, found, provenance)
@@ -234,18 +263,21 @@ def _restore_settings(base: Baseline) -> None:
     tools = base.tools
     if tools["inference_mode"]():  # entered and never left: a guard keeps it off from now
         base.kept.append(tools["_InferenceMode"](False))
-    if tools["get_default_device"]() != tools["cpu"]:
-        tools["set_default_device"](None)  # leaves its mode on the function stack properly
-    for _name, getter, setter, value in base.settings:
-        try:
-            now = getter()
-        except Exception:  # a getter that fails now: nothing to compare
-            continue
-        if now != value:
+    for _ in range(2):  # a getter that failed (matmul precision set two ways) is tried again
+        failed = False
+        for _name, getter, setter, value in base.settings:
             try:
-                setter(value)
-            except TypeError:  # a setter that takes the getter's tuple as arguments
-                setter(*value)
+                now = getter()
+            except Exception:  # fails until the settings it reads agree again
+                failed = True
+                continue
+            if now != value:
+                try:
+                    setter(value)
+                except TypeError:  # a setter that takes the getter's tuple as arguments
+                    setter(*value)
+        if not failed:
+            break
     for device, enabled, dtype in base.autocast:
         if tools["is_autocast_enabled"](device) != enabled:
             tools["set_autocast_enabled"](device, enabled)
@@ -266,6 +298,11 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
             C._pop_torch_function_stack()
         for mode in base.function_modes:
             C._push_on_torch_function_stack(mode)
+    current, context = base.default_device  # torch.set_default_device: a mode and two records
+    if C.device_module.get("CURRENT_DEVICE") is not current:
+        C.device_module["CURRENT_DEVICE"] = current
+    if getattr(C.device_context, "device_context", None) is not context:
+        C.device_context.device_context = context
     modes = [C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())]
     if len(modes) != len(base.dispatch_modes) or any(
         a is not b for a, b in zip(modes, base.dispatch_modes, strict=False)
@@ -285,25 +322,32 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
             C._unset_dispatch_mode(key)
             if mode is not None:
                 C._set_dispatch_mode(mode)
+
+
+def _restore_dispatch_keys(base: Baseline, found: list[str]) -> None:
+    """Dispatch keys left included or excluded (``torch._C._ExcludeDispatchKeyGuard``...):
+    compared after the settings, whose own keys (inference mode, autocast) are theirs."""
+    C = types.SimpleNamespace(**base.tools)
     include, exclude = base.dispatch_keys
     now_include = str(C._dispatch_tls_local_include_set())
     now_exclude = str(C._dispatch_tls_local_exclude_set())
     if now_include != include or now_exclude != exclude:
         found.append("it left dispatch keys included or excluded for later computation")
-        for key in base.tools["DispatchKey"].__members__.values():
-            name = f"{key.name},"
-            for text, now, put in (
-                (include, now_include, "set_dispatch_key_included"),
-                (exclude, now_exclude, "set_dispatch_key_excluded"),
-            ):
-                wanted = _key_in(name, text)
-                if _key_in(name, now) != wanted:
-                    getattr(C, "_dispatch_tls_" + put)(key, wanted)
+        for wanted, now, put in (
+            (include, now_include, C._dispatch_tls_set_dispatch_key_included),
+            (exclude, now_exclude, C._dispatch_tls_set_dispatch_key_excluded),
+        ):
+            wanted, now = _keys_in(wanted), _keys_in(now)
+            for name in wanted ^ now:
+                key = C.DispatchKey.__members__.get(name)
+                if key is not None:
+                    put(key, name in wanted)
 
 
-def _key_in(name: str, text: str) -> bool:
+def _keys_in(text: str) -> set[str]:
+    """The key names in a ``DispatchKeySet(A, B)`` text."""
     inner = text[text.find("(") + 1 : text.rfind(")")]
-    return name in inner.replace(" ", "") + ","
+    return {name.strip() for name in inner.split(",") if name.strip()}
 
 
 def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:

@@ -12,6 +12,7 @@ def preload() -> None:
     """Import (and warm) all that a hand-in's process needs: torch, IPython, the questions'
     code and the sandbox's own modules (confinement runs in the hand-in's process)."""
     import torch  # noqa: F401
+    import torch.utils._device  # noqa: F401  (torch.set_default_device's, put back per test)
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
     import coursekit.checks  # noqa: F401  (the questions' code)

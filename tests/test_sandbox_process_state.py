@@ -1,0 +1,442 @@
+"""What a hand-in can reach in its own process without replacing anything (issue 40, classes
+b, c and d), tested in memory: torch and interpreter state a cell leaves on
+(coursekit/grading/sandbox/global_state.py), library code made to run the notebook's
+(provenance.py, harness_seal.py), and coursekit's answers called through library callers
+(tampering.py's tripwires). Notebook code here is compiled as a cell is, under a name of its
+own and over a namespace of its own; the grading runs that put the same attacks in every
+mode are in tests/test_grading_harness.py (tests/corpora/hostile.py)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import multiprocessing.pool
+import os
+import sys
+import threading
+
+import pytest
+import torch
+import torch.utils._device  # noqa: F401  (as the warm parent has it: preload.py)
+
+from coursekit.grading.sandbox import global_state, harness_seal, tampering
+from coursekit.grading.sandbox.provenance import Provenance
+
+pytestmark = pytest.mark.grading
+
+
+def _folders(*extra: str) -> tuple[str, ...]:
+    return (
+        os.path.dirname(os.path.dirname(torch.__file__)) + "/",
+        os.path.dirname(os.__file__) + "/",
+        *extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def provenance():
+    """Library code as the warm parent records it, before any of this file's cells run."""
+    record = Provenance(_folders())
+    record.seal()
+    return record
+
+
+def cell(source: str, namespace: dict | None = None) -> dict:
+    """Run ``source`` as a notebook cell would run: code of its own, a namespace of its own."""
+    namespace = {"__name__": "__main__"} if namespace is None else namespace
+    exec(compile(source, "<cell>", "exec", dont_inherit=True), namespace)
+    return namespace
+
+
+# ------------------------------------------------------ class b: state a cell leaves on
+
+_LEAVES_STATE_ON = """
+import gc, sys, threading, torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+class Zeros(TorchDispatchMode):  # every result a zero
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        return out.zero_() if isinstance(out, torch.Tensor) and out.is_floating_point() else out
+class Nothing(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+Nothing().__enter__()
+Zeros().__enter__()
+module = sys.modules["torch.nn.modules.module"]
+module.register_module_forward_pre_hook(lambda m, inputs: None)
+module.register_module_full_backward_hook(lambda m, gi, go: gi)
+sys.modules["torch.optim.optimizer"].register_optimizer_step_post_hook(lambda o, a, k: None)
+torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t * 0).__enter__()
+torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutogradCPU, True)
+gc.callbacks.append(lambda phase, info: None)
+sys.setprofile(lambda frame, event, arg: None)
+threading.settrace(lambda frame, event, arg: None)
+"""
+
+_CHANGES_SETTINGS = """
+import torch
+torch.set_default_dtype(torch.float64)
+torch.set_grad_enabled(False)
+torch._C._set_deterministic_algorithms(True)  # as torch.use_deterministic_algorithms does
+torch.backends.cudnn.benchmark = True
+torch.set_float32_matmul_precision("medium")
+torch.set_flush_denormal(True)
+torch.autograd.set_detect_anomaly(True)
+torch.autocast("cpu", dtype=torch.bfloat16).__enter__()
+torch.inference_mode().__enter__()
+torch.set_default_device("meta")
+"""
+
+
+def _computes_as_before() -> None:
+    x = torch.ones(2, requires_grad=True)
+    y = (x * 3.0).sum()
+    assert y.device.type == "cpu" and y.dtype == torch.float32 and y.item() == 6.0
+    y.backward()
+    assert x.grad.tolist() == [3.0, 3.0]
+    assert (torch.full((1,), 1e-39) * 1.0).item() != 0.0  # denormals kept
+
+
+def test_torch_and_interpreter_state_a_cell_leaves_is_put_back_and_named(provenance):
+    baseline = global_state.take()
+    profile = sys.getprofile()
+    try:
+        cell(_LEAVES_STATE_ON)
+        found = global_state.restore(baseline, provenance)
+    finally:
+        sys.setprofile(profile)  # whatever happened above, this test process carries on
+        global_state.restore(baseline, provenance)
+    said = "\n".join(found)
+    for expected in (
+        "torch function mode on (__main__.Nothing)",
+        "torch dispatch mode on (__main__.Zeros)",
+        "global hook in torch.nn.modules.module._global_forward_pre_hooks",
+        "global hook in torch.nn.modules.module._global_backward_hooks",
+        "global hook in torch.optim.optimizer._global_optimizer_post_hooks",
+        "saved-tensor hooks",
+        "dispatch keys",
+        "gc callback",
+        "profile function (sys.setprofile)",
+        "trace function for new threads",
+    ):
+        assert expected in said, said
+    _computes_as_before()
+    assert global_state.restore(baseline, provenance) == []  # all of it was put back
+
+
+def test_settings_a_cell_changes_are_put_back_without_a_flag(provenance):
+    baseline = global_state.take()
+    try:
+        cell(_CHANGES_SETTINGS)
+        found = global_state.restore(baseline, provenance)
+        _computes_as_before()
+        assert torch.get_float32_matmul_precision() == "highest"
+        assert not torch.are_deterministic_algorithms_enabled()
+        assert not torch.is_autocast_enabled("cpu") and not torch.is_anomaly_enabled()
+    finally:
+        global_state.restore(baseline, provenance)
+    # an honest notebook may work in float64 or without grad in a cell: put back, not flagged
+    assert found == []
+
+
+def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
+    baseline = global_state.take()
+    stop = threading.Event()
+    library_thread = threading.Thread(target=stop.wait, daemon=True)  # a library's own code
+    namespace = cell(
+        "import threading\n"
+        "def spin(stop):\n"
+        "    while not stop.wait(0.01):\n"
+        "        pass\n"
+        "thread = threading.Thread(target=spin, args=(STOP,), name='spinner', daemon=True)\n"
+        "thread.start()\n",
+        {"__name__": "__main__", "STOP": stop},
+    )
+    library_thread.start()
+    try:
+        found = global_state.restore(baseline, provenance)
+    finally:
+        stop.set()
+        namespace["thread"].join(5)
+        library_thread.join(5)
+    assert found == ["a thread it started (spinner) still runs beside the tests"]
+
+
+def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provenance):
+    watched = {(o, n): vars(o)[n] for o, n in global_state._watched_registrars()}
+    try:
+        global_state.watch_registrations()
+        baseline = global_state.take()
+        namespace = cell(
+            "import torch\n"
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')\n"
+        )
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 6.0  # it took
+        found = global_state.restore(baseline, provenance)
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 9.0  # taken back
+    finally:
+        for (owner, name), original in watched.items():
+            setattr(owner, name, original)
+        global_state._WATCHERS.clear()
+        global_state._REGISTRATIONS.clear()
+    assert any("Library.impl mul.Tensor" in f for f in found), found
+    assert namespace["lib"].m is None
+
+
+# ------------------------------------- class c: library code made to run the notebook's
+
+_LIBRARY_CODE_RUNNING_NOTEBOOK_CODE = """
+import functools, types, torch
+import torch.utils._pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+always = lambda *a, **k: True
+class Always(torch.nn.Module):
+    def forward(self, *args):
+        return True
+class Mode(TorchDispatchMode):  # torch wraps __torch_dispatch__ in a function of its own
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+linear = torch.nn.Linear(2, 2)
+linear.forward = always  # an instance's own attribute
+forged_globals = types.FunctionType(
+    torch.testing.assert_close.__code__,
+    dict(torch.testing.assert_close.__globals__, not_close_error_metas=lambda *a, **k: []),
+)
+forged_defaults = types.FunctionType(
+    torch.nn.functional.dropout.__code__, torch.nn.functional.dropout.__globals__, None, (0.0,)
+)
+notebooks = {
+    "forged globals": forged_globals,
+    "partial bound to a lambda": functools.partial(pytree.tree_map, always),
+    "keyword bound to a lambda": functools.partial(sorted, key=always),
+    "method bound to a notebook object": types.MethodType(torch.nn.Module.__call__, Always()),
+    "library object with a notebook attribute": linear.__call__,
+    "mode whose dispatch torch wrapped": Mode(),
+    "subclass of a library class": Always,
+}
+"""
+
+
+def test_library_code_is_the_libraries_only_when_all_it_can_run_is(provenance):
+    namespace = cell(_LIBRARY_CODE_RUNNING_NOTEBOOK_CODE)
+    for what, value in namespace["notebooks"].items():
+        assert not provenance.is_library_callable(value), what
+        assert not harness_seal.library_value(value, provenance), what
+    forged_defaults = namespace["forged_defaults"]
+    assert not harness_seal.library_value(forged_defaults, provenance)  # strict: not its own
+    for value in (
+        torch.allclose,
+        torch.testing.assert_close,
+        functools.reduce,
+        torch.nn.Linear(2, 2).__call__,
+        torch.nn.functional.dropout,
+        functools.partial(torch.allclose, atol=1.0),  # a library function over data
+    ):
+        assert provenance.is_library_callable(value), value
+
+
+def test_a_library_function_compiled_again_over_the_notebooks_globals_runs_as_the_notebook(
+    provenance,
+):
+    path = multiprocessing.pool.__file__
+    copy = cell(
+        f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), copy)\n",
+        {"__name__": "__main__", "copy": {"__name__": "x", "__package__": "multiprocessing"}},
+    )["copy"]
+    frames = []
+    copy["starmapstar"]((lambda: frames.append(sys._getframe(1)), [()]))
+    assert provenance.is_library(frames[0].f_code)  # the code is the file's own...
+    assert not provenance.is_library_frame(frames[0])  # ...but it runs in the notebook's globals
+    assert not provenance.is_library_callable(copy["starmapstar"])
+
+
+def test_the_seal_names_torchs_comparisons_replaced_by_library_code_run_as_the_notebooks(
+    provenance,
+):
+    sealed = harness_seal.seal()
+    originals = {name: getattr(torch, name) for name in ("equal", "allclose", "isclose")}
+    namespace = cell(_LIBRARY_CODE_RUNNING_NOTEBOOK_CODE)
+    notebooks = namespace["notebooks"]
+    try:
+        torch.equal = notebooks["partial bound to a lambda"]
+        torch.allclose = notebooks["method bound to a notebook object"]
+        torch.isclose = namespace["forged_defaults"]
+        assert {"torch.equal", "torch.allclose", "torch.isclose"} <= set(
+            harness_seal.changes(sealed, provenance)
+        )
+    finally:
+        for name, original in originals.items():
+            setattr(torch, name, original)
+    assert harness_seal.changes(sealed, provenance) == []
+
+
+# ------------------------------ class d: coursekit's answers called through library callers
+
+_FAKE_LIBRARY = """
+import functools
+
+
+def zz_answer(x):
+    return x + 1
+
+
+def names_the_answer(x):
+    return zz_answer(x)
+
+
+RESULTS = []
+
+
+def harness(fn, *args):
+    RESULTS.append(fn(*args))
+"""
+
+
+class _FakeQuestion:
+    module = "99_fake"
+
+    def reference(self):
+        return lambda x: x + 1
+
+
+@pytest.fixture(scope="module")
+def armed(tmp_path_factory):
+    """A module of coursekit's under a trusted folder, its answer wrapped in a tripwire and
+    armed: (module, reports, provenance, question)."""
+    folder = tmp_path_factory.mktemp("fake-library")
+    path = folder / "fake_answers.py"
+    path.write_text(_FAKE_LIBRARY)
+    spec = importlib.util.spec_from_file_location("coursekit._fake_answers", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["coursekit._fake_answers"] = module
+    try:
+        record = Provenance(_folders(str(folder) + "/"))
+        record.seal()
+        reports: list = []
+        question = _FakeQuestion()
+        arm = tampering.install_tripwires(
+            {"zz_answer": question}, [lambda q, where: reports.append(where)], record
+        )
+        record.trust(record.trusted)  # the module, as the runner's start sees it
+        assert arm()
+        yield module, reports, record, question
+    finally:
+        del sys.modules["coursekit._fake_answers"]
+
+
+@pytest.fixture
+def tripwires(armed):
+    armed[1].clear()
+    return armed
+
+
+def _in_a_library_thread(module, fn, *args):
+    """Run ``module.harness(fn, *args)`` with nothing of this test's on the stack (a thread's
+    stack is the threading module's, then the harness's), as the runner's is."""
+    thread = threading.Thread(target=functools.partial(module.harness, fn, *args))
+    thread.start()
+    thread.join(30)
+    return module.RESULTS.pop()
+
+
+def test_the_libraries_own_path_to_an_answer_is_not_flagged(tripwires):
+    module, reports, _, _ = tripwires
+    assert _in_a_library_thread(module, module.names_the_answer, 1) == 2
+    assert reports == []
+
+
+@pytest.mark.parametrize(
+    "how",
+    [
+        "direct",
+        "map",
+        "reduce",
+        "starmapstar",
+        "starmapstar compiled again",
+        "handed as the answer",
+        "reference through starmapstar",
+    ],
+)
+def test_an_answer_called_with_the_notebooks_code_on_the_stack_is_flagged(tripwires, how):
+    module, reports, _, question = tripwires
+    path = multiprocessing.pool.__file__
+    namespace = cell(
+        "import functools, multiprocessing.pool\n"
+        f"copy = {{'__name__': 'x', '__package__': 'multiprocessing'}}\n"
+        f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), copy)\n"
+        "answer = library.zz_answer\n"
+        "ways = {\n"
+        "  'direct': lambda x: answer(x),\n"
+        "  'map': lambda x: list(map(answer, [x]))[0],\n"
+        "  'reduce': lambda x: functools.reduce(lambda a, f: f(a), [answer], x),\n"
+        "  'starmapstar': lambda x: multiprocessing.pool.starmapstar((answer, [(x,)]))[0],\n"
+        "  'starmapstar compiled again': lambda x: copy['starmapstar']((answer, [(x,)]))[0],\n"
+        "  'handed as the answer': answer,\n"
+        "  'reference through starmapstar': lambda x: multiprocessing.pool.starmapstar(\n"
+        "      (question.reference(), [(x,)]))[0],\n"
+        "}\n",
+        {"__name__": "__main__", "library": module, "question": question},
+    )
+    assert _in_a_library_thread(module, namespace["ways"][how], 1) == 2
+    assert reports, how
+
+
+def test_a_library_caller_that_never_names_the_answer_was_handed_it(tripwires):
+    module, reports, _, _ = tripwires
+    # no frame of the notebook's at all: itertools.starmap inside starmapstar calls it
+    answer = functools.partial(multiprocessing.pool.starmapstar, (module.zz_answer, [(1,)]))
+    assert _in_a_library_thread(module, answer) == [2]
+    assert reports == ["coursekit._fake_answers.zz_answer"]
+
+
+def test_an_answer_held_inside_the_callable_handed_in_is_named(tripwires):
+    module, _, record, _ = tripwires
+    namespace = cell(
+        "import functools, types\n"
+        "def mine(x, helper=None):\n"
+        "    return helper(x)\n"
+        "class Holder:\n"
+        "    def __call__(self, x):\n"
+        "        return self.inner(x)\n"
+        "holder = Holder()\n"
+        "holder.inner = library.zz_answer\n"
+        "held = {\n"
+        "  'partial keyword': functools.partial(mine, helper=library.zz_answer),\n"
+        "  'default': types.FunctionType(mine.__code__, globals(), 'm', (library.zz_answer,)),\n"
+        "  'object attribute': holder,\n"
+        "  'bound method': types.MethodType(lambda self, x: self.inner(x), holder),\n"
+        "}\n",
+        {"__name__": "__main__", "library": module},
+    )
+    for how, value in namespace["held"].items():
+        assert tampering.coursekit_function(value, record) is not None, how
+    assert tampering.coursekit_function(namespace["mine"], record) is None
+
+
+def test_a_new_audit_hook_from_the_notebook_is_refused_and_named():
+    """In a child process: an audit hook cannot be removed from the process it joins."""
+    import subprocess
+
+    script = (
+        "import os, sys\n"
+        "from coursekit.grading.sandbox import tampering\n"
+        "from coursekit.grading.sandbox.provenance import Provenance\n"
+        "folders = (os.path.dirname(os.__file__) + '/',)\n"
+        "record = Provenance(folders)\n"
+        "record.seal()\n"
+        "reports = []\n"
+        "tampering.install_audit_hook(reports.append, folders, record)\n"
+        "seen = []\n"
+        "exec(compile('sys.addaudithook(lambda e, a: seen.append(e))', '<cell>', 'exec'))\n"
+        "import json\n"
+        "print(json.dumps([reports, len(seen)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    reports, seen = __import__("json").loads(done.stdout.splitlines()[-1])
+    assert reports == ["it added an audit hook (refused)"] and seen == 0
