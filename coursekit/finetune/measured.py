@@ -70,6 +70,7 @@ def cpu_model(config, mode, checkpointing: bool = False, seed: int = 0) -> nn.Mo
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa")
     model = model.to_empty(device="cpu")
+    model.tie_weights()  # to_empty gives the tied output layer a storage of its own
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for parameter in model.parameters():
