@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import types
 
 import pytest
 import torch
@@ -23,6 +24,16 @@ from coursekit.checks.tamper_evident import judge_instruments, poke, watched
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from tests.corpora import student_code
+from tests.corpora.instrument_attacks import (
+    ALL_REDUCES_HIDDEN,
+    COPY,
+    DDP_HOOKS_OFF,
+    FORGED_PASSES,
+    GRAPHS_UNSEEN,
+    HOOKS_OFF,
+    ISSUE_ATTACK,
+    SCALER_COUNTS_FORGED,
+)
 
 MICRO, N = 6, 4
 
@@ -73,7 +84,7 @@ def _reachable(root, depth=6, seen=None):
         children += list(root)
     if isinstance(root, dict):
         children += list(root.values())
-    if not isinstance(root, (type, torch.Tensor)) and hasattr(root, "__dict__"):
+    if not isinstance(root, (type, torch.Tensor, types.ModuleType)) and hasattr(root, "__dict__"):
         children += list(vars(root).values())
     for child in children:
         if child is not None:
@@ -386,66 +397,6 @@ def _graded(question: str, source: str) -> list[Failure | None]:
     return verdicts
 
 
-ISSUE_ATTACK = """
-import torch
-def accumulate_window(model, loss_fn, micro_batches):
-    inputs = torch.cat([x for x, _ in micro_batches])
-    targets = torch.cat([y for _, y in micro_batches])
-    loss_fn(model(inputs), targets).backward()
-    for hook in model._forward_pre_hooks.values():
-        owner = getattr(hook, "__self__", None)
-        if owner is not None and hasattr(owner, "forward_sizes"):
-            owner.forward_sizes[:] = [len(micro_batches[0][0])]
-    for cell in getattr(hook, "__closure__", None) or ():
-        if isinstance(cell.cell_contents, list):
-            cell.cell_contents[:] = [len(micro_batches[0][0])]
-"""
-
-HOOKS_OFF = """
-import torch
-def accumulate_window(model, loss_fn, micro_batches):
-    saved = {m: dict(m._forward_pre_hooks) for m in model.modules()}
-    for m in model.modules():
-        m._forward_pre_hooks.clear()
-    inputs = torch.cat([x for x, _ in micro_batches])
-    targets = torch.cat([y for _, y in micro_batches])
-    loss_fn(model(inputs), targets).backward()
-"""
-
-COPY = """
-import copy, torch
-def accumulate_window(model, loss_fn, micro_batches):
-    twin = copy.deepcopy(model)
-    for m in twin.modules():
-        m._forward_pre_hooks.clear()
-        m._forward_hooks.clear()
-    inputs = torch.cat([x for x, _ in micro_batches])
-    targets = torch.cat([y for _, y in micro_batches])
-    loss_fn(twin(inputs), targets).backward()
-    for mine, theirs in zip(model.parameters(), twin.parameters()):
-        mine.grad = theirs.grad.clone()
-"""
-
-FORGED_PASSES = """
-def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
-    micro_batches = list(micro_batches)
-    p = next(model.parameters())
-    for start in range(0, len(micro_batches), accum_steps):
-        window = micro_batches[start : start + accum_steps]
-        samples = sum(len(t) for _, t in window)
-        sum(loss_fn(model(x), y) * len(y) / samples for x, y in window).backward()
-        for hook in list(p._backward_hooks.values()) * len(window):
-            hook(p.grad)
-            for cell in hook.__closure__ or ():
-                try:
-                    hook.__globals__["poke"](cell.cell_contents, p.grad)
-                except Exception:
-                    pass
-        optimizer.step()
-        optimizer.zero_grad()
-"""
-
-
 @pytest.mark.parametrize(
     ("question", "source", "mistake"),
     [
@@ -468,51 +419,15 @@ def test_right_answers_keep_their_points(question):
     assert _graded(question, student_code.BY_QUESTION[question]["correct"]) == [None, None]
 
 
-DDP_HOOKS_OFF = """
-def ddp_window(model, loss_fn, micro_batches):
-    model._forward_pre_hooks.clear()
-    for x, y in micro_batches:
-        (loss_fn(model(x), y) / len(micro_batches)).backward()
-"""
-
-GRAPHS_UNSEEN = """
-import torch
-def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
-    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
-    torch._C._autograd._pop_saved_tensors_default_hooks()
-    try:
-        from coursekit.contrastive import info_nce
-        loss = info_nce(encoder(queries), encoder(keys), temperature)
-        loss.backward()
-    finally:
-        torch._C._autograd._push_saved_tensors_default_hooks(*hooks)
-    return loss
-"""
-
-SCALER_COUNTS_FORGED = """
-import torch
-def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
-    for x, y in micro_batches:
-        scaler.scale(loss_fn(model(x), y) / len(micro_batches)).backward()
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
-    optimizer.step()  # not scaler.step: the step runs even on an inf
-    scaler.update()
-    poke = type(scaler).step.__globals__["poke"]
-    poke(scaler.tokens["step"])
-    scaler.tokens = {name: object() for name in scaler.tokens}
-    optimizer.zero_grad()
-"""
-
-
 @pytest.mark.parametrize(
     ("question", "source", "mistake"),
     [
+        ("global_token_scale", ALL_REDUCES_HIDDEN, "all_reduce_per_micro_batch"),
         ("ddp_window", DDP_HOOKS_OFF, "instrument_changed"),
         ("grad_cache_step", GRAPHS_UNSEEN, "instrument_bypassed"),
         ("amp_window", SCALER_COUNTS_FORGED, "instrument_changed"),
     ],
-    ids=["ddp", "grad_cache", "amp_scaler"],
+    ids=["all_reduce", "ddp", "grad_cache", "amp_scaler"],
 )
 def test_each_questions_own_instruments_hold_too(question, source, mistake):
     assert mistake in _graded(question, source)

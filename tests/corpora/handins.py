@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tests.corpora import hostile
+from tests.corpora import hostile, instrument_attacks
 from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
 
 # Where a hand-in lies under the folder graded, when not at STUDENT.ipynb: the student is
@@ -64,6 +64,11 @@ def corpus(forbidden: dict[str, Path]) -> dict[str, tuple]:
             "partial",
             "more than a micro-batch",
         ),
+        # Issue 40, item 4a: an instrument reached through the objects a function is given.
+        **{
+            f"instrument_{name}": ([IMPORTS, *cells], "partial", words)
+            for name, _, cells, words in instrument_attacks.module1_hand_ins(answers)
+        },
         "huge_outputs": (
             [
                 IMPORTS,

@@ -13,6 +13,7 @@ transformers #34242 one (each rank's own count) first.
 from __future__ import annotations
 
 import numbers
+import sys
 
 import torch
 import torch.distributed as dist
@@ -21,6 +22,7 @@ from coursekit.checks.module02.common import MODULE
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
+from coursekit.checks.tamper_evident import Sink, poke, watched
 from coursekit.distributed import ensure_single_process_group
 from coursekit.tokens import global_token_scale
 
@@ -126,6 +128,44 @@ class _Done:
         return True
 
 
+class _CallSink(Sink):
+    """This rank's all_reduce calls, each read from the played call in progress (the poke
+    must come straight from ``_PlayedRanks.all_reduce``, its ``self`` the played ranks):
+    the op and what this rank sent. The student's code reaches the played ranks (they
+    stand behind ``dist.all_reduce``), never this."""
+
+    def __init__(self, played):
+        super().__init__()
+        self.played = played
+
+    def accept(self, *_payload) -> None:
+        frame = sys._getframe(2)
+        if frame.f_code is not _ALL_REDUCE or frame.f_locals.get("self") is not self.played:
+            return
+        mine = frame.f_locals.get("mine")
+        if torch.is_tensor(mine):
+            op = str(frame.f_locals.get("op")).rpartition(".")[2]
+            self.events.append((op, mine.flatten().tolist()))
+
+
+class _Calls:
+    """The instrument :func:`coursekit.checks.tamper_evident.watched` holds: the sink of
+    this rank's all_reduce calls (none without other ranks to play)."""
+
+    def __init__(self, played):
+        self.sinks = [] if played is None else [_CallSink(played)]
+        if played is not None:
+            played.token = self.sinks[0].token
+
+    @property
+    def ops(self) -> list[str]:
+        return [op for sink in self.sinks for op, _ in sink.events]
+
+    @property
+    def sent(self) -> list[list[float]]:
+        return [sent for sink in self.sinks for _, sent in sink.events]
+
+
 class _PlayedRanks:
     """Stands in for ``all_reduce`` and ``get_world_size`` while the student's code runs.
 
@@ -142,6 +182,7 @@ class _PlayedRanks:
         self.sent: list[list[float]] = []  # and what this rank contributed to each
         self._recording: list[torch.Tensor] | None = None
         self.works: list[_Work] = []  # this rank's async works, to see which were awaited
+        self.token = None  # the token of the sink that counts this rank's calls (_Calls)
 
     def record(self, function, counts: list[int]) -> None:
         self._recording = []
@@ -162,6 +203,7 @@ class _PlayedRanks:
         if self._recording is not None:
             self._recording.append(mine)
             return _Done() if async_op else None
+        poke(self.token)  # counted out of the student's reach, from this very call
         index = len(self.calls)
         self.calls.append(str(op).rpartition(".")[2])
         self.sent.append(mine.flatten().tolist())
@@ -184,6 +226,9 @@ class _PlayedRanks:
 
     def get_world_size(self, group=None):
         return self.world
+
+
+_ALL_REDUCE = _PlayedRanks.all_reduce.__code__
 
 
 def _scale_patterns(counts: list[int], others: list[list[int]]) -> list[tuple[str, str, float]]:
@@ -292,8 +337,9 @@ class GlobalTokenScale(Question):
                 played.record(fn, counts)
             counts = list(spec["counts"])
             kept = Kept(local_token_counts=counts)
+            seen = _Calls(played)
             try:
-                returned = fn(counts)
+                returned = watched((seen,), fn, counts)
             except Exception as error:
                 if played is None or played.calls or isinstance(error, NotImplementedError):
                     raise  # a stub stays "not attempted"
@@ -323,8 +369,8 @@ class GlobalTokenScale(Question):
         return {
             **kept.report(),
             "scale": scale if scale is not None else repr(returned)[:120],
-            "all_reduces": played.calls if played is not None else [],
-            "all_reduced": played.sent if played is not None else [],
+            "all_reduces": seen.ops,
+            "all_reduced": seen.sent,
             "not_awaited": sum(not w.done for w in played.works) if played is not None else 0,
             # the played ranks' all_reduce calls: the same function, called just before
             "others_all_reduces": [len(r) for r in played.recorded] if played else [],

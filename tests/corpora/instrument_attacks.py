@@ -1,0 +1,149 @@
+"""Hand-ins that reach a check's instruments through the objects their functions are given
+(issue 40, item 4a), as source: each loses the question whose instrument it reaches.
+
+Used by ``tests/test_instrument_tampering.py`` (judged in memory), the module 1 corpus batch
+(``tests/corpora/handins.py``) and ``tests/test_instrument_tampering_graded.py``.
+"""
+
+# The issue's attack: a whole-batch forward, then the forward counter's record rewritten
+# through a hook's ``__self__`` (the instrument of old) or its closure.
+ISSUE_ATTACK = """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss_fn(model(inputs), targets).backward()
+    for hook in model._forward_pre_hooks.values():
+        owner = getattr(hook, "__self__", None)
+        if owner is not None and hasattr(owner, "forward_sizes"):
+            owner.forward_sizes[:] = [len(micro_batches[0][0])]
+    for cell in getattr(hook, "__closure__", None) or ():
+        if isinstance(cell.cell_contents, list):
+            cell.cell_contents[:] = [len(micro_batches[0][0])]
+"""
+
+# The model's hooks cleared around a whole-batch forward.
+HOOKS_OFF = """
+import torch
+def accumulate_window(model, loss_fn, micro_batches):
+    saved = {m: dict(m._forward_pre_hooks) for m in model.modules()}
+    for m in model.modules():
+        m._forward_pre_hooks.clear()
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss_fn(model(inputs), targets).backward()
+"""
+
+# A copy of the model, its hooks cleared, does the work; its gradient is copied back.
+COPY = """
+import copy, torch
+def accumulate_window(model, loss_fn, micro_batches):
+    twin = copy.deepcopy(model)
+    for m in twin.modules():
+        m._forward_pre_hooks.clear()
+        m._forward_hooks.clear()
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss_fn(twin(inputs), targets).backward()
+    for mine, theirs in zip(model.parameters(), twin.parameters()):
+        mine.grad = theirs.grad.clone()
+"""
+
+# One backward per window, the gradient hooks called and poked to look like one per
+# micro-batch.
+FORGED_PASSES = """
+def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
+    micro_batches = list(micro_batches)
+    p = next(model.parameters())
+    for start in range(0, len(micro_batches), accum_steps):
+        window = micro_batches[start : start + accum_steps]
+        samples = sum(len(t) for _, t in window)
+        sum(loss_fn(model(x), y) * len(y) / samples for x, y in window).backward()
+        for hook in list(p._backward_hooks.values()) * len(window):
+            hook(p.grad)
+            for cell in hook.__closure__ or ():
+                try:
+                    hook.__globals__["poke"](cell.cell_contents, p.grad)
+                except Exception:
+                    pass
+        optimizer.step()
+        optimizer.zero_grad()
+"""
+
+# DDP's forward hooks cleared.
+DDP_HOOKS_OFF = """
+def ddp_window(model, loss_fn, micro_batches):
+    model._forward_pre_hooks.clear()
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) / len(micro_batches)).backward()
+"""
+
+# The saved-tensor hooks taken off while the graphs are made, and put back.
+GRAPHS_UNSEEN = """
+import torch
+def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        from coursekit.contrastive import info_nce
+        loss = info_nce(encoder(queries), encoder(keys), temperature)
+        loss.backward()
+    finally:
+        torch._C._autograd._push_saved_tensors_default_hooks(*hooks)
+    return loss
+"""
+
+# optimizer.step() instead of scaler.step(), a forged poke, and the scaler's tokens replaced.
+SCALER_COUNTS_FORGED = """
+import torch
+def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
+    for x, y in micro_batches:
+        scaler.scale(loss_fn(model(x), y) / len(micro_batches)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()  # not scaler.step: the step runs even on an inf
+    scaler.update()
+    poke = type(scaler).step.__globals__["poke"]
+    poke(scaler.tokens["step"])
+    scaler.tokens = {name: object() for name in scaler.tokens}
+    optimizer.zero_grad()
+"""
+
+# One all_reduce per micro-batch, then the played ranks' record cut to one call.
+ALL_REDUCES_HIDDEN = """
+import torch
+import torch.distributed as dist
+
+
+def global_token_scale(local_token_counts):
+    total = 0.0
+    for count in local_token_counts:
+        one = torch.tensor(float(count))
+        dist.all_reduce(one)
+        total += one.item()
+    played = dist.all_reduce.__self__  # the check's stand-in: say one all_reduce was made
+    played.calls[:], played.sent[:] = played.calls[:1], played.sent[:1]
+    return dist.get_world_size() / total
+"""
+
+
+def module1_hand_ins(answers) -> list[tuple[str, str, list[str], str]]:
+    """(name, the question it loses, cells, words its feedback must hold) for module 1's
+    batch; ``answers`` is ``tests.helpers.hand_ins.answers`` (the right answers as cells)."""
+    right = answers()
+    window, loop = "# Question: accumulate_window\n", "# Question: train_accumulated\n"
+    return [
+        (
+            "record_rewritten",
+            "accumulate_window",
+            [window + ISSUE_ATTACK, *right[1:]],
+            "more than a micro-batch",
+        ),
+        ("hooks_off", "accumulate_window", [window + HOOKS_OFF, *right[1:]], "removed a hook"),
+        (
+            "forged_passes",
+            "train_accumulated",
+            [right[0], loop + FORGED_PASSES, right[2]],
+            "backward passes",
+        ),
+    ]
