@@ -42,7 +42,7 @@ import nbgrader_course  # noqa: E402
 
 from coursekit.authoring.markup import question_name  # noqa: E402
 from coursekit.checks import questions_of  # noqa: E402
-from tests import student_code  # noqa: E402
+from tests.corpora import student_code  # noqa: E402
 
 ASSIGNMENT = "01_accumulation"
 WRONG = [
