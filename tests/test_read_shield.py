@@ -44,6 +44,7 @@ def _tree(base: Path) -> dict[str, Path]:
         "readme": base / "course" / "README.md",
         "venv": base / "course" / ".venv",
         "library": base / "course" / ".venv" / "lib.py",
+        "package": base / "course" / "coursekit" / "memory.py",  # an editable install's
         "graded": base / "hand-ins" / "week2" / "ada.ipynb",
         "other_batch": base / "hand-ins" / "week1" / "bob.ipynb",
         "gradebook": base / "books" / "gradebook.sqlite",
@@ -96,7 +97,7 @@ def _reads_as_hand_in(paths: list[Path]) -> list[str]:
 
 def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(base, needs_venv):
     paths = _tree(base)
-    needs_venv.paths = [paths["venv"]]
+    needs_venv.paths = [paths["venv"], paths["package"].parent]
     before = _modes(base)
     secrets = [paths[n] for n in ("solution", "source", "readme", "graded", "other_batch")]
     secrets.append(paths["gradebook"])
@@ -107,7 +108,8 @@ def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(ba
         assert unconfined_refusal(SHARED_FILES) is None, said
         assert _reads_as_hand_in(secrets) == []
         # its Python stays reachable through the closed course folder, but not listable
-        assert _reads_as_hand_in([paths["library"]]) == [str(paths["library"])]
+        python = [str(paths["library"]), str(paths["package"])]
+        assert _reads_as_hand_in(python) == python
         assert probe([(str(paths["course"]), "list")]) == []
         assert list(paths["course"].glob(".coursekit-read-shield-*.json"))  # the journal
     assert _modes(base) == before
@@ -116,7 +118,7 @@ def test_a_hand_ins_user_reads_nothing_protected_and_everything_is_given_back(ba
     checked = [s for s in said if s.startswith("Checked as a hand-in's user")]
     listed = checked[0].split("nothing in ")[1].split(" but ")[0].split(", ")
     assert str(paths["course"]) in listed and str(paths["gradebook"].parent) in listed
-    assert f"but what its Python needs ({paths['venv']})" in checked[0]
+    assert f"but what its Python needs ({paths['venv']}, {paths['package'].parent})" in checked[0]
 
 
 def test_a_path_it_may_not_change_is_named_with_its_fix_and_grading_refused(base, needs_venv):
