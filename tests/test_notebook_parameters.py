@@ -72,6 +72,7 @@ EVIDENCE = {
         ("m08-03", r"^4 documents per step:"),  # scale
         ("m08-05", r"packed into rows of 512:"),  # seq_len
         ("m08-05", r"^packed, 2 rows per step:"),  # tokens_per_step 1024 / seq_len 512
+        ("m08-22", r"budget 7\.2 GiB"),  # max_memory_gb 8, less the planner's 10%
     ],
 }
 
