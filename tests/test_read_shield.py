@@ -271,3 +271,25 @@ def test_a_failure_of_the_shield_itself_refuses_instead_of_grading_open(base, mo
         refusal = unconfined_refusal(SHARED_FILES)
         assert "(the read shield): failed: RuntimeError: a bug" in refusal
         assert "(the read shield)" in unconfined_refusal(SHARED_FILES)  # the next one too
+
+
+def test_what_a_hand_in_can_reach_besides_files_is_measured_and_said(base, needs_venv):
+    import socket
+
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        for applied, landlock in ((SHARED_FILES, 0), ({**SHARED_FILES, "landlock": 4}, 4)):
+            said = []
+            with read_shield.shielding(_protected(paths), paths["course"], say=said.append):
+                unconfined_refusal(applied)
+            reach = [s for s in said if "can also reach" in s or "keeps hand-ins from" in s]
+            if landlock:
+                assert reach == [
+                    "Landlock keeps hand-ins from other processes' /proc entries and from TCP."
+                ]
+            else:
+                assert f"127.0.0.1:{port}" in reach[0] and "command lines of" in reach[0]

@@ -26,7 +26,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from coursekit.grading.sandbox import shield_journal
-from coursekit.grading.sandbox.as_hand_in import end_hand_ins_below, hand_ins_below, probe
+from coursekit.grading.sandbox.as_hand_in import (
+    end_hand_ins_below,
+    hand_ins_below,
+    listening_tcp,
+    other_processes,
+    probe,
+)
 from coursekit.grading.sandbox.shield_journal import Change
 from coursekit.grading.sandbox.shield_plan import (
     Protected,
@@ -57,7 +63,7 @@ class Shield:
         self.covered: list[str] = []  # protected folders closed in full, as measured
         self.kept: list[str] = []  # what the hand-ins' Python needs inside them, left open
 
-    def close_up(self, landlock: bool) -> None:
+    def close_up(self, landlock: int) -> None:
         """Close the protected paths (once), then measure what a hand-in's user can read.
         A failure of its own is named as what cannot be vouched for: it never lets grading
         go on as if the paths were closed."""
@@ -100,7 +106,7 @@ class Shield:
         except OSError as error:
             self.readable["(the probe)"] = str(error)
 
-    def _tell(self, landlock: bool) -> None:
+    def _tell(self, landlock: int) -> None:
         if self.changes:
             shown = ", ".join(str(p) for p in outermost([Path(c.path) for c in self.changes]))
             self.say(
@@ -124,6 +130,7 @@ class Shield:
                 "--unconfined: grading goes on though a hand-in can read "
                 + "; ".join(f"{p} ({why})" for p, why in self.readable.items())
             )
+        self.say(_beyond_files(landlock))
 
     def give_back(self) -> None:
         """Give every changed mode back and remove the journal (what cannot be, is named).
@@ -150,6 +157,30 @@ class Shield:
             self.journal = None
 
 
+def _beyond_files(landlock: int) -> str:
+    """What a hand-in here can reach besides files, measured now: the command lines of the
+    other processes (without Landlock) and the TCP ports listening (without Landlock 4+)."""
+    if landlock >= 4:
+        return "Landlock keeps hand-ins from other processes' /proc entries and from TCP."
+    try:
+        names = other_processes()
+        ports = listening_tcp()
+    except OSError as error:
+        return f"What else a hand-in can reach here could not be listed ({error})."
+    reach = []
+    if not landlock:
+        shown = ", ".join(sorted(set(names))[:12])
+        reach.append(f"the command lines of {len(names)} other process(es) ({shown})")
+    reach.append(
+        "TCP connections to what listens here now: " + (", ".join(ports[:12]) or "nothing")
+    )
+    return (
+        "A hand-in here can also reach "
+        + "; ".join(reach)
+        + " (the README's grading modes say what to do)."
+    )
+
+
 def _fix_for(path: str, probes: list[tuple[str, str]]) -> str:
     kind = dict(probes).get(path, "whole")
     if os.path.islink(path):
@@ -169,7 +200,7 @@ def refusal(applied: dict) -> str | None:
     shields' paths first, the first time a sandbox shares the host's files."""
     if (applied.get("root") or {}).get("root") == "own":
         return None  # its own root file system: the host's files are not there
-    landlock = bool(applied.get("landlock"))
+    landlock = int(applied.get("landlock") or 0)  # its ABI: TCP is closed from 4
     if not applied.get("hand_in_user"):
         if landlock:
             return None
