@@ -1,6 +1,7 @@
 """Mutation testing: on every seed of the hidden draw, every plausible wrong answer loses
-points, every correct style keeps full marks, and no mistake name is attached that is not
-true (tests/helpers/mutation.py says how; benchmarks/mutation.py prints the scores)."""
+points, every correct style keeps full marks, no mistake name is attached that is not true,
+each rule an exercise states is held by its own tests, and feedback names the mistake
+(tests/helpers/mutation.py says how; benchmarks/mutation.py prints the scores)."""
 
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +38,23 @@ def test_every_mutant_is_killed_and_every_correct_style_passes_on_every_seed(nam
     assert not score.survived, f"mutants that kept full marks (variant: seeds): {score.survived}"
     assert not score.marked_down, f"correct styles marked down (style: seeds): {score.marked_down}"
     assert not score.false_names, f"mistake names that are not true: {score.false_names}"
+
+
+@pytest.mark.parametrize("name", GRADED)
+def test_each_rule_is_broken_by_mutants_its_own_tests_kill_and_feedback_names_mistakes(
+    name, scores
+):
+    """Each rule of the exercise (Question.rules) holds: every mutant that breaks it fails one
+    of the rule's own tests on every seed. And the feedback of 95% of the killed mutants, over
+    all seeds, names their mistake (benchmarks/mutation.py prints the figure)."""
+    score = scores[name].result()
+    rules = QUESTIONS[name].rules
+    escaped = {
+        f"{rules[index].text[:50]!r}: {variant}": seeds
+        for (index, variant), seeds in score.rule_missed.items()
+    }
+    assert not escaped, f"mutants that failed none of their rule's tests (seeds): {escaped}"
+    assert score.named_share >= 0.95, f"feedback that does not name it: {score.not_named}"
 
 
 @pytest.mark.parametrize("name", GRADED)
