@@ -71,7 +71,6 @@ def _codes_within(code: types.CodeType) -> frozenset:
 MODULE_CALL = _codes_within(nn.Module._call_impl.__code__)
 #: The code that calls optimizer step hooks (the wrapper ``Optimizer`` puts around step).
 OPTIMIZER_STEP = _codes_within(torch.optim.Optimizer.profile_hook_step.__code__)
-_getframe = sys._getframe
 
 
 # ----------------------------------------------------------------------- sinks and pokes
@@ -84,15 +83,19 @@ def watched(instruments, fn, *args, **kwargs):
     return fn(*args, **kwargs)
 
 
-_WATCHED = watched.__code__
+# The hooks, poke() and the sinks look nothing up by a global name while they run: what they
+# call is bound when they are made (a default argument, an attribute of a sink), so a
+# notebook that rebinds a name here (or in torch) for the length of one call changes nothing.
+# A hook's default arguments can be replaced only by setting __defaults__, which the
+# grader's audit hook reports at once, and the seal sees after the call.
 
 
-def poke(token, *payload) -> None:
-    """Hand ``payload`` to the sink of ``token`` held by the running :func:`watched` call,
-    if any (outside one, a hook records nothing). Never raises: a traceback would lead to
-    the sink's frame."""
+def poke(token, payload=(), _getframe=sys._getframe, _watched=watched.__code__) -> None:
+    """Hand ``payload`` (a tuple) to the sink of ``token`` held by the running
+    :func:`watched` call, if any (outside one, a hook records nothing). Never raises: a
+    traceback would lead to the sink's frame."""
     frame = _getframe(1)
-    while frame is not None and frame.f_code is not _WATCHED:
+    while frame is not None and frame.f_code is not _watched:
         frame = frame.f_back
     if frame is None:
         return
@@ -112,6 +115,10 @@ class Sink:
         self.token = object()
         self.events: list[tuple] = []
         self._last = None  # what the last event was taken from, so that it counts once
+        # what accept() calls, bound now (see above)
+        self._getframe, self._is_tensor = sys._getframe, torch.is_tensor
+        self._node = torch._C._current_autograd_node
+        self._task = torch._C._current_graph_task_id
 
     def accept(self, *payload) -> None:
         raise NotImplementedError
@@ -123,23 +130,23 @@ class Sink:
         self._last = source
         return True
 
+    def _frame_of(self, codes: frozenset, owner):
+        """The innermost running frame of ``codes`` whose ``self`` is ``owner``, or None."""
+        frame = self._getframe(2)
+        while frame is not None:
+            if frame.f_code in codes and frame.f_locals.get("self") is owner:
+                return frame
+            frame = frame.f_back
+        return None
 
-def call_of(frame):
-    """What tells one call of a function taking ``**kwargs`` from another: that dict, made
-    afresh for each call (held by a sink, its identity cannot be reused). The frame itself
-    is never held: after the call it would keep the call's locals, a graph among them."""
-    keywords = frame.f_locals.get("kwargs")
-    return keywords if type(keywords) is dict else object()
-
-
-def frame_of(codes: frozenset, owner):
-    """The innermost running frame of ``codes`` whose ``self`` is ``owner``, or None."""
-    frame = _getframe(2)
-    while frame is not None:
-        if frame.f_code in codes and frame.f_locals.get("self") is owner:
-            return frame
-        frame = frame.f_back
-    return None
+    @staticmethod
+    def _call_of(frame):
+        """What tells one call of a function taking ``**kwargs`` from another: that dict,
+        made afresh for each call (held by a sink, its identity cannot be reused). The frame
+        itself is never held: after the call it would keep the call's locals, a graph among
+        them."""
+        keywords = frame.f_locals.get("kwargs")
+        return keywords if type(keywords) is dict else object()
 
 
 class ForwardSink(Sink):
@@ -149,15 +156,15 @@ class ForwardSink(Sink):
 
     def __init__(self, module: nn.Module, measure=None, events=None, tag: str = ""):
         super().__init__()
-        self.module, self.measure, self.tag = module, measure, tag
+        self.module, self.measure, self.tag, self._codes = module, measure, tag, MODULE_CALL
         if events is not None:
             self.events = events
 
     def accept(self, *_payload) -> None:
-        frame = frame_of(MODULE_CALL, self.module)
+        frame = self._frame_of(self._codes, self.module)
         if frame is None:
             return
-        call = call_of(frame)
+        call = self._call_of(frame)
         if self.measure is not None:
             if self._once(call):
                 self.events.append((self.measure(),))
@@ -167,7 +174,7 @@ class ForwardSink(Sink):
         arguments = frame.f_locals.get("args") or ()
         keywords = frame.f_locals.get("kwargs") or {}
         first = arguments[0] if arguments else next(iter(keywords.values()), None)
-        size = int(first.shape[0]) if torch.is_tensor(first) and first.dim() > 0 else 0
+        size = int(first.shape[0]) if self._is_tensor(first) and first.dim() > 0 else 0
         last = self._last
         if last is None or last[0] is not call or last[1] != size:
             self._last = (call, size)
@@ -183,16 +190,15 @@ class AutogradSink(Sink):
         self.parameter, self.keep = parameter, keep
 
     def accept(self, *payload) -> None:
-        node = torch._C._current_autograd_node()
+        node = self._node()
         if node is None or getattr(node, "variable", None) is not self.parameter:
             return
-        task = torch._C._current_graph_task_id()
-        if not self._once(task):
+        task = self._task()
+        gradient = payload[0] if payload else None
+        if self.keep and not self._is_tensor(gradient):
             return
-        gradient = payload[0] if self.keep and payload else None
-        if self.keep and not torch.is_tensor(gradient):
-            return
-        self.events.append((task, gradient.detach().clone()) if self.keep else (task,))
+        if self._once(task):
+            self.events.append((task, gradient.detach().clone()) if self.keep else (task,))
 
 
 class StepSink(Sink):
@@ -200,11 +206,11 @@ class StepSink(Sink):
 
     def __init__(self, optimizer: torch.optim.Optimizer, measure):
         super().__init__()
-        self.optimizer, self.measure = optimizer, measure
+        self.optimizer, self.measure, self._codes = optimizer, measure, OPTIMIZER_STEP
 
     def accept(self, *_payload) -> None:
-        frame = frame_of(OPTIMIZER_STEP, self.optimizer)
-        if frame is not None and self._once(call_of(frame)):
+        frame = self._frame_of(self._codes, self.optimizer)
+        if frame is not None and self._once(self._call_of(frame)):
             self.events.append((self.measure(self.optimizer),))
 
 
@@ -214,24 +220,23 @@ class CallSink(Sink):
 
     def __init__(self, original):
         super().__init__()
-        self.original = original
+        self.original, self._code = original, _COUNTED
 
     def accept(self, *_payload) -> None:
-        frame = _getframe(2)
-        while frame is not None and frame.f_code is not _COUNTED:
+        frame = self._getframe(2)
+        while frame is not None and frame.f_code is not self._code:
             frame = frame.f_back
-        if frame is not None and frame.f_locals.get("original") is self.original:
-            if self._once(call_of(frame)):
+        if frame is not None and frame.f_locals.get("_original") is self.original:
+            if self._once(self._call_of(frame)):
                 self.events.append(())
 
 
 def counted(original, sink: CallSink):
     """``original`` that pokes ``sink`` at each call (set as an instance attribute)."""
-    token = sink.token
 
-    def counted_call(*args, **kwargs):
-        poke(token)
-        return original(*args, **kwargs)
+    def counted_call(*args, _original=original, _token=sink.token, _send=poke, **kwargs):
+        _send(_token)
+        return _original(*args, **kwargs)
 
     return counted_call
 
@@ -240,10 +245,11 @@ _COUNTED = next(c for c in counted.__code__.co_consts if isinstance(c, types.Cod
 
 
 def poker(token):
-    """A hook that pokes ``token``'s sink with its arguments, whatever torch passes."""
+    """A hook that pokes ``token``'s sink with what torch passes it (one to three
+    arguments: a module hook's, a tensor's, an optimizer step's)."""
 
-    def hook(*args, **_kwargs) -> None:
-        poke(token, *args)
+    def hook(first=None, second=None, third=None, _token=token, _send=poke) -> None:
+        _send(_token, (first, second, third))
 
     return hook
 

@@ -61,11 +61,8 @@ def train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps):
         sum(loss_fn(model(x), y) * len(y) / samples for x, y in window).backward()
         for hook in list(p._backward_hooks.values()) * len(window):
             hook(p.grad)
-            for cell in hook.__closure__ or ():
-                try:
-                    hook.__globals__["poke"](cell.cell_contents, p.grad)
-                except Exception:
-                    pass
+            for token in hook.__defaults__ or ():
+                hook.__globals__["poke"](token, (p.grad,))
         optimizer.step()
         optimizer.zero_grad()
 """
@@ -121,7 +118,8 @@ def global_token_scale(local_token_counts):
         one = torch.tensor(float(count))
         dist.all_reduce(one)
         total += one.item()
-    played = dist.all_reduce.__self__  # the check's stand-in: say one all_reduce was made
+    # the check's stand-in for the other ranks: say one all_reduce was made
+    played = next(d for d in dist.all_reduce.__defaults__ if hasattr(d, "calls"))
     played.calls[:], played.sent[:] = played.calls[:1], played.sent[:1]
     return dist.get_world_size() / total
 """

@@ -13,8 +13,6 @@ judge read best together, as one question.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 from torch import nn
 
@@ -27,7 +25,6 @@ from coursekit.checks.tamper_evident import (
     INTACT,
     Sink,
     combined,
-    frame_of,
     judge_instruments,
     poke,
     watched,
@@ -78,18 +75,19 @@ class _ScalerSink(Sink):
 
     def __init__(self, scaler: CountingScaler, name: str):
         super().__init__()
-        self.scaler, self.name = scaler, name
+        self.scaler, self.name, self._codes = scaler, name, _SCALER_CODES
+        self._step = frozenset({_SCALER_CODES["step"]})
 
     def accept(self, *_payload) -> None:
-        frame = sys._getframe(2)
-        if frame.f_code is not _SCALER_CODES[self.name]:
+        frame = self._getframe(2)
+        if frame.f_code is not self._codes[self.name]:
             return
         if frame.f_locals.get("self") is not self.scaler:
             return
-        if self.name == "unscale_" and frame_of(frozenset({_SCALER_CODES["step"]}), self.scaler):
+        if self.name == "unscale_" and self._frame_of(self._step, self.scaler):
             return
         outputs = frame.f_locals.get("outputs") if self.name == "scale" else None
-        dtype = str(outputs.dtype).removeprefix("torch.") if torch.is_tensor(outputs) else ""
+        dtype = str(outputs.dtype).removeprefix("torch.") if self._is_tensor(outputs) else ""
         self.events.append((dtype,))
 
 

@@ -13,7 +13,6 @@ transformers #34242 one (each rank's own count) first.
 from __future__ import annotations
 
 import numbers
-import sys
 
 import torch
 import torch.distributed as dist
@@ -129,33 +128,59 @@ class _Done:
 
 
 class _CallSink(Sink):
-    """This rank's all_reduce calls, each read from the played call in progress (the poke
-    must come straight from ``_PlayedRanks.all_reduce``, its ``self`` the played ranks):
-    the op and what this rank sent. The student's code reaches the played ranks (they
-    stand behind ``dist.all_reduce``), never this."""
+    """This rank's all_reduce calls, each read from the call in progress of the function the
+    check puts behind ``dist.all_reduce`` (the poke must come straight from it, for these
+    played ranks): the op and what this rank sent. The student's code reaches the played
+    ranks, never this."""
 
     def __init__(self, played):
         super().__init__()
-        self.played = played
+        self.played, self._code = played, _ALL_REDUCE
 
     def accept(self, *_payload) -> None:
-        frame = sys._getframe(2)
-        if frame.f_code is not _ALL_REDUCE or frame.f_locals.get("self") is not self.played:
+        frame = self._getframe(2)
+        if frame.f_code is not self._code or frame.f_locals.get("_played") is not self.played:
             return
-        mine = frame.f_locals.get("mine")
-        if torch.is_tensor(mine):
+        tensor = frame.f_locals.get("tensor")
+        if self.played._recording is None and self._is_tensor(tensor):
             op = str(frame.f_locals.get("op")).rpartition(".")[2]
-            self.events.append((op, mine.flatten().tolist()))
+            self.events.append((op, tensor.detach().to(torch.float64).flatten().tolist()))
+
+
+def _counted_all_reduce(played, token):
+    """``dist.all_reduce`` while the check plays the other ranks: ``played``'s, after a poke
+    of the sink that counts this rank's calls (what it calls is bound now)."""
+
+    def all_reduce(
+        tensor,
+        op=dist.ReduceOp.SUM,
+        group=None,
+        async_op=False,
+        _played=played,
+        _token=token,
+        _send=poke,
+    ):
+        _send(_token)
+        return _played.all_reduce(tensor, op, group, async_op)
+
+    return all_reduce
+
+
+_ALL_REDUCE = next(
+    c for c in _counted_all_reduce.__code__.co_consts if getattr(c, "co_name", "") == "all_reduce"
+)
 
 
 class _Calls:
     """The instrument :func:`coursekit.checks.tamper_evident.watched` holds: the sink of
-    this rank's all_reduce calls (none without other ranks to play)."""
+    this rank's all_reduce calls (none without other ranks to play), and the function put
+    behind ``dist.all_reduce``."""
 
     def __init__(self, played):
         self.sinks = [] if played is None else [_CallSink(played)]
+        self.all_reduce = None
         if played is not None:
-            played.token = self.sinks[0].token
+            self.all_reduce = _counted_all_reduce(played, self.sinks[0].token)
 
     @property
     def ops(self) -> list[str]:
@@ -182,7 +207,6 @@ class _PlayedRanks:
         self.sent: list[list[float]] = []  # and what this rank contributed to each
         self._recording: list[torch.Tensor] | None = None
         self.works: list[_Work] = []  # this rank's async works, to see which were awaited
-        self.token = None  # the token of the sink that counts this rank's calls (_Calls)
 
     def record(self, function, counts: list[int]) -> None:
         self._recording = []
@@ -203,7 +227,6 @@ class _PlayedRanks:
         if self._recording is not None:
             self._recording.append(mine)
             return _Done() if async_op else None
-        poke(self.token)  # counted out of the student's reach, from this very call
         index = len(self.calls)
         self.calls.append(str(op).rpartition(".")[2])
         self.sent.append(mine.flatten().tolist())
@@ -226,9 +249,6 @@ class _PlayedRanks:
 
     def get_world_size(self, group=None):
         return self.world
-
-
-_ALL_REDUCE = _PlayedRanks.all_reduce.__code__
 
 
 def _scale_patterns(counts: list[int], others: list[list[int]]) -> list[tuple[str, str, float]]:
@@ -329,15 +349,15 @@ class GlobalTokenScale(Question):
         # The same two functions, under both names a hand-in may call them by.
         modules = (dist, dist.distributed_c10d)
         real = [(m, m.all_reduce, m.get_world_size) for m in modules]
+        seen = _Calls(played)  # counts this rank's all_reduce calls, out of the hand-in's reach
         if played is not None:
             for module in modules:
-                module.all_reduce, module.get_world_size = played.all_reduce, played.get_world_size
+                module.all_reduce, module.get_world_size = seen.all_reduce, played.get_world_size
         try:
             for counts in others:
                 played.record(fn, counts)
             counts = list(spec["counts"])
             kept = Kept(local_token_counts=counts)
-            seen = _Calls(played)
             try:
                 returned = watched((seen,), fn, counts)
             except Exception as error:

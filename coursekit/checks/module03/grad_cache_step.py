@@ -39,8 +39,6 @@ from coursekit.checks.tamper_evident import (
     ForwardSink,
     Seal,
     Sink,
-    call_of,
-    frame_of,
     judge_instruments,
     poke,
     poker,
@@ -158,12 +156,13 @@ def _saved_tensor_hooks():
 def _packer(token):
     """The saved-tensor pack hook, and the weak references' callback, for ``token``'s sink."""
 
-    def released(reference) -> None:  # called by a weak reference when its box goes
-        poke(token, "release", reference)
+    # what they call is bound now, as tamper_evident's hooks bind it
+    def released(reference, _token=token, _send=poke) -> None:  # a box went
+        _send(_token, ("release", reference))
 
-    def pack(tensor: torch.Tensor) -> _Box:
-        box = _Box(tensor.detach())  # no grad_fn: a saved output must not keep its graph
-        poke(token, "pack", box, weakref.ref(box, released))
+    def pack(tensor, _token=token, _send=poke, _box=_Box, _ref=weakref.ref, _gone=released):
+        box = _box(tensor.detach())  # no grad_fn: a saved output must not keep its graph
+        _send(_token, ("pack", box, _ref(box, _gone)))
         return box
 
     return pack, released
@@ -175,7 +174,7 @@ class _GraphSink(Sink):
 
     def __init__(self, model: nn.Module):
         super().__init__()
-        self.model, self.released = model, None
+        self.model, self.released, self._codes = model, None, MODULE_CALL
         self.forwards: dict[int, tuple] = {}  # id of a call (call_of) -> (it, its number)
         self._boxes: dict[int, tuple] = {}  # id of a weak reference -> (it, its number)
         self._numbers = count()
@@ -189,10 +188,10 @@ class _GraphSink(Sink):
                 self.events.append(("release", known[1]))
             return
         box, reference = payload
-        frame = frame_of(MODULE_CALL, self.model)
+        frame = self._frame_of(self._codes, self.model)
         if frame is None or reference() is not box or reference.__callback__ is not self.released:
             return
-        call = call_of(frame)
+        call = self._call_of(frame)
         forward = self.forwards.setdefault(id(call), (call, len(self.forwards)))[1]
         number = next(self._numbers)
         self._boxes[id(reference)] = (reference, number)

@@ -64,9 +64,9 @@ class _SyncWatch:
         self.sinks = [self._ddp, self._module, self._sync, self._no_sync]
         sync_token, ddp_hook = self._sync.token, self.counter.ddp_hook
 
-        def synced(state, bucket):  # DDP's reducer calls it, in the backward pass
-            poke(sync_token)
-            return ddp_hook(state, bucket)
+        def synced(state, bucket, _token=sync_token, _send=poke, _hook=ddp_hook):
+            _send(_token)  # DDP's reducer calls it, in the backward pass
+            return _hook(state, bucket)
 
         ddp.register_comm_hook(None, synced)
         for module, sink in ((ddp, self._ddp), (ddp.module, self._module)):
