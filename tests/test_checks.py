@@ -257,3 +257,19 @@ def test_the_checks_put_torch_s_switches_back_after_a_hand_in_that_leaves_them()
     evaluate("to_group_norm", student_code.load("to_group_norm", "default_dtype_left"))
     evaluate("accumulate_window", student_code.load("accumulate_window", "grad_mode_left"))
     assert (torch.is_grad_enabled(), torch.get_default_dtype()) == before
+
+
+def test_a_cut_log_is_said_to_be_cut_never_read_as_the_whole_search():
+    """A search that ran out of calls, whose log sent back was cut: the feedback says which
+    entries it read, and counts calls from the card, not from the cut log."""
+    question = QUESTIONS["autotune"]
+    spec = question.public_specs()[0]  # a share of 256: 20 calls allowed
+    sent = [{"event": "free"}] * 100 + [{"event": "oom", "size": s, "held": 0} for s in range(20)]
+    outputs = {"stopped": False, "calls": 21, "log": sent, "log_entries": 400, "held_at_end": 0}
+    with pytest.raises(Failure) as failure:
+        question.judge(spec, outputs, question.run(question.reference(), spec))
+    assert failure.value.mistake == "too_many_probes"
+    message = failure.value.message
+    assert "called try_step 20 times" in message, message  # the card's count, not the log's
+    assert "120 entries of its log sent back (of 400)" in message, message
+    assert "never" not in message, message  # that it would not stop, no log can show

@@ -262,6 +262,7 @@ class Autotune(Question):
         log = device.log
         outputs["calls"] = device.calls
         outputs["log"] = log[:MAX_LOG]
+        outputs["log_entries"] = len(log)  # more than sent back: the judge says it is cut
         outputs["held_at_end"] = device.held_bytes
         return outputs
 
@@ -274,13 +275,25 @@ class Autotune(Question):
             f"{spec['margin']:g}, target_batch {spec['target']}, world_size {spec['world']})"
         )
         log = outputs.get("log") or []
-        if outputs.get("stopped") is False or any(e.get("event") == "stopped" for e in log):
+        calls, budget = outputs.get("calls"), probe_budget(spec)
+        if (
+            outputs.get("stopped") is False
+            or any(e.get("event") == "stopped" for e in log)
+            or (isinstance(calls, int) and calls > budget)
+        ):
             tried = [e.get("size") for e in log if e.get("event") in ("ok", "oom")][-6:]
-            share, budget = spec["target"] // spec["world"], probe_budget(spec)
+            entries = outputs.get("log_entries")
+            said = f"its last sizes were {tried}"
+            if isinstance(entries, int) and entries > len(log):
+                said = (
+                    f"the {len(log)} entries of its log sent back (of {entries}) end with the "
+                    f"sizes {tried}"
+                )
+            share = spec["target"] // spec["world"]
             raise Failure(
                 f"Your search called try_step {budget} times, all this card allows for a "
                 f"share of {share} (2 x ceil(log2({share})) + 4), and was still probing; "
-                f"its last sizes were {tried} {setting}. Grow by doubling until a size "
+                f"{said} {setting}. Grow by doubling until a size "
                 "fails, then bisect between the last size that fitted and the first that "
                 "failed until they are 1 apart: about 2 x log2(share) calls.",
                 "too_many_probes",
