@@ -112,6 +112,21 @@ def test_the_estimate_matches_the_tiny_model(mode, checkpointing):
     _check(rows)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_qlora_on_a_real_nf4_base_matches(checkpointing):
+    pytest.importorskip("bitsandbytes")
+    _check(compare_with_measurement("tiny", "qlora-nf4", 2, 32, checkpointing))
+
+
+def test_an_nf4_base_saves_what_a_bf16_base_saves():
+    """bitsandbytes' 4-bit matmul keeps no activation for backward, as a frozen bf16
+    nn.Linear keeps none: the reason QLoRA's activations are measured on a bf16 base."""
+    pytest.importorskip("bitsandbytes")
+    nf4, bf16 = (compare_with_measurement("tiny", mode)[1] for mode in ("qlora-nf4", "lora-bf16"))
+    assert nf4.part == bf16.part == "saved activations"
+    assert nf4.measured_bytes == bf16.measured_bytes
+
+
 def test_the_estimate_matches_a_gpt2_sized_model():
     # LoRA: the GPT-2-sized model's forward and backward without a 1 GB AdamW state;
     # full fine-tuning of it is in benchmarks/finetune_memory.py (within 0.5% there)

@@ -178,10 +178,13 @@ def _calibrated(config_json: str, mode_name: str, lora_rank: int, targets) -> Sa
 
 def saved_bytes_per_token(config, mode, lora_rank: int = 16, lora_targets="all-linear"):
     """:class:`SavedPerToken` for ``config`` in ``mode``, measured on small copies (see the
-    module docstring). Modes on an int8 or NF4 base are measured as LoRA on a bf16 base:
-    bitsandbytes' frozen 8- and 4-bit matrix products save no activation for backward
-    (``MatMul4Bit``/``MatMul8bitLt`` keep only the quantized weight), as a frozen bf16
-    ``nn.Linear`` saves none."""
+    module docstring). Modes on an int8 or NF4 base are measured as LoRA on a bf16 base.
+    For NF4 that is exact: bitsandbytes' ``MatMul4Bit`` keeps only the quantized weight for
+    backward, and LoRA on a real NF4 base saves the same bytes as on bf16 (measured with
+    bitsandbytes 0.50.2 on the CPU: ``compare_with_measurement(mode="qlora-nf4")``). For
+    LLM.int8 it is an underestimate: ``MatMul8bitLt`` keeps each layer's input in
+    ``ctx.tensors``, where saved-tensor hooks do not see it (the CPU peak is 4-8% above
+    the estimate on the tiny model)."""
     config = as_config(config)
     mode = mode_named(mode)
     if mode.weights in ("int8", "nf4"):

@@ -32,13 +32,17 @@ Checked against the CPU (``benchmarks/finetune_memory.py``, the tiny model and a
 GPT-2-sized one, 32 mode, size and checkpointing cases): weights, gradients, optimizer state
 and saved activations exact; the peak of a micro-batch within 0.5%, except LoRA with
 checkpointing, up to 3.6% *under* the measured peak (a few hundred bytes per token and
-layer that the recomputation holds and the model does not name).
+layer that the recomputation holds and the model does not name), and LoRA on an LLM.int8
+base, 4-8% under (:func:`coursekit.finetune.saved_bytes_per_token` says why). QLoRA on a
+real NF4 base (bitsandbytes on the CPU) is within 1.1%.
 
 The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
 per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the two counts.
 What the model leaves out, and a margin must cover: the allocator's fragmentation, the
-temporaries inside one layer's backward, and everything a framework adds (a DataLoader's
-pinned buffers, an evaluation pass).
+temporaries inside one layer's backward and inside kernels (a 4-bit matrix product may
+dequantize a layer's weight to bf16 inside its kernel: up to 2 bytes per weight of the
+largest layer, 136 MB for Qwen2.5-7B's MLP), and everything a framework adds (a
+DataLoader's pinned buffers, an evaluation pass).
 """
 
 from __future__ import annotations

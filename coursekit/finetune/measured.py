@@ -26,8 +26,16 @@ from coursekit.finetune.activations import _with_lora, saved_bytes_per_token
 from coursekit.finetune.estimate import estimate_memory
 from coursekit.finetune.modes import mode_named
 from coursekit.memory import activation_bytes, peak_live_bytes
+from coursekit.parameters import ParameterError
 
-MEASURABLE_MODES = ("full-fp32", "full-bf16-adam8bit", "lora-fp32", "lora-bf16")
+MEASURABLE_MODES = (
+    "full-fp32",
+    "full-bf16-adam8bit",
+    "lora-fp32",
+    "lora-bf16",
+    "lora-int8",
+    "qlora-nf4",
+)
 MODELS = ("tiny", "gpt2")
 
 
@@ -75,7 +83,9 @@ def cpu_model(config, mode, checkpointing: bool = False, seed: int = 0) -> nn.Mo
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.02, generator=generator)
-    if mode.compute == "bf16":
+    if mode.weights in ("int8", "nf4"):
+        model = _quantized(model, mode.weights)
+    elif mode.compute == "bf16":
         model = model.to(torch.bfloat16)
     model.train()
     if checkpointing:  # activation_checkpointing_enable is the name from transformers 5.x on
@@ -124,7 +134,8 @@ def compare_with_measurement(
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(0, config.vocab_size, (micro_batch_size, seq_len), generator=gen)
     params = list(lm.parameters())
-    rows = [Comparison("weights", predicted.weights_bytes, _bytes(params))]
+    weights = _held_bytes(lm)  # parameters and any quantization constants, each storage once
+    rows = [Comparison("weights", predicted.weights_bytes, weights)]
     if not checkpointing:  # a checkpointed layer's tensors are saved by the checkpoint itself
         saved = saved_bytes_per_token(config, mode)
         with warnings.catch_warnings():
@@ -147,7 +158,7 @@ def compare_with_measurement(
             optimizer.step()  # creates the state; the gradients stay
             state = _state_bytes(optimizer)
             rows.append(Comparison("optimizer state", predicted.optimizer_bytes, state))
-        held = _bytes(params) + grads + (state if optimizer is not None else 0)
+        held = weights + grads + (state if optimizer is not None else 0)
         live = peak_live_bytes(step)
     # without bitsandbytes the prediction's 8-bit state is added to both sides
     missing = 0 if optimizer is not None else predicted.optimizer_bytes
@@ -176,15 +187,34 @@ def compare_quantized_weights(model: str = "tiny", weight_format: str = "nf4") -
     holds (weights, quantization constants and codes, each once) against
     :func:`coursekit.finetune.weight_bytes`. Needs bitsandbytes (the ``quantization``
     extra; run here with 0.50.2, whose CPU backend quantizes and multiplies)."""
-    import tempfile
-
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM
 
     from coursekit.finetune.configs import meta_model
     from coursekit.finetune.weights import weight_bytes
 
     weight_format = choice("weight_format", weight_format, ("nf4", "int8"))
     config = cpu_config(model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        quantized = _quantized(AutoModelForCausalLM.from_config(config), weight_format)
+    return Comparison(
+        f"{weight_format} weights",
+        weight_bytes(meta_model(config), weight_format),
+        _held_bytes(quantized),
+    )
+
+
+def _quantized(model: nn.Module, weight_format: str) -> nn.Module:
+    """``model`` saved and loaded again as students load a quantized base: NF4 with double
+    quantization and bf16 compute, or LLM.int8; everything else in bf16."""
+    import tempfile
+
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    if not _has_bitsandbytes():
+        raise ParameterError(
+            f"{weight_format} needs bitsandbytes: pip install 'coursekit[quantization]'."
+        )
     if weight_format == "nf4":
         quantization = BitsAndBytesConfig(
             load_in_4bit=True,
@@ -194,20 +224,16 @@ def compare_quantized_weights(model: str = "tiny", weight_format: str = "nf4") -
         )
     else:
         quantization = BitsAndBytesConfig(load_in_8bit=True)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        plain = AutoModelForCausalLM.from_config(config)
     with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        plain.save_pretrained(folder)
-        quantized = AutoModelForCausalLM.from_pretrained(
-            folder, quantization_config=quantization, dtype=torch.bfloat16, device_map="cpu"
+        model.save_pretrained(folder)
+        return AutoModelForCausalLM.from_pretrained(
+            folder,
+            quantization_config=quantization,
+            dtype=torch.bfloat16,
+            device_map="cpu",
+            attn_implementation="sdpa",
         )
-    return Comparison(
-        f"{weight_format} weights",
-        weight_bytes(meta_model(config), weight_format),
-        _held_bytes(quantized),
-    )
 
 
 def _held_bytes(model: nn.Module) -> int:
