@@ -176,41 +176,49 @@ def boundaries_ignored(
 
 def window_gradients(model: nn.Module, documents, seq_len: int, pad_id: int, pack, micro: int):
     """One window of ``documents`` trained three ways, each gradient flattened: padded
-    (micro-batches of ``micro`` documents), packed by ``pack`` (micro-batches of ``micro``
-    rows at most), and packed with the boundaries ignored. Also the tokens each divides by
-    and the token slots each computes."""
+    (micro-batches of ``micro`` documents, divided by their predicted tokens), packed by
+    ``pack`` (micro-batches of ``micro`` rows at most, divided by the ``window_tokens`` it
+    returns), and packed with the boundaries ignored (divided by its labels that are not
+    -100). Also the counts (and the padded window's mean loss per token) and the token
+    slots each computes."""
     from coursekit.language_model import collate, predicted_tokens, summed_loss
 
     padded = [collate(documents[i : i + micro], pad_id) for i in range(0, len(documents), micro)]
     count = sum(predicted_tokens(batch) for batch in padded)
-    packed = pack(documents, seq_len, 10**9, pad_id)
+    packed = pack(documents, seq_len, 10**9, pad_id)  # one window: every row
     rows = len(packed["input_ids"])
     naive = boundaries_ignored(documents, seq_len, pad_id)
-    result = {
-        "padded": window_gradient(model, [_call(summed_loss, model, b) for b in padded], count)
-    }
+    gradient, loss = window_gradient(model, [_call(summed_loss, model, b) for b in padded], count)
+    result = {"padded": gradient}
     for name, packing in (("packed", packed), ("boundaries ignored", naive)):
         batches = [packed_tensors(packing, slice(i, i + micro)) for i in range(0, rows, micro)]
         total = sum(int((b["labels"][:, 1:] != IGNORE).sum()) for b in batches)
+        if name == "packed":
+            total = int(packed["window_tokens"][0])
         losses = [_call(packed_summed_loss, model, b) for b in batches]
-        result[name] = window_gradient(model, losses, total)
+        result[name], _ = window_gradient(model, losses, total)
     slots = {
         "padded": sum(b["input_ids"].numel() for b in padded),
         "packed": rows * seq_len,
     }
-    return result, {"predicted": count, "window_tokens": packed["window_tokens"]}, slots
+    counts = {"predicted": count, "window_tokens": packed["window_tokens"], "padded_loss": loss}
+    return result, counts, slots
 
 
 def _call(function, *args):
     return lambda: function(*args)
 
 
-def window_gradient(model: nn.Module, losses, count: int) -> torch.Tensor:
-    """The window's gradient, flattened: each micro-batch's summed loss (from the callables
-    in ``losses``) divided by the window's ``count`` of predicted tokens, accumulated."""
+def window_gradient(model: nn.Module, losses, count: int) -> tuple[torch.Tensor, float]:
+    """The window's gradient, flattened, and its loss: each micro-batch's summed loss (from
+    the callables in ``losses``) divided by the window's ``count`` of predicted tokens, and
+    accumulated."""
     model.zero_grad(set_to_none=True)
+    total = 0.0
     for summed in losses:
-        (summed() / count).backward()
+        loss = summed() / count
+        loss.backward()
+        total += loss.item()
     gradient = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     model.zero_grad(set_to_none=True)
-    return gradient
+    return gradient, total
