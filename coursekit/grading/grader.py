@@ -448,6 +448,10 @@ def grade_with_retries(
             return grade_path(path, student, plan, warm)
         except RunnerSetupError as error:  # one runner's sandbox: a fresh one may work
             why = f"the sandbox was not ready ({error})"
+            print(
+                f"coursekit grade: the grader failed on {for_terminal(path)}: {why}",
+                file=sys.stderr,
+            )
         except SandboxSetupError:  # the warm parent: the machine's fault, for every hand-in
             raise
         except Exception as error:  # a grader bug, or its machinery lost the hand-in
