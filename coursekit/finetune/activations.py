@@ -13,8 +13,12 @@ LayerNorms ``4 sbh`` (:func:`korthikanti_layer_bytes`).
 time with ``saved_tensors_hooks``; the course's models train without dropout):
 
 - no dropout masks (dropout is off), and no ``a s^2`` term: ``scaled_dot_product_attention``
-  (transformers' default, ``attn_implementation="sdpa"``) saves Q, K, V, its output and
-  one float32 log-sum-exp per head and token, never the score matrix;
+  (transformers' default, ``attn_implementation="sdpa"``, which this model assumes) saves
+  Q, K, V, its output and one float32 log-sum-exp per head and token, never the score
+  matrix. Eager attention (``attn_implementation="eager"``) saves the softmax's
+  probabilities, ``a s`` numbers per token and layer (measured: 4 a s bytes in float32 on
+  GPT-2 and Qwen2 copies), where the paper's ``5 a s`` is the 16-bit softmax output, its
+  dropout mask and the dropout's output;
 - GPT-2's ``gelu_new`` is written in Python (``0.5 x (1 + tanh(...))``) and saves four
   tensors of the MLP's width where a fused GeLU saves one; per layer and token GPT-2 saves
   ``10 h + 5 i + a + 4`` numbers (``i = 4h`` the MLP width): 30.06 h at ``h = 768`` where

@@ -39,7 +39,10 @@ real NF4 base (bitsandbytes on the CPU) is within 1.1%.
 The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
 per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the two counts.
 What the model leaves out, and a margin must cover: the allocator's fragmentation, the
-temporaries inside one layer's backward and inside kernels (a 4-bit matrix product may
+temporaries of one layer's backward (the gradients of its activations: measured about
+``i + 2h`` numbers per token for full fine-tuning, which matter beside a recomputed layer
+when the vocabulary is small; at Qwen2.5's 152k vocabulary the loss's logits are 5 to 20
+times larger and set that moment's peak), the temporaries inside kernels (a 4-bit matrix product may
 dequantize a layer's weight to bf16 inside its kernel: up to 2 bytes per weight of the
 largest layer, 136 MB for Qwen2.5-7B's MLP), and everything a framework adds (a
 DataLoader's pinned buffers, an evaluation pass).
