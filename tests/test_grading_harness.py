@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpora.hostile import HARNESS_ATTACKS, HONEST_HABITS
+from tests.corpora.hostile import HARNESS_ATTACKS, HONEST_HABITS, PROCESS_ATTACK_FLAGS
 from tests.helpers import docker_like
 from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook, runners_left
 
@@ -221,6 +221,16 @@ def test_every_harness_attack_loses_its_points_or_is_flagged(graded, name):
     result, wrong = run["results"][name], run["results"]["wrong"]
     assert wrong["score"] < wrong["max_score"]
     assert result["score"] <= wrong["score"] or _flags(result), (name, result)
+
+
+@pytest.mark.parametrize("name", sorted(PROCESS_ATTACK_FLAGS))
+def test_reaching_into_its_own_process_is_named_in_every_mode(graded, name):
+    """Issue 40's classes b, c, d: torch state left on, library code run as the notebook's,
+    coursekit's answers through library callers; each named, whatever the mode."""
+    _, run = graded
+    flags = " ".join(_flags(run["results"][name]))
+    for expected in PROCESS_ATTACK_FLAGS[name]:
+        assert expected in flags, (name, expected, flags)
 
 
 @pytest.mark.parametrize("name", sorted(ROOT_ATTACKS))

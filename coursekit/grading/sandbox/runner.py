@@ -260,7 +260,11 @@ def serve(
     baseline, restore = state.take(), state.restore
 
     def put_back() -> None:
-        for what in restore(baseline, provenance):
+        try:
+            found = restore(baseline, provenance)
+        except Exception as error:  # noqa: BLE001 - the notebook's objects, raising when read
+            found = [f"it left state that could not be put back ({type(error).__name__})"]
+        for what in found:
             report(what)
 
     answer({"kind": "ready", "applied": applied})
