@@ -41,7 +41,7 @@ per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the
 What the model leaves out, and a margin must cover: the allocator's fragmentation, the
 temporaries of one layer's backward (the gradients of its activations: measured about
 ``i + 2h`` numbers per token for full fine-tuning, which matter beside a recomputed layer
-when the vocabulary is small; at Qwen2.5's 152k vocabulary the loss's logits are 5 to 20
+when the vocabulary is small; at Qwen2.5's 152k vocabulary the loss's logits are 3.5 to 26
 times larger and set that moment's peak), the temporaries inside kernels (a 4-bit matrix product may
 dequantize a layer's weight to bf16 inside its kernel: up to 2 bytes per weight of the
 largest layer, 136 MB for Qwen2.5-7B's MLP), and everything a framework adds (a
