@@ -9,6 +9,7 @@ import torch
 from coursekit import packing
 from coursekit.checks.module08.common import course_documents
 
+pytestmark = pytest.mark.module8
 IGNORE = packing.IGNORE
 
 
