@@ -64,6 +64,8 @@ def test_bad_configurations_are_named():
         as_config({"model_type": "not-a-model"})
     with pytest.raises(ParameterError, match="config is int"):
         as_config(3)
+    with pytest.raises(ParameterError, match="pad_token_id"):
+        meta_model({"model_type": "phi3", "vocab_size": 100, "pad_token_id": 500})
     config = as_config(dict(PUBLISHED_CONFIGS["Qwen2.5-0.5B"]))  # a config.json as a dict
     assert config.hidden_size == 896 and as_config(config) is config
 

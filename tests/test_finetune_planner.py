@@ -102,6 +102,36 @@ def test_bad_input_is_a_named_parameter_error(change, named):
         plan_fine_tune(**arguments, **options)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "gpt_neox"])
+def test_a_students_own_architecture_is_planned(model_type):
+    config = {
+        "model_type": model_type,
+        "hidden_size": 256,
+        "intermediate_size": 704,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+    }
+    plan = plan_fine_tune(config, 1, "lora-bf16", 256, 4096, checkpointing=True)
+    assert plan.fits and plan.effective_tokens == 4096
+
+
+def test_an_architecture_without_sdpa_is_a_named_error():
+    config = {
+        "model_type": "gemma2",
+        "hidden_size": 256,
+        "intermediate_size": 704,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 1000,
+        "head_dim": 64,
+    }
+    with pytest.raises(ParameterError, match="sdpa"):
+        plan_fine_tune(config, 8, "lora-bf16", 256, 4096)
+
+
 def test_the_table_is_the_planner_on_every_card():
     rows = fits_table(["Qwen2.5-0.5B"], (8, 24), ("full-fp32", "qlora-nf4"), 512, 32768, (True,))
     assert len(rows) == 4

@@ -99,14 +99,19 @@ def _shrunk(config, head_dim: int, layers: int):
     small = copy.deepcopy(config)
     scale = head_dim / _head_dim(config)
     small.hidden_size = config.num_attention_heads * head_dim
-    if hasattr(config, "head_dim") and getattr(config, "head_dim", None):
-        small.head_dim = head_dim
+    if getattr(config, "head_dim", None):
+        try:
+            small.head_dim = head_dim
+        except AttributeError:  # a property computed from the hidden size (Falcon)
+            pass
     for name in ("intermediate_size", "n_inner"):
         width = getattr(config, name, None)
         if width:
             setattr(small, name, max(1, round(width * scale)))
     small.num_hidden_layers = layers
     small.vocab_size = 64
+    if getattr(small, "pad_token_id", None) is not None:  # inside the small vocabulary
+        small.pad_token_id = 0
     for name in ("layer_types", "sliding_window"):  # per-layer lists follow the layer count
         value = getattr(small, name, None)
         if isinstance(value, list):
@@ -199,9 +204,10 @@ def saved_bytes_per_token(config, mode, lora_rank: int = 16, lora_targets="all-l
     targets = lora_targets if isinstance(lora_targets, str) else tuple(lora_targets)
     try:
         return _calibrated(json.dumps(values, sort_keys=True), mode.name, lora_rank, targets)
-    except (AttributeError, TypeError, RuntimeError) as error:
+    except (AttributeError, TypeError, RuntimeError, ValueError, AssertionError) as error:
         raise ParameterError(
             f"Could not measure the activations of {type(config).__name__} on small copies "
-            f"({type(error).__name__}: {error}); the course knows GPT-2- and Llama-style "
-            "decoders (hidden_size, num_attention_heads, intermediate_size)."
+            f"({type(error).__name__}: {str(error)[:300]}). The course measures decoders "
+            "whose transformers class runs with attn_implementation='sdpa' (GPT-2, Llama, "
+            "Qwen, Mistral, Gemma, OLMo, GPT-NeoX, OPT, ...)."
         ) from None

@@ -138,6 +138,12 @@ def meta_model(config) -> nn.Module:
                 f"{type(config).__name__} has no causal language model in transformers "
                 f"({str(error).splitlines()[0]})."
             ) from None
+        except (AssertionError, TypeError, AttributeError) as error:  # inconsistent values
+            raise ParameterError(
+                f"transformers cannot build a model from this {type(config).__name__} "
+                f"({type(error).__name__}: {error}); check its sizes and token ids "
+                "(pad_token_id must be below vocab_size)."
+            ) from None
 
 
 def count_parameters(model: nn.Module) -> int:
