@@ -124,7 +124,13 @@ def plan_fine_tune(
 
     The micro-batch is the largest whose estimated step (:func:`estimate_memory`, with the
     CUDA context) stays within ``card_gb`` less ``margin`` (a tenth by default, as
-    :func:`coursekit.autotune.tune`: fragmentation and what the model leaves out). Bad input
+    :func:`coursekit.autotune.tune`: fragmentation and what the model leaves out).
+    ``card_gb`` is in GiB, the unit torch counts in: a card sold as 24 GB has 24 GiB of
+    memory chips, of which ``torch.cuda.get_device_properties().total_memory`` reports a
+    little less (what the driver keeps), one more thing the margin is for. LoRA adapts every
+    linear layer but the output layer by default (``lora_targets="all-linear"``, as the
+    QLoRA paper does; peft's own default for Llama and Qwen is ``q_proj`` and ``v_proj``
+    only, fewer adapters and less memory: pass ``lora_targets=["q_proj", "v_proj"]``). Bad input
     raises :class:`coursekit.parameters.ParameterError`; a model that does not fit at all
     returns a plan with ``fits=False`` whose text says what dominates.
 
