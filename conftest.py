@@ -65,6 +65,7 @@ SLOW_FILES = {
     "test_hub_workshop.py",
     "test_mutation.py",
     "test_notebooks.py",
+    "test_read_shield_docker_like.py",
     "test_sandbox_parts.py",
     "test_warm_parent.py",
 }
@@ -87,6 +88,7 @@ LONGEST_FILES = {
     "05_capstone.ipynb": 40,
     "test_distributed.py": 40,
     "test_gradescope_docker_like.py": 35,
+    "test_read_shield_docker_like.py": 25,
     "04_distributed.ipynb": 35,
     "test_grading_modules.py": 30,
     "test_warm_parent.py": 25,

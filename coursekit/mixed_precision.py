@@ -23,7 +23,8 @@ NATIVE_BF16_CAPABILITY = (8, 0)
 
 def has_native_bf16(device: torch.device | str) -> bool:
     """True where a CUDA GPU computes in bfloat16 in hardware: compute capability 8.0 or more
-    (A100, RTX 30xx, L4, H100), or an AMD GPU under ROCm.
+    (A100, RTX 30xx, L4, H100); under ROCm, True as ``torch.cuda.is_bf16_supported`` says
+    (torch does not tell an AMD GPU's bf16 units apart).
 
     Not ``torch.cuda.is_bf16_supported()``: by default (``including_emulation=True``) it also
     says yes where a bfloat16 tensor can merely be created, which on a T4 (sm_75, Colab's
@@ -34,7 +35,7 @@ def has_native_bf16(device: torch.device | str) -> bool:
     device = torch.device(device)
     if device.type != "cuda" or not torch.cuda.is_available():
         return False
-    if torch.version.hip:  # ROCm reports its own architecture numbers; torch treats it as native
+    if torch.version.hip:  # ROCm reports its own architecture numbers: torch's answer stands
         return True
     return tuple(torch.cuda.get_device_capability(device)) >= NATIVE_BF16_CAPABILITY
 
