@@ -263,6 +263,26 @@ def test_a_copy_of_the_model_is_a_bypass(clear_hooks):
     assert (watch.forward_sizes, verdict) == ([], "forward_unseen")
 
 
+def test_a_copy_behind_forward_and_backward_passes_for_show_is_a_bypass():
+    def attack(model, micro_batches):
+        for x, y in micro_batches:  # passes the check sees, bringing almost nothing
+            (nn.functional.mse_loss(model(x), torch.zeros_like(y)) * 1e-9).backward()
+        twin = copy.deepcopy(model)
+        for module in twin.modules():
+            module._forward_pre_hooks.clear()
+            module._forward_hooks.clear()
+        _whole(twin, micro_batches)  # the real work, on a copy
+        for mine, theirs in zip(model.parameters(), twin.parameters(), strict=True):
+            mine.grad = theirs.grad.clone()
+
+    watch, verdict = _watch_run(attack)
+    assert (max(watch.forward_sizes), watch.backward_passes) == (MICRO, N)
+    assert verdict == "gradient_unseen"
+    # (passes for show that bring a multiple of the right gradient, the micro-batches' own
+    # losses scaled, did the accumulation itself: .grad is then a multiple of what they
+    # brought, and only the memory the whole-batch copy took would tell)
+
+
 def test_functional_call_is_seen_as_the_forward_it_is():
     def attack(model, micro_batches):
         inputs = torch.cat([x for x, _ in micro_batches])

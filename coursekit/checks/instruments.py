@@ -55,7 +55,9 @@ class Watch:
         parameter = next((p for p in model.parameters() if p.requires_grad), None)
         self._parameter, self._backward, self._gradient = parameter, None, None
         if parameter is not None:
-            self._backward, self._gradient = AutogradSink(parameter), AutogradSink(parameter)
+            # the gradient hook keeps what each pass brings: .grad must be a multiple of it
+            self._backward = AutogradSink(parameter)
+            self._gradient = AutogradSink(parameter, keep=True)
             hook = poker(self._backward.token)
             handle = parameter.register_post_accumulate_grad_hook(hook)
             self.seal.hook(parameter, "_post_accumulate_grad_hooks", handle, hook)
@@ -90,9 +92,25 @@ class Watch:
         passes = 0 if self._backward is None else len(self._backward.events)
         passes += 0 if self._gradient is None else len(self._gradient.events)
         grad = None if self._parameter is None else self._parameter.grad
-        if passes == 0 and torch.is_tensor(grad) and bool(grad.detach().ne(0).any()):
-            return "gradient_unseen"
+        if torch.is_tensor(grad) and bool(grad.detach().ne(0).any()):
+            brought = [g for _, g in self._gradient.events]
+            if passes == 0 or not _multiple_of_sum(grad.detach(), brought):
+                return "gradient_unseen"
         return INTACT
+
+
+def _multiple_of_sum(grad: torch.Tensor, brought: list[torch.Tensor]) -> bool:
+    """Whether ``grad`` is a scalar multiple of the sum of what the autograd passes brought
+    (a loop may scale ``.grad`` once at the end; what another way set is not a multiple)."""
+    if not brought:
+        return False
+    total = torch.stack([g.to(torch.float64) for g in brought]).sum(0).flatten()
+    actual = grad.to(torch.float64).flatten()
+    if total.shape != actual.shape:
+        return False
+    scale = float(actual @ total) / max(float(total @ total), 1e-300)
+    gap = float((actual - scale * total).abs().max()) / max(float(actual.abs().max()), 1e-300)
+    return scale != 0.0 and gap <= 1e-4
 
 
 class GradientPasses:
