@@ -280,7 +280,11 @@ class AmpWindow(Question):
         Rule(
             "scaler.unscale_(optimizer) # once: divide the summed gradients by the scale",
             "every spec",
-            ("unscale_every_micro_batch", "unscale_and_update_every_micro_batch", "clipped_before_unscale"),
+            (
+                "unscale_every_micro_batch",
+                "unscale_and_update_every_micro_batch",
+                "clipped_before_unscale",
+            ),
         ),
         Rule(
             "torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm) # clip the true "
@@ -304,7 +308,12 @@ class AmpWindow(Question):
         Rule(
             "scaler.update() # once: choose the next window's scale",
             "every spec: the scaler's updates are counted",
-            ("update_every_micro_batch", "update_missing", "update_before_step", "new_scaler_every_window"),
+            (
+                "update_every_micro_batch",
+                "update_missing",
+                "update_before_step",
+                "new_scaler_every_window",
+            ),
         ),
         Rule(
             "with clipping to `max_norm` and `zero_grad` at the end.",
@@ -353,6 +362,7 @@ class AmpWindow(Question):
         model, optimizer, scaler, micro_batches = _amp_problem(spec)
         counter = StepCounter(model, optimizer)
         watch = Watch(model)
+        scaler_calls = ScalerCalls(scaler)
         kept = Kept((model,), micro_batches=micro_batches)
         raised = None
         try:
@@ -362,7 +372,6 @@ class AmpWindow(Question):
             raised = next((k for k, text in SCALER_REFUSALS.items() if text in str(exc)), None)
             if raised is None:
                 raise
-        scaler_calls = ScalerCalls(scaler)
         grads_left = any(
             p.grad is not None and bool(p.grad.ne(0).any()) for p in model.parameters()
         )
@@ -379,6 +388,7 @@ class AmpWindow(Question):
             "loss_dtypes": sorted(scaler_calls.dtypes),
             "instruments": combined(
                 counter.verdict(),
+                scaler_calls.verdict(),
                 watch.verdict(samples=spec["micro_batch_size"] * spec["accum_steps"]),
             ),
         }
@@ -388,7 +398,6 @@ class AmpWindow(Question):
 
     def judge(self, spec, outputs, expected):
         n = spec["accum_steps"]
-                scaler_calls.verdict(),
         setting = (
             f"({n} micro-batches of {spec['micro_batch_size']}, max_norm {spec['max_norm']}"
             + (
