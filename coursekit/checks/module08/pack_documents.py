@@ -339,12 +339,10 @@ MESSAGES = {
     "exact_fit_rejected": "a document that fills the room left in a row exactly went to a "
     "new row. It fits: it goes at the end of the current row when its length is at most the "
     "room left.",
-    "labels_alias_inputs": "your input_ids are the labels: both names hold the same lists, "
-    "so setting -100 in the labels changed the input ids too (labels = ids, then changed "
-    "in place). Build the labels as a new list (list(ids), ids.clone()).",
-    "state_across_calls": "they hold rows from an earlier call before this call's own: your "
-    "function keeps rows between calls (a default argument such as rows=[], or a global). "
-    "Start every call with empty rows.",
+    "labels_alias_inputs": "your input_ids equal the labels, -100 at each document's first "
+    "token and at the padding: the input ids changed along with the labels, as happens when "
+    "both names hold the same lists (labels = ids, then changed in place). Build the labels "
+    "as a new list (list(ids), ids.clone()).",
     "padding_counted": "each window's count includes the padding (rows x seq_len). Divide by "
     "the tokens the loss scores: the labels that are not -100.",
     "document_starts_counted": "each window's count includes the first token of every "
@@ -429,7 +427,17 @@ class PackDocuments(Question):
                     **kept.report(),
                 }
             return {**_read(returned), "returned_anyway": True, **kept.report()}
-        return {**_read(fn(*args)), **kept.report()}
+        read = {**_read(fn(*args)), **kept.report()}
+        rows = read.get("input_ids")
+        if isinstance(rows, list) and len(rows) > len(_rows(spec["documents"], spec["seq_len"])):
+            # more rows than these documents make: does a second, identical call differ?
+            documents = [list(d) for d in spec["documents"]]
+            try:
+                again = _read(fn(documents, *args[1:])).get("input_ids")
+            except Exception:  # the first answer's verdict says what is wrong
+                again = None
+            read["rows_again"] = len(again) if isinstance(again, list) else None
+        return read
 
     def reference(self):
         return pack_documents
@@ -454,7 +462,7 @@ class PackDocuments(Question):
                 f"yours gave {outputs['returned']}."
             )
         for key in ("input_ids", "labels", "position_ids", "window_tokens"):
-            _judge_field(spec, key, outputs[key], expected[key], expected, setting)
+            _judge_field(spec, key, outputs[key], expected[key], expected, setting, outputs)
 
 
 def _named(actual, candidates: dict[str, list]) -> str | None:
@@ -462,7 +470,7 @@ def _named(actual, candidates: dict[str, list]) -> str | None:
     return names.pop() if len(names) == 1 else None
 
 
-def _judge_field(spec, key, actual, right, expected, setting):
+def _judge_field(spec, key, actual, right, expected, setting, outputs):
     if key == "position_ids":  # nothing reads a position at the padding: compare the rest
         real = _real_mask(spec)
         actual, right = _at_real_tokens(actual, real), _at_real_tokens(right, real)
@@ -472,12 +480,15 @@ def _judge_field(spec, key, actual, right, expected, setting):
         name = _named(actual, {k: [v] for k, v in _placements(spec).items()})
         if name is None and actual == expected["labels"]:
             name = "labels_alias_inputs"
-        if (
-            name is None
-            and len(actual) > len(right)
-            and actual[len(actual) - len(right) :] == right
-        ):
-            name = "state_across_calls"
+        again = outputs.get("rows_again")
+        if name is None and isinstance(again, int) and again != len(actual):
+            raise Failure(
+                f"Your input_ids have {len(actual)} rows where these documents make "
+                f"{len(right)} {setting}, and a second call with the same arguments returned "
+                f"{again} rows: your function keeps something between calls (a default "
+                "argument such as rows=[], or a global). Start every call with empty rows.",
+                "state_across_calls",
+            )
     elif key == "labels":
         name = _named(actual, _labelings(spec))
     elif key == "position_ids":
