@@ -39,7 +39,7 @@ from coursekit.checks.tamper_evident import (
     watched,
 )
 from coursekit.data import make_regression, split_micro_batches
-from coursekit.distributed import CollectiveCounter, ensure_single_process_group
+from coursekit.distributed import _COLLECTIVES, CollectiveCounter, ensure_single_process_group
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_mlp
 from coursekit.workers.distributed import reference_ddp_window
@@ -114,6 +114,56 @@ class _SyncSink(Sink):
             return
         if self._once(torch._C._current_graph_task_id()):
             self.events.append((len(self.forwards.events),))
+
+
+class _ByHandSink(Sink):
+    """One event per collective the student's code called through ``torch.distributed``:
+    the poke must come straight from a wrapper :class:`_ByHand` put there."""
+
+    def __init__(self):
+        super().__init__()
+        self.originals: set[int] = set()
+        self._code = _HAND_CODE
+
+    def accept(self, *_payload) -> None:
+        frame = self._getframe(2)
+        if frame.f_code is self._code and id(frame.f_locals.get("_original")) in self.originals:
+            self.events.append(())
+
+
+def _by_hand_wrapper(original, token):
+    def collective(*args, _original=original, _token=token, _send=poke, **kwargs):
+        _send(_token)
+        return _original(*args, **kwargs)
+
+    return collective
+
+
+_HAND_CODE = next(c for c in _by_hand_wrapper.__code__.co_consts if hasattr(c, "co_name"))
+
+
+class _ByHand:
+    """Counts the collectives the student's code makes itself (DDP's own all-reduce runs in
+    C++, and is not one), out of the code's reach: the wrappers it puts on
+    ``torch.distributed`` bind what they call, and the count lives in a sink."""
+
+    def __init__(self):
+        self.sink = _ByHandSink()
+        self.sinks = [self.sink]
+        self._originals: dict[str, object] = {}
+
+    def __enter__(self) -> _ByHand:
+        for name in _COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is not None:
+                self._originals[name] = original
+                self.sink.originals.add(id(original))
+                setattr(dist, name, _by_hand_wrapper(original, self.sink.token))
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        for name, original in self._originals.items():
+            setattr(dist, name, original)
 
 
 # The check runs one process, but answers dist.get_world_size() with 2, so a loss divided by
@@ -240,15 +290,15 @@ class DdpWindow(Question):
         dist.get_world_size = pretend_two
         kept = Kept((ddp,))
         try:
-            with CollectiveCounter() as by_hand:
-                watched((watch, backward), fn, ddp, nn.MSELoss(), micro_batches)
+            with _ByHand() as by_hand:
+                watched((watch, backward, by_hand), fn, ddp, nn.MSELoss(), micro_batches)
         finally:
             dist.get_world_size = real_world_size
         return {
             **kept.report(),
             "ddp_forwards": watch.ddp_forwards,
             "forwards": watch.forwards,
-            "collectives_by_hand": sum(by_hand.calls.values()),
+            "collectives_by_hand": len(by_hand.sink.events),
             "grad": tensor_list(flat_gradient(ddp.module.parameters())),
             "sync_at": watch.sync_at,
             "no_sync_entries": watch.no_sync_entries,
