@@ -145,9 +145,11 @@ def install_audit_hook(
         if event not in _EVENTS and not event.startswith("ctypes."):
             return
         if event == "exec":  # 0 this hook, 1 the code that called exec
-            if args:
+            try:
                 for note in noters:
-                    note(getframe(1), args[0])
+                    note(getframe(1), args[0] if args else None)
+            except Exception:  # noqa: BLE001 - never fail an import over a record of it
+                pass
             return
         if event == "sys.addaudithook" and by_notebook(2):
             if "it added an audit hook (refused)" not in sent:
@@ -327,8 +329,8 @@ def install_tripwires(questions: dict, reporter: list, provenance):
     the notebook's globals). So is a call whose direct caller is not library code that names
     the answer: a library caller that never names it (``itertools.starmap``, a hook, a
     ``partial``) was handed it. The one call that passes is the libraries' own: library code
-    that names the answer (``coursekit.autotune.tune`` calling ``largest_micro_batch``), with
-    no frame of the notebook's below it. Frames are judged by code and globals
+    that names the answer (a coursekit function whose code calls it by one of its names),
+    with no frame of the notebook's below it. Frames are judged by code and globals
     (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_frame`), never by the
     file name a code object claims. Calls while the cells run (demonstrations) are not
     reported. Installed in the warm parent, before the harness is sealed
