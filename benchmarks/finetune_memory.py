@@ -4,7 +4,7 @@ in every mode the CPU can run; NF4 and LLM.int8 weights against bitsandbytes; th
 activations per token it measures for each table model beside Korthikanti et al.'s formula;
 the "what fits" table; and the HF Trainer's auto_find_batch_size beside the tuner.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/finetune_memory.py            # about 1 min
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/finetune_memory.py    # minutes: 48 cases
     .venv/bin/python benchmarks/finetune_memory.py --quick                      # tiny only
 
 Nothing here runs on a GPU: the CUDA context, the caching allocator's fragmentation and
@@ -45,12 +45,23 @@ RUNS = [  # (model, micro-batch, sequence length): activations small and dominan
 ]
 
 
+def _has_bitsandbytes() -> bool:
+    try:
+        import bitsandbytes  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
 def measured(quick: bool) -> float:
     worst = 0.0
+    modes = MEASURABLE_MODES if _has_bitsandbytes() else MEASURABLE_MODES[:4]
+    if modes != MEASURABLE_MODES:
+        print("bitsandbytes cannot be imported: lora-int8 and qlora-nf4 not measured")
     for model, micro, seq_len in RUNS:
         if quick and model != "tiny":
             continue
-        for mode in MEASURABLE_MODES:
+        for mode in modes:
             for checkpointing in (False, True):
                 start = time.process_time()
                 rows = compare_with_measurement(model, mode, micro, seq_len, checkpointing)
@@ -58,7 +69,8 @@ def measured(quick: bool) -> float:
                 ckpt = " + checkpointing" if checkpointing else ""
                 print(f"\n{model}, {mode}{ckpt}, {micro} x {seq_len} tokens ({seconds:.1f} s)")
                 print(comparison_table(rows))
-                worst = max(worst, *(abs(row.ratio - 1) for row in rows))
+                if mode != "lora-int8":  # its known gap (saved_bytes_per_token says why)
+                    worst = max(worst, *(abs(row.ratio - 1) for row in rows))
     return worst
 
 
@@ -96,7 +108,10 @@ def main() -> None:
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     worst = measured(args.quick)
-    print(f"\nlargest gap between predicted and measured, any part: {100 * worst:.2f}%")
+    print(
+        f"\nlargest gap between predicted and measured, any part, lora-int8 aside: "
+        f"{100 * worst:.2f}%"
+    )
     quantized(args.quick)
     per_token()
     start = time.process_time()

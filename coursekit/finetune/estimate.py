@@ -29,11 +29,11 @@ below is alive at once from the second micro-batch on):
   kernels loaded; it depends on the GPU, the driver and lazy loading), not a measurement.
 
 Checked against the CPU (``benchmarks/finetune_memory.py``, the tiny model and a
-GPT-2-sized one, 32 mode, size and checkpointing cases): weights, gradients, optimizer state
+GPT-2-sized one, 48 mode, size and checkpointing cases): weights, gradients, optimizer state
 and saved activations exact; the peak of a micro-batch within 0.5%, except LoRA with
 checkpointing, up to 3.6% *under* the measured peak (a few hundred bytes per token and
 layer that the recomputation holds and the model does not name), and LoRA on an LLM.int8
-base, 4-8% under (:func:`coursekit.finetune.saved_bytes_per_token` says why). QLoRA on a
+base, 1.4-13% under (:func:`coursekit.finetune.saved_bytes_per_token` says why). QLoRA on a
 real NF4 base (bitsandbytes on the CPU) is within 1.1%.
 
 The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
