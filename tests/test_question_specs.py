@@ -2,6 +2,7 @@
 its own hidden specs, the hidden draw depends on its seed alone, the stub as handed out is
 never taken for an answer, and every rule an exercise states has tests and mutants."""
 
+import functools
 import json
 import random
 from pathlib import Path
@@ -67,6 +68,7 @@ def test_the_stub_as_handed_out_is_not_attempted_on_every_spec(name):
             question.run(_stub, round_trip(spec))
 
 
+@functools.cache
 def _exercise_text(module: str) -> str:
     """The markdown of a module's source notebook, whitespace collapsed (rules are quoted
     across its line breaks)."""
