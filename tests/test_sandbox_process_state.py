@@ -19,7 +19,7 @@ import pytest
 import torch
 import torch.utils._device  # noqa: F401  (as the warm parent has it: preload.py)
 
-from coursekit.grading.sandbox import global_state, harness_seal, tampering
+from coursekit.grading.sandbox import global_state, harness_seal, tampering, torch_registrations
 from coursekit.grading.sandbox.provenance import Provenance
 
 pytestmark = pytest.mark.grading
@@ -69,6 +69,7 @@ module.register_module_full_backward_hook(lambda m, gi, go: gi)
 sys.modules["torch.optim.optimizer"].register_optimizer_step_post_hook(lambda o, a, k: None)
 torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t * 0).__enter__()
 torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutogradCPU, True)
+torch._C._functorch._vmap_increment_nesting(2, "error")  # a vmap level never left
 gc.callbacks.append(lambda phase, info: None)
 sys.setprofile(lambda frame, event, arg: None)
 threading.settrace(lambda frame, event, arg: None)
@@ -116,6 +117,7 @@ def test_torch_and_interpreter_state_a_cell_leaves_is_put_back_and_named(provena
         "global hook in torch.optim.optimizer._global_optimizer_post_hooks",
         "saved-tensor hooks",
         "dispatch keys",
+        "torch.func transform level",
         "gc callback",
         "profile function (sys.setprofile)",
         "trace function for new threads",
@@ -164,9 +166,9 @@ def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
 
 
 def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provenance):
-    watched = {(o, n): vars(o)[n] for o, n in global_state._watched_registrars()}
+    watched = {(o, n): vars(o)[n] for o, n in torch_registrations.registrars()}
     try:
-        global_state.watch_registrations()
+        torch_registrations.watch()
         baseline = global_state.take()
         namespace = cell(
             "import torch\n"
@@ -179,8 +181,8 @@ def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provena
     finally:
         for (owner, name), original in watched.items():
             setattr(owner, name, original)
-        global_state._WATCHERS.clear()
-        global_state._REGISTRATIONS.clear()
+        torch_registrations._WATCHERS.clear()
+        torch_registrations.RECORD.clear()
     assert any("Library.impl mul.Tensor" in f for f in found), found
     assert namespace["lib"].m is None
 

@@ -18,16 +18,18 @@ can and names what it found:
   put back, they gain a hand-in nothing;
 - *code that runs inside later computation* (modes on torch's function and dispatch stacks,
   global module and optimizer hooks, default saved-tensor hooks, dispatch keys included or
-  excluded, trace and profile functions, gc callbacks, ``torch.library`` registrations,
-  threads) is put back too, and flagged unless all its code is the libraries' own
+  excluded, ``torch.func`` transform levels, trace and profile functions, gc callbacks) is
+  put back too, and flagged unless all its code is the libraries' own
   (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable`);
 - ``torch.library`` registrations the notebook's code made are flagged and taken back (its
-  ``Library`` destroyed); a thread still running cannot be put back, and is flagged.
+  ``Library`` destroyed); a thread of the notebook's still running cannot be stopped, and is
+  flagged.
 
-Every function this module calls is taken at :func:`take` and kept in the :class:`Baseline`,
-which the runner holds privately: a hand-in that rebinds ``sys.settrace`` or
-``torch.set_grad_enabled`` later does not change what restores them. Each check is a few C
-calls (tens of microseconds a test; ``benchmarks/global_state.py`` prints the figure).
+The torch and interpreter functions :func:`restore` calls are taken at :func:`take` and kept
+in the :class:`Baseline`, which the runner holds privately: a hand-in that rebinds
+``sys.settrace`` or ``torch.set_grad_enabled`` later does not change what restores them.
+Each check is a few C calls (tens of microseconds a test; ``benchmarks/global_state.py``
+prints the figure).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ import types
 from dataclasses import dataclass, field
 
 import torch
+
+from coursekit.grading.sandbox import torch_registrations
 
 # torch._C getter/setter pairs that are per-thread names or need arguments, not settings.
 _NOT_SETTINGS = frozenset(
@@ -64,14 +68,15 @@ class Baseline:
     default_device: tuple = ()  # torch.set_default_device's two records of it
     dispatch_modes: tuple = ()
     infra_modes: dict = field(default_factory=dict)
+    transforms: int = 0  # torch.func's transform levels (vmap, grad, jvp) entered
     saved_tensor_hooks: object = None
     tracing: tuple = ()  # sys trace, sys profile, threading trace, threading profile
     threads: frozenset = frozenset()
     gc_callbacks: list = field(default_factory=list)
     gc_list: list = field(default_factory=list)
-    registrations: list = field(default_factory=list)  # the watch's record (see below)
+    registrations: list = field(default_factory=list)  # torch_registrations.RECORD
     registrations_seen: int = 0
-    watchers: tuple = ()  # (owner, name, watcher) as watch_registrations left them
+    watchers: tuple = ()  # (owner, name, watcher) as torch_registrations.watch left them
     tools: dict = field(default_factory=dict)  # the functions used, taken at take()
     kept: list = field(default_factory=list)  # guards that keep a restored state on
     reported_threads: set = field(default_factory=set)
@@ -117,6 +122,8 @@ def take() -> Baseline:
         set_autocast_dtype=torch.set_autocast_dtype,
         inference_mode=torch.is_inference_mode_enabled,
         DispatchKey=C.DispatchKey,
+        transform_depth=C._functorch.get_dynamic_layer_stack_depth,
+        undo_transforms=C._functorch.pop_dynamic_layer_stack_and_undo_to_depth,
         device_module=vars(sys.modules["torch.utils._device"]),
         device_context=torch._GLOBAL_DEVICE_CONTEXT,
     )
@@ -170,15 +177,16 @@ def take() -> Baseline:
         C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())
     )
     base.infra_modes = {key: C._get_dispatch_mode(key) for key in _infra_keys()}
+    base.transforms = C._functorch.get_dynamic_layer_stack_depth()
     base.saved_tensor_hooks = autograd._top_saved_tensors_default_hooks(True)
     base.tracing = (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
     base.threads = frozenset(sys._current_frames())
     base.gc_list = gc.callbacks
     base.gc_callbacks = list(gc.callbacks)
-    base.registrations = _REGISTRATIONS
-    base.registrations_seen = len(_REGISTRATIONS)
+    base.registrations = torch_registrations.RECORD
+    base.registrations_seen = len(torch_registrations.RECORD)
     base.watchers = tuple(
-        (owner, name, vars(owner).get(name)) for owner, name in _watched_registrars()
+        (owner, name, vars(owner).get(name)) for owner, name in torch_registrations.registrars()
     )
     return base
 
@@ -314,6 +322,9 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
             C._pop_torch_dispatch_stack(None)
         for mode in base.dispatch_modes:
             C._push_on_torch_dispatch_stack(mode)
+    if C.transform_depth() != base.transforms:  # a vmap or grad level never left
+        found.append("it left a torch.func transform level on (vmap, grad or jvp)")
+        C.undo_transforms(base.transforms)
     for key, mode in base.infra_modes.items():
         now = C._get_dispatch_mode(key)
         if now is not mode:
@@ -435,7 +446,7 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
 
 def _check_library(base: Baseline, found: list[str], provenance) -> None:
     """Kernels and operators registered with torch's dispatcher by the notebook's code since
-    :func:`take` (they cannot be taken back: flagged)."""
+    :func:`take` (:mod:`coursekit.grading.sandbox.torch_registrations`): flagged, taken back."""
     for owner, name, watcher in base.watchers:
         if vars(owner).get(name) is not watcher:
             found.append(f"it changed {getattr(owner, '__name__', '?')}.{name}")
@@ -443,89 +454,10 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
     if len(records) < base.registrations_seen:
         found.append("it changed the record of torch.library registrations")
     for what, stack, owner in records[base.registrations_seen :]:
-        if _by_notebook(stack, provenance):
+        if torch_registrations.by_notebook(stack, provenance):
             found.append(f"it registered {what} with torch's dispatcher (torch.library)")
-            _take_back(owner)
+            torch_registrations.take_back(owner)
     base.registrations_seen = len(records)
-
-
-def _take_back(owner) -> None:
-    """Undo a notebook's registrations: its ``Library`` destroyed, or the dispatcher's
-    handle it holds reset (either removes every kernel and operator it registered)."""
-    destroy = getattr(type(owner), "_destroy", None)
-    reset = getattr(type(owner), "reset", None)
-    try:
-        if callable(destroy) and getattr(owner, "m", None) is not None:
-            destroy(owner)
-        elif callable(reset):
-            reset(owner)
-    except Exception:  # noqa: BLE001 - already destroyed, or a handle of another kind: flagged
-        return
-
-
-# What :func:`watch_registrations` records: (what, stack), stack from the registering call
-# down, as (code, globals) pairs, until the import system's call that runs a module's code.
-_REGISTRATIONS: list = []
-_WATCHERS: set = set()  # ids of the wrappers made (each registrar is wrapped once)
-_IMPORTING = "_call_with_frames_removed"
-_NEW_LIBRARY = "a library of operators"
-_REGISTRARS = ("torch.library", "torch._library", "torch._ops")
-
-
-def _watched_registrars() -> list:
-    import torch.library
-
-    names = ("define", "impl", "fallback", "_register_fake", "_register_torch_dispatch_rule")
-    watched = [(torch._C, "_dispatch_library")]
-    return watched + [(torch.library.Library, name) for name in names]
-
-
-def watch_registrations() -> None:
-    """Wrap torch's ways to register with its dispatcher (``torch._C._dispatch_library`` and
-    ``torch.library.Library``'s methods) so that each call records who made it. Run once, in
-    the warm parent, before the seal and before any hand-in code. A registration is the
-    notebook's when the nearest frame below it that is not library code called torch's
-    registration API itself; one made while a module is imported, or by torch's own lazy
-    set-up, is the library's (judged in :func:`restore`, where provenance is known)."""
-    getframe, record = sys._getframe, _REGISTRATIONS.append
-
-    def wrap(function, label: str):
-        def registering(*args, **kwargs):
-            stack, frame = [], getframe(1)
-            while frame is not None and len(stack) < 64:
-                stack.append((frame.f_code, frame.f_globals))
-                if frame.f_code.co_name == _IMPORTING:
-                    break
-                frame = frame.f_back
-            detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
-            result = function(*args, **kwargs)
-            owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
-            record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
-            return result
-
-        _WATCHERS.add(id(registering))
-        return registering
-
-    for owner, name in _watched_registrars():
-        current = vars(owner).get(name)
-        if current is None or id(current) in _WATCHERS:
-            continue
-        label = _NEW_LIBRARY if name == "_dispatch_library" else f"Library.{name}"
-        setattr(owner, name, wrap(current, label))
-
-
-def _by_notebook(stack: list, provenance) -> bool:
-    """Whether a recorded registration is the notebook's (see watch_registrations)."""
-    for index, (code, namespace) in enumerate(stack):
-        if code.co_name == _IMPORTING and provenance.is_library(code):
-            return False
-        if provenance.is_library(code) and provenance.is_library_globals(namespace):
-            continue
-        if index == 0:
-            return True
-        callee = str(stack[index - 1][1].get("__name__", ""))
-        return callee.startswith(_REGISTRARS)
-    return False
 
 
 def _name_of(mode) -> str:

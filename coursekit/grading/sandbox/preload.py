@@ -22,10 +22,10 @@ def preload() -> None:
     import coursekit.grading.sandbox.privileges  # noqa: F401
     import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
     import coursekit.grading.sandbox.seccomp  # noqa: F401
-    from coursekit.grading.sandbox import global_state, tampering
+    from coursekit.grading.sandbox import tampering, torch_registrations
 
     tampering.warm_up()
-    global_state.watch_registrations()  # before the seal: its wrappers are what it records
+    torch_registrations.watch()  # before the seal: its wrappers are what the seal records
 
 
 def preload_course() -> None:
