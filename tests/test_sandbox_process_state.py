@@ -213,6 +213,7 @@ notebooks = {
     "forged globals": forged_globals,
     "partial bound to a lambda": functools.partial(pytree.tree_map, always),
     "keyword bound to a lambda": functools.partial(sorted, key=always),
+    "torch.allclose with a lambda keyword": functools.partial(torch.allclose, rtol=always),
     "method bound to a notebook object": types.MethodType(torch.nn.Module.__call__, Always()),
     "library object with a notebook attribute": linear.__call__,
     "mode whose dispatch torch wrapped": Mode(),
