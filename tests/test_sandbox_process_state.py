@@ -14,6 +14,7 @@ import multiprocessing.pool
 import os
 import sys
 import threading
+import types
 
 import pytest
 import torch
@@ -260,18 +261,33 @@ def test_the_seal_names_torchs_comparisons_replaced_by_library_code_run_as_the_n
 ):
     sealed = harness_seal.seal()
     originals = {name: getattr(torch, name) for name in ("equal", "allclose", "isclose")}
+    hook = vars(torch.Tensor)["__torch_function__"]
     namespace = cell(_LIBRARY_CODE_RUNNING_NOTEBOOK_CODE)
     notebooks = namespace["notebooks"]
     try:
         torch.equal = notebooks["partial bound to a lambda"]
         torch.allclose = notebooks["method bound to a notebook object"]
         torch.isclose = namespace["forged_defaults"]
-        assert {"torch.equal", "torch.allclose", "torch.isclose"} <= set(
-            harness_seal.changes(sealed, provenance)
+        # every tensor operation goes through it: the notebook's, over torch's own code
+        torch.Tensor.__torch_function__ = classmethod(
+            types.FunctionType(
+                hook.__func__.__code__,
+                dict(hook.__func__.__globals__),
+                "f",
+                hook.__func__.__defaults__,
+            )
         )
+        found = set(harness_seal.changes(sealed, provenance))
     finally:
+        torch.Tensor.__torch_function__ = hook
         for name, original in originals.items():
             setattr(torch, name, original)
+    assert {
+        "torch.equal",
+        "torch.allclose",
+        "torch.isclose",
+        "torch.Tensor.__torch_function__",
+    } <= found, found
     assert harness_seal.changes(sealed, provenance) == []
 
 

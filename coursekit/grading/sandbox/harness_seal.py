@@ -66,7 +66,15 @@ WATCHED_MODULES = (
     "torch.utils._python_dispatch",
     "torch._tensor",
 )
-_DUNDERS = ("__init__", "__call__", "__getattr__", "__getattribute__", "__setattr__")
+_DUNDERS = (
+    "__init__",
+    "__call__",
+    "__getattr__",
+    "__getattribute__",
+    "__setattr__",
+    "__torch_function__",  # torch.Tensor's: every tensor operation goes through it
+    "__torch_dispatch__",
+)
 _DESCRIPTORS = (staticmethod, classmethod, property)
 _MISSING = object()
 
