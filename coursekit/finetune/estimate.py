@@ -14,7 +14,8 @@ below is alive at once from the second micro-batch on):
 - **optimizer state**: AdamW's two moments, or bitsandbytes' 8-bit ones;
 - **activations**: what autograd saves, measured per token on small copies of the
   architecture (:mod:`coursekit.finetune.activations`), times ``micro_batch x seq_len``;
-  with checkpointing each layer keeps only its input, and backward recomputes one layer at
+  with checkpointing each layer keeps only its input (plus, under LoRA, the gradients of
+  the embeddings' output: :data:`INPUT_GRAD_VECTORS`), and backward recomputes one layer at
   a time (**recomputed layer**: its activations, alive after the loss's backward is done,
   so the peak holds the larger of the two);
 - **logits and loss**: the output layer's ``micro_batch x seq_len x vocab`` logits, the
@@ -30,11 +31,9 @@ below is alive at once from the second micro-batch on):
 
 Checked against the CPU (``benchmarks/finetune_memory.py``, the tiny model and a
 GPT-2-sized one, 48 mode, size and checkpointing cases): weights, gradients, optimizer state
-and saved activations exact; the peak of a micro-batch within 0.5%, except LoRA with
-checkpointing, up to 3.6% *under* the measured peak (a few hundred bytes per token and
-layer that the recomputation holds and the model does not name), and LoRA on an LLM.int8
-base, 1.4-13% under (:func:`coursekit.finetune.saved_bytes_per_token` says why). QLoRA on a
-real NF4 base (bitsandbytes on the CPU) is within 1.1%.
+and saved activations exact; the peak of a micro-batch within 0.5% (QLoRA on a real NF4
+base, bitsandbytes on the CPU, included), except LoRA on an LLM.int8 base, 1.4-13% under
+(:func:`coursekit.finetune.saved_bytes_per_token` says why).
 
 The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
 per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the two counts.
@@ -64,6 +63,11 @@ from coursekit.units import format_bytes
 GIB = 2**30
 #: The CUDA context's memory, in GiB: an assumption (see the module docstring).
 CONTEXT_GB = 0.5
+#: With checkpointing and a frozen embedding, transformers' ``activation_checkpointing_enable``
+#: calls ``enable_input_require_grads`` (modeling_utils.py, transformers 5.25), so backward
+#: computes gradients for the embeddings' output too: this many hidden-size vectors per
+#: token more at the peak (measured on the CPU, LoRA and QLoRA, tiny and GPT-2-sized).
+INPUT_GRAD_VECTORS = 2
 #: Bytes per logit (token x vocabulary entry) at the loss's peak, by compute dtype: measured.
 LOSS_BYTES_PER_LOGIT = {"fp32": 12, "bf16": 12}
 
@@ -174,11 +178,14 @@ def estimate_memory(
     fixed = _fixed_parts(_key(config), mode.name, lora_rank, targets)
     saved = saved_bytes_per_token(config, mode, lora_rank, lora_targets)
     tokens = micro_batch_size * seq_len
+    activations = tokens * saved.total(config.num_hidden_layers, checkpointing)
+    if checkpointing and mode.lora:  # the embeddings' output made to require grad
+        activations += tokens * INPUT_GRAD_VECTORS * config.hidden_size * mode.compute_bytes
     return MemoryEstimate(
         weights_bytes=fixed.weights_bytes,
         gradients_bytes=fixed.trainable.gradients_bytes,
         optimizer_bytes=fixed.trainable.optimizer_bytes,
-        activations_bytes=round(tokens * saved.total(config.num_hidden_layers, checkpointing)),
+        activations_bytes=round(activations),
         recompute_bytes=round(tokens * saved.per_layer) if checkpointing else 0,
         logits_bytes=tokens * fixed.vocab * LOSS_BYTES_PER_LOGIT[mode.compute],
         step_temporary_bytes=fixed.trainable.step_temporary_bytes,
