@@ -23,15 +23,17 @@ below is alive at once from the second micro-batch on):
   :data:`LOSS_BYTES_PER_LOGIT` bytes per logit, measured on the CPU with transformers' own
   loss (``labels=``), the model's output dropped before ``backward()`` as the HF Trainer does
   (``tests/test_finetune_estimate.py`` measures it again): 12 bytes in float32 and in bf16
-  (the bf16 logits, their float32 copy, the log-probabilities, their gradient). At a 152k
-  vocabulary and 1,024 tokens that is 1.7 GiB per sequence: often the largest single part;
+  alike. At a 152k vocabulary and 1,024 tokens that is 1.7 GiB per sequence: often the
+  largest single part;
 - **CUDA context**: the driver's and the kernels' memory, which the allocator never counts.
-  :data:`CONTEXT_GB` is an *assumption* (a few hundred MiB is typical with torch's CUDA
-  kernels loaded; it depends on the GPU, the driver and lazy loading), not a measurement.
+  :data:`CONTEXT_GB` is an *assumption*, not a measurement (no GPU was at hand): its size
+  depends on the GPU, the driver, the CUDA version and lazy kernel loading. To measure
+  yours: the card's total less ``torch.cuda.mem_get_info()[0]`` after the first CUDA call,
+  less ``torch.cuda.memory_reserved()``.
 
 Checked against the CPU (``benchmarks/finetune_memory.py``, the tiny model and a
 GPT-2-sized one, 48 mode, size and checkpointing cases): weights, gradients, optimizer state
-and saved activations exact; the peak of a micro-batch within 0.5% (QLoRA on a real NF4
+and saved activations exact; the peak of a micro-batch within 1% (QLoRA on a real NF4
 base, bitsandbytes on the CPU, included), except LoRA on an LLM.int8 base, 1.4-13% under
 (:func:`coursekit.finetune.saved_bytes_per_token` says why).
 
