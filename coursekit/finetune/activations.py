@@ -21,8 +21,8 @@ time with ``saved_tensors_hooks``; the course's models train without dropout):
   dropout mask and the dropout's output;
 - GPT-2's ``gelu_new`` is written in Python (``0.5 x (1 + tanh(...))``) and saves four
   tensors of the MLP's width where a fused GeLU saves one; per layer and token GPT-2 saves
-  ``10 h + 5 i + a + 4`` numbers (``i = 4h`` the MLP width): 30.06 h at ``h = 768`` where
-  the paper's 16-bit bytes are 17 h numbers;
+  ``10 h + 5 i + a + 4`` numbers (``i = 4h`` the MLP width): about 30 h numbers, where the
+  paper's ``34 h`` bytes of 16-bit activations and masks are 17 h;
 - a Llama-style layer (Qwen2, RMSNorm, rotary, SwiGLU, grouped-query attention with
   ``kv`` = key/value width) saves ``8 h + 2 kv + 4 i + a + 2`` in float32; in bf16 its
   RMSNorm still saves float32 copies (it upcasts), so bytes are not simply halved;
@@ -35,11 +35,13 @@ Rather than a hand count per architecture, dtype and mode, which breaks on the n
 divided by ``k`` (head dimension, hidden, MLP, key/value; the head counts kept), one and two
 layers, for two ``k``. Saved bytes per token are a sum of tensor widths, so they are linear
 in the width, and four small measurements give the per-layer and the rest-of-model terms at
-full width exactly (up to the per-position rotary tables, a few hundred bytes per
-sequence). The measurements run on the CPU in a fraction of a second and are cached;
-:func:`coursekit.finetune.compare_with_measurement` checks the result against a full-size
-GPT-2 forward. On a GPU the attention kernels are other ones (flash, memory-efficient) that
-save the same Q, K, V, output and log-sum-exp; that is read from source, not measured here.
+full width exactly (up to the rotary tables, made once per forward pass and shared by the
+batch: under 0.1% of a real model's total). The measurements run on the CPU in a fraction
+of a second and are cached; :func:`coursekit.finetune.compare_with_measurement` checks the
+result against a full-size GPT-2 forward. On a GPU the attention kernels are other ones
+(flash, memory-efficient); FlashAttention too keeps the output and the log-sum-exp for
+backward, never the score matrix (Dao et al. 2022, arXiv:2205.14135), but what each GPU
+kernel saves was not measured here.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ def korthikanti_layer_bytes(seq_len: int, micro_batch: int, hidden: int, heads: 
 class SavedPerToken:
     """Bytes autograd saves per token: in each transformer layer, and in the rest of the
     model (embeddings, the final norm, the output layer's input). The loss is apart
-    (:mod:`coursekit.finetune.logits`)."""
+    (:mod:`coursekit.finetune.estimate`)."""
 
     per_layer: float
     rest: float
