@@ -4,7 +4,10 @@ Run (as root, Linux): .venv/bin/python benchmarks/grading_reliability.py [--hand
 [--workers 2 4] [--hogs 2] [--old]
 
 Every hand-in is the released module-1 exercise with its three answers right, so each must get
-full marks. Each batch is one real ``coursekit grade --json`` run, as a container's root runs it
+full marks; every other one also leaves a process running in the background, detached (as a
+notebook that starts a server or a pool and never stops it does), so that ending a hand-in
+takes the grader's helpers and its sweep for strays every time (``--no-background``: none).
+Each batch is one real ``coursekit grade --json`` run, as a container's root runs it
 (tests/helpers/docker_like.py: namespaces refused; ``--old``: Landlock refused too), while
 ``--hogs`` processes spin on the CPU (each ended when the batch ends, and bounded by
 ``timeout`` in any case). For each worker count it prints:
@@ -37,6 +40,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from grading import ASSIGNMENT, ENV, hand_in  # noqa: E402
+
+# an honest habit: a helper process started and left running, in a session of its own
+BACKGROUND = (
+    'import subprocess\nhelper = subprocess.Popen(["sleep", "300"], start_new_session=True)'
+)
 
 HOG_BOUND_S = 3600  # a hog outlives no batch by more than this, whatever happens here
 
@@ -101,6 +109,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--hogs", type=int, default=2)
     parser.add_argument("--old", action="store_true", help="Landlock refused too")
+    parser.add_argument("--no-background", action="store_true", help="no process left running")
     args = parser.parse_args()
     if os.geteuid() != 0 or not sys.platform.startswith("linux"):
         raise SystemExit("the Docker-like mode needs root on Linux")
@@ -112,10 +121,17 @@ def main() -> int:
         folder = scratch / "hand-ins"
         folder.mkdir()
         right = hand_in({})
+        leaves_one = hand_in({})
+        leaves_one.cells.append(nbformat.v4.new_code_cell(BACKGROUND))
         for i in range(args.hand_ins):
-            nbformat.write(right, folder / f"student{i:03d}.ipynb")
+            notebook = right if args.no_background or i % 2 == 0 else leaves_one
+            nbformat.write(notebook, folder / f"student{i:03d}.ipynb")
         mode = "Docker-like, no Landlock" if args.old else "Docker-like (namespaces refused)"
-        print(f"{args.hand_ins} correct hand-ins of {ASSIGNMENT}, {mode}, {args.hogs} CPU hogs")
+        background = "none" if args.no_background else "half"
+        print(
+            f"{args.hand_ins} correct hand-ins of {ASSIGNMENT} ({background} leaving a process "
+            f"running), {mode}, {args.hogs} CPU hogs"
+        )
         failures = 0
         for workers in args.workers:
             hogs = start_hogs(args.hogs)
