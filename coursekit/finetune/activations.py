@@ -195,7 +195,7 @@ def saved_bytes_per_token(config, mode, lora_rank: int = 16, lora_targets="all-l
     bitsandbytes 0.50.2 on the CPU: ``compare_with_measurement(mode="qlora-nf4")``). For
     LLM.int8 it is an underestimate: ``MatMul8bitLt`` keeps each layer's input in
     ``ctx.tensors``, where saved-tensor hooks do not see it (on the CPU the measured peak
-    is 1.4-13% above the estimate, tiny and GPT-2-sized models)."""
+    is 1.4-12% above the estimate, tiny and GPT-2-sized models)."""
     config = as_config(config)
     mode = mode_named(mode)
     if mode.weights in ("int8", "nf4"):

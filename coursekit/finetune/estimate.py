@@ -34,7 +34,7 @@ below is alive at once from the second micro-batch on):
 Checked against the CPU (``benchmarks/finetune_memory.py``, the tiny model and a
 GPT-2-sized one, 48 mode, size and checkpointing cases): weights, gradients, optimizer state
 and saved activations exact; the peak of a micro-batch within 1% (QLoRA on a real NF4
-base, bitsandbytes on the CPU, included), except LoRA on an LLM.int8 base, 1.4-13% under
+base, bitsandbytes on the CPU, included), except LoRA on an LLM.int8 base, 1.4-12% under
 (:func:`coursekit.finetune.saved_bytes_per_token` says why).
 
 The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
