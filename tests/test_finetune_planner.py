@@ -168,6 +168,7 @@ def test_the_widget_shows_the_plan_or_the_problem():
     assert view.value != before and "48 GB card" in view.value
 
 
+@pytest.mark.frameworks  # transformers' find_executable_batch_size calls accelerate's
 def test_auto_find_batch_size_shrinks_the_effective_batch_and_the_tuner_does_not():
     comparison = auto_batch_comparison(
         per_device_train_batch_size=64, gradient_accumulation_steps=4
@@ -189,6 +190,7 @@ def test_auto_find_batch_size_shrinks_the_effective_batch_and_the_tuner_does_not
     assert "144 samples per step" in str(comparison)
 
 
+@pytest.mark.frameworks
 def test_a_card_that_fits_the_window_leaves_both_alike():
     roomy = SimulatedDevice(2 * GIB, 2**20, 2**20)
     comparison = auto_batch_comparison(roomy, 16, 4)
