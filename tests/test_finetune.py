@@ -25,6 +25,8 @@ from coursekit.finetune.weights import (
 )
 from coursekit.parameters import ParameterError
 
+pytestmark = pytest.mark.module8
+
 # The model cards' "Number of Parameters" and "(Non-Embedding)", in billions, two decimals
 # (the cards round some and cut others: 7.6156 is "7.61B", 3.0859 "3.09B").
 MODEL_CARDS = {

@@ -22,6 +22,8 @@ from coursekit.finetune import (
 )
 from coursekit.memory import peak_live_bytes
 
+pytestmark = pytest.mark.module8
+
 #: The largest gap allowed between the predicted and the measured peak of a micro-batch.
 PEAK_TOLERANCE = 0.02
 EXACT_PARTS = ("weights", "saved activations", "gradients", "optimizer state")

@@ -19,6 +19,8 @@ from coursekit.finetune import (
 from coursekit.parameters import ParameterError
 from coursekit.simulated_device import SimulatedDevice
 
+pytestmark = pytest.mark.module8
+
 GIB = 2**30
 
 
