@@ -484,3 +484,26 @@ def test_a_bundle_refuses_a_fixed_seed_and_says_how_to_reproduce_a_grade(tmp_pat
     )
     assert status == 2 and not out.exists()
     assert "run `coursekit grade` with that --seed" in capsys.readouterr().err
+
+
+def test_a_failure_of_the_grader_itself_writes_no_score(tmp_path, monkeypatch, capsys):
+    """Every try failed on the grader's side: Gradescope must record no score (no
+    results.json: it shows "the autograder failed"), never a 0, and the instructor is told."""
+    from coursekit.commands import gradescope
+
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / CONFIG).write_text(json.dumps({"assignment": ASSIGNMENT}))
+    (tmp_path / "results").mkdir()
+    stale = tmp_path / "results" / "results.json"
+    stale.write_text('{"score": 0.0}')  # an earlier run's: it must not stand as this one's
+
+    def grader_fails(*_args, **_kwargs):
+        raise RuntimeError("the grader failed on every try: a runner was lost")
+
+    monkeypatch.setattr(gradescope, "_grade", grader_fails)
+    monkeypatch.setenv("AUTOGRADER_ROOT", str(tmp_path))
+    assert gradescope.main() == 1
+    assert not stale.exists()
+    out = capsys.readouterr().out
+    assert "Not graded: the grader itself failed (RuntimeError)" in out
+    assert "a runner was lost" in out  # the traceback, for the instructor

@@ -434,12 +434,15 @@ def regrade_command(settings: dict, seed: int, submission: str = "SUBMISSION") -
     )
 
 
-def run_autograder(root: Path) -> dict:
+def run_autograder(root: Path) -> dict | None:
     """Grade the submission in ``root/submission`` and write ``root/results/results.json``.
 
     Never raises for the submission's sake: a missing, unreadable or blank hand-in gets 0
-    with a message that says why; a failure of the grader itself gets 0 with a message that
-    says it is not the student's fault, and its traceback on stdout for the instructor.
+    with a message that says why. A failure of the grader itself (in every one of its tries)
+    is never a score: no ``results.json`` is written (one left from before is removed), so
+    Gradescope shows the submission as not graded ("the autograder failed") and keeps no
+    score for it; the reason and traceback go to stdout for the instructor, who can regrade
+    it. Returns the results written, or None where none were.
 
     The hidden tests are drawn from a seed drawn here, for this run alone. It is kept in
     this process's memory until ``results.json`` is written, then printed (stdout, which
@@ -456,14 +459,15 @@ def run_autograder(root: Path) -> dict:
         results = _grade(root, settings, seed, extra)
     except _NotGraded as why:
         results = _zero_results(assignment, f"Score: 0. {why}")
-    except Exception as error:  # the grader's failure, not the student's
+    except Exception as error:  # the grader's failure, not the student's: no score at all
         traceback.print_exc(file=sys.stdout)
-        results = _zero_results(
-            assignment,
-            f"Grading failed on the autograder's side, not because of your notebook "
-            f"({type(error).__name__}). Tell your instructor, who can regrade it once the "
-            "autograder is fixed.",
+        (root / "results" / "results.json").unlink(missing_ok=True)
+        print(
+            f"Not graded: the grader itself failed ({type(error).__name__}), not because of "
+            "the notebook. No results.json was written, so Gradescope records no score; "
+            "regrade the submission once the autograder is fixed."
         )
+        return None
     results["execution_time"] = round(time.monotonic() - started, 1)
     results["stdout_visibility"] = "hidden"  # the seed and the grader's own record: not theirs
     results["extra_data"] = {"seed": seed, **extra}
@@ -488,6 +492,8 @@ def main() -> int:
     """``python -m coursekit.commands.gradescope``: what ``run_autograder`` runs."""
     root = Path(os.environ.get("AUTOGRADER_ROOT") or "/autograder")
     results = run_autograder(root)
+    if results is None:  # the grader failed: Gradescope shows it as not graded
+        return 1
     print(f"Wrote {root / 'results' / 'results.json'}: {points(results['score'])} points.")
     return 0
 
