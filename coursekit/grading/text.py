@@ -122,7 +122,6 @@ def capped_notes(notes: list[str]) -> list[str]:
 
 
 _RAISED = re.compile(r"Your function raised ([A-Za-z_]\w{0,59}):")
-_LINE = re.compile(r"\(line (\d{1,4}): ")
 #: Exception classes whose names may be shown: a class name is the hand-in's own text too
 #: (``type(f"E{secret}", (Exception,), {})``), so only names Python or torch define pass.
 _KNOWN_ERRORS = frozenset(
@@ -138,21 +137,22 @@ def error_feedback(message: object, hidden: bool, chars: int = 300) -> str:
 
     That message is the hand-in's own text, and on a hidden test its exception could quote
     the test's inputs (``raise ValueError(repr(batch))``, or torch's shapes of them): there
-    the exception's text is never shown; only its class's name, where Python or torch
-    defines that name, and the line number (up to 9999) are kept. On a public test (inputs
-    the notebook shows anyway) the first line is kept, cut to ``chars`` characters."""
+    the exception's text is never shown, nor the line number (the whole message, suffix
+    included, is the hand-in's to write, so a number there could carry the inputs too); only
+    its class's name, where Python or torch defines that name, is kept. On a public test
+    (inputs the notebook shows anyway) the first line is kept, cut to ``chars`` characters,
+    with the line of the student's code where it was raised."""
     text = lossless(message)
     if not hidden:
         first = text.splitlines()[0] if text.strip() else "Your function raised an error."
         return first if len(first) <= chars else first[:chars] + "..."
     raised = _RAISED.match(text)
-    line = _LINE.search(text)
     if raised and raised.group(1) in _KNOWN_ERRORS:
         what = f"Your function raised {raised.group(1)}"
     else:
         what = "Your function raised an error"
-    where = f" (line {int(line.group(1))} of your code)" if line else ""
     return (
-        f"{what}{where} on a hidden test. Its message is not shown, since it could hold the "
-        "hidden test's inputs; run your function on inputs of your own like the public tests'."
+        f"{what} on a hidden test. Its message and line are not shown, since they could hold "
+        "the hidden test's inputs; run your function on inputs of your own like the public "
+        "tests'."
     )
