@@ -8,6 +8,7 @@ a process that has become a hand-in's user (tests/test_read_shield_docker_like.p
 batch end to end in the Docker-like mode without Landlock).
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -142,6 +143,52 @@ def test_a_path_it_may_not_change_is_named_with_its_fix_and_grading_refused(base
         assert unconfined_refusal(SHARED_FILES_LANDLOCK) is None
 
 
+def _git(*args: str, cwd: Path) -> None:
+    import subprocess
+
+    subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(cwd), "GIT_CONFIG_NOSYSTEM": "1"},
+    )
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_git_directory_outside_the_course_is_closed_too(base, needs_venv, monkeypatch):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    store = base / "store"
+    store.mkdir(mode=0o755)
+    # git clone --separate-git-dir (git init's, here: no remote to clone from)
+    _git("init", "-q", "--separate-git-dir", str(store / "course.git"), ".", cwd=paths["course"])
+    for path in [store, *store.rglob("*")]:
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)  # as a umask of 022 leaves it
+    history = store / "course.git" / "HEAD"
+    assert _reads_as_hand_in([history]) == [str(history)]
+    # the same place as a relative gitdir, read from another working folder than the course's
+    (paths["course"] / ".git").write_text("gitdir: ../store/course.git\n")
+    monkeypatch.chdir("/")
+    protected = _protected(paths)
+    assert store / "course.git" in protected.required and not protected.problems
+    before = _modes(base)
+    with read_shield.shielding(protected, paths["course"], say=lambda _: None):
+        assert unconfined_refusal(SHARED_FILES) is None
+        assert _reads_as_hand_in([history]) == []
+    assert _modes(base) == before
+
+
+def test_a_git_file_the_grader_cannot_read_is_named_and_grading_refused(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    (paths["course"] / ".git").write_text("not a gitdir line\n")
+    with read_shield.shielding(_protected(paths), paths["course"], say=lambda _: None):
+        refusal = unconfined_refusal(SHARED_FILES)
+    assert refusal is not None and f"{paths['course'] / '.git'}" in refusal
+    assert "gitdir" in refusal
+
+
 def test_unconfined_goes_on_and_says_what_a_hand_in_can_read(base, needs_venv):
     paths = _tree(base)
     os.chown(paths["readme"], 4321, 4321)
@@ -194,11 +241,99 @@ def test_a_journal_not_written_by_this_user_is_never_followed(tmp_path):
         json.dumps({"pid": 1, "changes": [{**change, "before": 0o666, "after": 0o600}]})
     )
     os.chown(planted, 4321, 4321)  # a hand-in's, say
-    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [])
+    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [], [])
     os.chown(planted, 0, 0)
     os.chmod(planted, 0o666)  # or one anybody could have written
-    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [])
+    assert shield_journal.restore_leftovers(tmp_path) == ([], [], [], [])
     assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+
+
+def _subreaper(on: int | None = None) -> int:
+    """This process's child-subreaper flag (PR_GET_CHILD_SUBREAPER); set it first if ``on``."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if on is not None:
+        libc.prctl(36, on, 0, 0, 0)
+    flag = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(flag), 0, 0, 0)
+    return flag.value
+
+
+def _killed_grader_leaves(paths, steps) -> int:
+    """A grader that writes its journal, makes its changes, starts a hand-in that becomes a
+    daemon, and is killed: the daemon's pid (re-parented to init, as a hand-in's user)."""
+    was = _subreaper()
+    _subreaper(0)  # so that its orphan goes to init, as it would with no grader above it
+    ready, told = os.pipe()
+    try:
+        dead = os.fork()
+        if dead == 0:
+            shield_journal.write(paths["course"], steps.changes)
+            for change in steps.changes:
+                shield_journal.apply(change)
+            if os.fork() == 0:  # the hand-in's daemon
+                uid = privileges.HAND_IN_ID_BASE + os.getpid()
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+                os.write(told, str(os.getpid()).encode())
+                time.sleep(60)
+                os._exit(0)
+            os.kill(os.getpid(), signal.SIGKILL)
+        os.close(told)
+        os.waitpid(dead, 0)
+        daemon = int(os.read(ready, 64).decode())  # once it is a hand-in's user
+    finally:
+        _subreaper(was)
+        os.close(ready)
+    return daemon
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_killed_graders_hand_in_daemon_is_ended_before_its_modes_are_given_back(base, needs_venv):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    steps = shield_plan.plan(_protected(paths), needs_venv(()))
+    daemon = _killed_grader_leaves(paths, steps)
+    assert _running(daemon) and daemon in shield_journal.orphaned_hand_ins()
+    try:
+        leftovers = shield_journal.restore_leftovers(paths["course"])
+        assert leftovers.survivors == [] and leftovers.restored
+        assert not _running(daemon)
+        assert _modes(base) == before
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(daemon, signal.SIGKILL)
+
+
+def test_modes_stay_closed_while_a_killed_graders_hand_in_survives(base, needs_venv, monkeypatch):
+    paths = _tree(base)
+    needs_venv.paths = [paths["venv"]]
+    before = _modes(base)
+    steps = shield_plan.plan(_protected(paths), needs_venv(()))
+    daemon = _killed_grader_leaves(paths, steps)
+    try:
+        monkeypatch.setattr(shield_journal, "end_orphaned_hand_ins", lambda: [daemon])
+        said = []
+        with read_shield.shielding(_protected(paths), paths["course"], say=said.append):
+            assert _modes(base) != before  # still closed to the daemon
+        assert any("could not be ended" in s and str(daemon) in s for s in said), said
+        assert list(paths["course"].glob(f"{shield_journal.PREFIX}*.json"))  # kept, for later
+        monkeypatch.undo()
+        assert shield_journal.restore_leftovers(paths["course"]).restored  # once it is ended
+        assert _modes(base) == before and not _running(daemon)
+    finally:
+        with contextlib.suppress(OSError):
+            os.kill(daemon, signal.SIGKILL)
 
 
 def test_sigterm_while_grading_gives_the_modes_back(base, needs_venv):

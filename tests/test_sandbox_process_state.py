@@ -128,10 +128,11 @@ def test_torch_and_interpreter_state_a_cell_leaves_is_put_back_and_named(provena
     assert global_state.restore(baseline, provenance) == []  # all of it was put back
 
 
-def test_settings_a_cell_changes_are_put_back_without_a_flag(provenance):
+def test_settings_a_test_changes_are_put_back_without_a_flag(provenance):
     baseline = global_state.take()
     try:
-        cell(_CHANGES_SETTINGS)
+        assert global_state.restore(baseline, provenance) == []  # the cells finished: settled
+        cell(_CHANGES_SETTINGS)  # as the function under test would
         found = global_state.restore(baseline, provenance)
         _computes_as_before()
         assert torch.get_float32_matmul_precision() == "highest"
@@ -141,6 +142,23 @@ def test_settings_a_cell_changes_are_put_back_without_a_flag(provenance):
         global_state.restore(baseline, provenance)
     # an honest notebook may work in float64 or without grad in a cell: put back, not flagged
     assert found == []
+
+
+def test_settings_the_cells_leave_hold_in_every_test_and_a_tests_do_not_leak(provenance):
+    clean = global_state.take()
+    assert global_state.restore(clean, provenance) == []  # settled as this process is now
+    try:
+        baseline = global_state.take()  # the hand-in's process starts
+        cell("import torch\ntorch.set_default_dtype(torch.float64)\n")  # an honest cell
+        assert global_state.restore(baseline, provenance) == []  # the cells finished
+        for _ in range(2):  # each test accumulates as the cells did, in float64
+            assert torch.zeros(2).dtype == torch.float64
+            cell("import torch\ntorch.set_default_dtype(torch.float32)\n")  # a test changes it
+            assert global_state.restore(baseline, provenance) == []
+        assert torch.get_default_dtype() == torch.float64  # not what the last test left
+    finally:
+        global_state.restore(clean, provenance)
+    assert torch.get_default_dtype() == torch.float32
 
 
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
@@ -432,6 +450,45 @@ def test_an_answer_held_inside_the_callable_handed_in_is_named(tripwires):
     )
     for how, value in namespace["held"].items():
         assert tampering.coursekit_function(value, record) is not None, how
+    assert tampering.coursekit_function(namespace["mine"], record) is None
+
+
+_OPEN = "inspect.getclosurevars({}).nonlocals['function']"  # what the tripwire wraps
+_OPENS_THE_TRIPWIRE = {
+    "a global": f"_real = {_OPEN.format('library.zz_answer')}\n"
+    "def zz_answer(x):\n    return _real(x)\n",
+    "the reference's": f"_real = {_OPEN.format('question.reference()')}\n"
+    "def zz_answer(x):\n    return _real(x)\n",
+    "its code remade": f"_c = {_OPEN.format('library.zz_answer')}.__code__\n"
+    "def zz_answer(x):\n    return types.FunctionType(_c, {})(x)\n",
+    "a module's attribute": f"library._stash = {_OPEN.format('library.zz_answer')}\n"
+    "def zz_answer(x):\n    return (lambda y: library._stash(y))(x)\n",
+}
+
+
+@pytest.mark.parametrize("where", list(_OPENS_THE_TRIPWIRE))
+def test_the_unwatched_answer_inside_a_tripwire_is_named_wherever_it_is_kept(tripwires, where):
+    module, reports, record, question = tripwires
+    namespace = cell(
+        "import inspect, types\n" + _OPENS_THE_TRIPWIRE[where],
+        {"__name__": "__main__", "library": module, "question": question},
+    )
+    try:
+        assert _in_a_library_thread(module, namespace["zz_answer"], 1) == 2
+        assert reports == []  # the tripwire never ran: only the function's parts show it
+        assert tampering.coursekit_function(namespace["zz_answer"], record) is not None, where
+    finally:
+        vars(module).pop("_stash", None)
+
+
+def test_an_answer_imported_by_name_and_watched_is_not_held(tripwires):
+    """An earlier module's answer imported by name is the tripwire, which reports a call."""
+    module, _, record, _ = tripwires
+    namespace = cell(
+        "from coursekit._fake_answers import zz_answer as planner\n"
+        "import coursekit._fake_answers as library\n"
+        "def mine(x):\n    return planner(x) + library.names_the_answer(x)\n",
+    )
     assert tampering.coursekit_function(namespace["mine"], record) is None
 
 

@@ -81,7 +81,14 @@ class Shield:
         steps = plan(self.protected, needed_paths(hidden))
         self.readable.update(steps.unclosable)
         self.covered, self.kept = steps.covered, steps.kept
-        live = shield_journal.restore_leftovers(self.journal_folder)[2]
+        leftovers = shield_journal.restore_leftovers(self.journal_folder)
+        live = leftovers.live
+        if leftovers.survivors:
+            why = (
+                f"a killed grading run's hand-in processes (pid {leftovers.survivors[0]}) "
+                "could not be ended: end them (`kill -9`), then grade again"
+            )
+            self.readable[str(self.journal_folder)] = why
         if live:
             why = (
                 f"another grading run (pid {live[0]}) has changed this course's permissions "
@@ -270,9 +277,18 @@ def shielding(
     """While the block runs, the first sandbox that shares the host's files closes
     ``protected`` (see the module's docstring); its modes are given back when the block is
     left. Modes a killed grader left changed (journals in ``journal_folder``) are given back
-    first. In the main thread, SIGTERM and SIGHUP end the block as Ctrl-C does (a signal
-    this process was started ignoring stays ignored), so they too give the modes back."""
-    restored, stuck, _ = shield_journal.restore_leftovers(Path(journal_folder))
+    first, once every process its hand-ins left running is ended (if one cannot be, they stay
+    closed, and that is said). In the main thread, SIGTERM and SIGHUP end the block as
+    Ctrl-C does (a signal this process was started ignoring stays ignored), so they too give
+    the modes back."""
+    restored, stuck, _, survivors = shield_journal.restore_leftovers(Path(journal_folder))
+    if survivors:
+        say(
+            f"A killed grading run's hand-ins left {len(survivors)} process(es) running that "
+            f"could not be ended (pids {', '.join(map(str, survivors[:5]))}): the modes it "
+            "changed stay closed until they are ended (`kill -9`) and `coursekit grade` runs "
+            "again."
+        )
     if restored:
         say(f"Gave back the modes a killed grading run left changed ({len(restored)} path(s)).")
     for change in stuck:

@@ -6,7 +6,8 @@ writes a journal, ``.coursekit-read-shield-<pid>.json`` (mode 600) in the course
 each path with its device and inode, its mode before and the mode it is given. Leaving
 grading in any way Python sees (the end, an error, Ctrl-C, SIGTERM or SIGHUP) gives the modes
 back and removes the journal; a grader killed outright (SIGKILL, a lost container) leaves the
-journal, and the next ``grade`` on that course gives them back first (:func:`restore_leftovers`).
+journal, and the next ``grade`` on that course gives them back first (:func:`restore_leftovers`),
+after ending any process a killed grader's hand-ins left running (none may read them open).
 
 A mode is given back only to the very file it was taken from (same device and inode, not a
 link) and only if it still has the mode the grader gave it: a mode the instructor changed
@@ -22,6 +23,7 @@ import os
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 PREFIX = ".coursekit-read-shield-"
 
@@ -152,16 +154,94 @@ def is_live(record: dict) -> bool:
     return pid > 0 and bool(record.get("started")) and _start_time(pid) == record["started"]
 
 
-def restore_leftovers(folder: Path) -> tuple[list[Change], list[Change], list[int]]:
+class Leftovers(NamedTuple):
+    """What :func:`restore_leftovers` did."""
+
+    restored: list[Change]  # given back
+    stuck: list[Change]  # could not be given back (changed or replaced meanwhile)
+    live: list[int]  # pids of graders still running with their own journal here
+    survivors: list[int]  # orphaned hand-in processes that could not be ended: kept closed
+
+
+def _hand_in_processes() -> tuple[dict[int, int], dict[int, int]]:
+    """(pid -> parent pid, pid -> effective uid) of every live process, from /proc."""
+    parents, uids = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as handle:
+                fields = dict(line.split(b":", 1) for line in handle if b":" in line)
+            if fields[b"State"].split()[0] in (b"Z", b"X"):
+                continue
+            parents[int(name)] = int(fields[b"PPid"])
+            uids[int(name)] = int(fields[b"Uid"].split()[1])
+        except (OSError, KeyError, ValueError, IndexError):
+            continue
+    return parents, uids
+
+
+def orphaned_hand_ins() -> list[int]:
+    """Live processes of a hand-in's user (:func:`~.privileges.hand_in_ids`' range) whose
+    grader is gone. A grader is a subreaper, so each of its hand-ins' processes, however it
+    detaches, stays below it: the first ancestor that is not a hand-in's is its grader, a
+    process of this user. A hand-in process whose first such ancestor is init (pid 1, unless
+    this process is pid 1), none, or a process of another user outlived its grader. Limit: a
+    subreaper of this user above a killed grader adopts its orphans, and is taken for a live
+    grader."""
+    from coursekit.grading.sandbox.privileges import HAND_IN_ID_BASE
+
+    def is_hand_in(uid: int) -> bool:
+        return HAND_IN_ID_BASE <= uid < HAND_IN_ID_BASE + 2**22
+
+    parents, uids = _hand_in_processes()
+    me, found = os.getpid(), []
+    for pid, uid in uids.items():
+        if not is_hand_in(uid):
+            continue
+        ancestor, steps = parents.get(pid, 0), 0
+        while is_hand_in(uids.get(ancestor, -1)) and steps < 4096:
+            ancestor, steps = parents.get(ancestor, 0), steps + 1
+        if ancestor == me:
+            continue  # this run's own
+        if ancestor <= 1 or uids.get(ancestor) != os.geteuid():
+            found.append(pid)
+    return found
+
+
+def end_orphaned_hand_ins(seconds: float = 10.0) -> list[int]:
+    """SIGKILL every :func:`orphaned_hand_ins` process (as root: only root runs hand-ins as
+    their own users) until none is left; those still there after ``seconds``."""
+    if os.geteuid() != 0:
+        return []
+    import signal
+    import time
+
+    deadline = time.monotonic() + seconds
+    while left := orphaned_hand_ins():
+        if time.monotonic() > deadline:
+            return left
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.02)
+    return []
+
+
+def restore_leftovers(folder: Path) -> Leftovers:
     """Give back what graders killed outright changed (their journals in ``folder``).
 
-    Returns (given back, could not be given back, pids of graders still running with
-    their own journal here); each journal done with is removed."""
+    A killed grader's hand-ins may have left processes that outlived it (a double-forked
+    daemon, re-parented to init, still running as its hand-in's user): each is ended first
+    (:func:`end_orphaned_hand_ins`), and if any cannot be, no mode is given back and the
+    journals stay, for a later run. Each journal done with is removed."""
     restored, stuck, live = [], [], []
+    result = Leftovers(restored, stuck, live, [])
     try:
         names = sorted(os.listdir(folder))
     except OSError:
-        return restored, stuck, live
+        return result
+    ended = False
     for name in names:
         if not (name.startswith(PREFIX) and name.endswith(".json")):
             continue
@@ -175,12 +255,17 @@ def restore_leftovers(folder: Path) -> tuple[list[Change], list[Change], list[in
         if is_live(record):
             live.append(int(record["pid"]))
             continue
+        if not ended:  # before the first mode is given back: no hand-in of its is left
+            ended = True
+            result.survivors.extend(end_orphaned_hand_ins())
+        if result.survivors:
+            continue  # kept closed, and the journal kept: a later run gives them back
         left = give_back(changes)
         stuck += left
         restored += [c for c in changes if c not in left]
         with contextlib.suppress(OSError):
             path.unlink()
-    return restored, stuck, live
+    return result
 
 
 def remove(path: Path) -> None:

@@ -58,6 +58,7 @@ class Protected:
 
     required: list[Path] = field(default_factory=list)
     extra: list[Path] = field(default_factory=list)
+    problems: dict[str, str] = field(default_factory=dict)  # path -> why it cannot be closed
 
 
 def grade_protected(
@@ -66,10 +67,12 @@ def grade_protected(
     """What ``coursekit grade`` protects: the course's folder, the folders the instructor
     named to it (``hidden``), each hand-in path given, the folder holding each (other batches
     beside it), the gradebook's folder (or the gradebook, in a shared folder), and the other
-    checkouts of the course's git repository (copies of the course the grader knows of)."""
+    checkouts of the course's git repository and its git directories wherever they are
+    (copies of the course the grader knows of: :func:`git_paths`)."""
     course = real(course)
     required = [course, *map(real, hidden), *(real(g) for g in given)]
-    required += git_checkouts(course)
+    git, problems = git_paths(course)
+    required += git
     extra = [real(g).parent for g in given]
     book = real(gradebook)
     if too_wide(book.parent):
@@ -77,28 +80,61 @@ def grade_protected(
     else:
         required.append(book.parent)
     extra = [p for p in extra if not too_wide(p)]
-    return Protected(required, extra)
+    return Protected(required, extra, problems)
 
 
-def git_checkouts(course: Path) -> list[Path]:
-    """Other working trees of the course's repository (``git worktree``), and the main one
-    where the course is a linked working tree: each holds the course too."""
+def git_paths(course: Path) -> tuple[list[Path], dict[str, str]]:
+    """What holds the course's history or another copy of it, outside its folder, and what
+    could not be read: (paths, {path: why}).
+
+    Where ``course/.git`` is a file (a linked working tree, a submodule, ``git clone
+    --separate-git-dir``), it names the git directory (``gitdir: <path>``, relative to the
+    course): that directory, and the common one its ``commondir`` names (a linked working
+    tree's), hold every committed version of the course, ``solutions/`` included. The
+    repository's other working trees (``worktrees/*/gitdir``) and the main one (the folder
+    holding a common ``.git``) hold the course too. A ``.git`` file or ``commondir`` that
+    cannot be read is named: the grader cannot say what it leaves open."""
     dot_git = course / ".git"
-    found = []
-    try:
-        if dot_git.is_file():  # a linked working tree: "gitdir: <main>/.git/worktrees/<name>"
+    found: list[Path] = []
+    problems: dict[str, str] = {}
+    common = dot_git
+    if dot_git.is_file():
+        try:
             line = dot_git.read_text(encoding="utf-8").strip()
-            own = Path(line.removeprefix("gitdir:").strip())
-            common = (own / (own / "commondir").read_text().strip()).resolve()
-            dot_git = common
+        except (OSError, ValueError) as error:
+            problems[str(dot_git)] = f"cannot be read by the grader ({error})"
+            return found, problems
+        if not line.startswith("gitdir:") or not line.removeprefix("gitdir:").strip():
+            problems[str(dot_git)] = (
+                "is a .git file the grader cannot read as `gitdir: <path>`, so it cannot say "
+                "where the course's history is: fix or remove it"
+            )
+            return found, problems
+        own = (course / line.removeprefix("gitdir:").strip()).resolve()
+        found.append(own)
+        common = own
+        commondir = own / "commondir"
+        if commondir.exists():
+            try:
+                common = (own / commondir.read_text(encoding="utf-8").strip()).resolve()
+            except (OSError, ValueError) as error:
+                problems[str(commondir)] = f"cannot be read by the grader ({error})"
+                return found, problems
+            found.append(common)
             if common.name == ".git":
-                found.append(common.parent)
-        for entry in (dot_git / "worktrees").iterdir():
-            where = Path((entry / "gitdir").read_text(encoding="utf-8").strip()).parent
-            found.append(where)
-    except (OSError, ValueError):
-        pass
-    return [real(p) for p in found if real(p) != course and p.exists()]
+                found.append(common.parent)  # the main working tree
+    try:
+        entries = list((common / "worktrees").iterdir())
+    except OSError:  # no other working trees
+        entries = []
+    for entry in entries:
+        try:
+            text = (entry / "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, ValueError):
+            continue  # a working tree being made or removed: its folder is the common one's
+        found.append((entry / text).parent if text else entry)
+    kept = [real(p) for p in found if os.path.lexists(p)]
+    return [p for p in dict.fromkeys(kept) if p != course], problems
 
 
 def needed_paths(hidden: Iterable[Path]) -> list[Path]:
@@ -125,6 +161,7 @@ class Plan:
 def plan(protected: Protected, needed: list[Path]) -> Plan:
     """How to make ``protected`` unreadable to other users while keeping ``needed`` reachable."""
     result = Plan()
+    result.unclosable.update(protected.problems)
     me = os.geteuid()
     seen: set[Path] = set()
     skipped: list[Path] = []  # the grader's to close only where it owns them, and it does not

@@ -370,6 +370,7 @@ def install_tripwires(questions: dict, reporter: list, provenance):
 
         del tripwire.__wrapped__  # no plain path back to the unwatched function
         wrappers[id(function)] = tripwire
+        _hold_original(function, where)  # the closure still holds it: see _held_answer
         return tripwire
 
     skip = ("coursekit.grading", "coursekit.authoring")
@@ -442,11 +443,30 @@ def coursekit_function(fn, provenance) -> str | None:
     module = str(getattr(target, "__module__", "")) if code is not None else ""
     if module.startswith("coursekit") and provenance.is_library(code):
         return f"{module}.{getattr(target, '__qualname__', '?')}"
-    return _held_answer(fn)
+    return _held_answer(fn, provenance)
 
 
 _MOST_DEPTH = 8
 _MOST_FRAMES = 2000
+_MOST_VISITS = 20_000  # objects _held_answer reads, at most, for one function
+# id -> where, of each answer a tripwire wraps and of its code object. Read-only, and rebound
+# as a whole when tripwires are installed (in the warm parent, before any hand-in exists), so
+# the runner's private copy of this module keeps the one it was made with.
+_ORIGINALS: types.MappingProxyType = types.MappingProxyType({})
+_KEPT_ORIGINALS: tuple = ()  # keeps those ids the objects'
+
+
+def _hold_original(function, where: str) -> None:
+    """Record an answer a tripwire wraps: whoever holds it, or a function made over its code
+    (``types.FunctionType(original.__code__, ...)``), holds coursekit's unwatched answer."""
+    global _ORIGINALS, _KEPT_ORIGINALS
+    code = getattr(function, "__code__", None)
+    known = dict(_ORIGINALS)
+    known[id(function)] = where
+    if isinstance(code, types.CodeType):
+        known[id(code)] = where
+    _KEPT_ORIGINALS = (*_KEPT_ORIGINALS, function, code)
+    _ORIGINALS = types.MappingProxyType(known)
 
 
 def _tripwire_code():
@@ -460,20 +480,41 @@ def _tripwire_code():
     return None
 
 
-def _held_answer(fn) -> str | None:
+def _held_answer(fn, provenance=None) -> str | None:
     """``module.name`` of a tripwired answer of coursekit's that ``fn`` holds (see
-    :func:`coursekit_function`), read without running any of the notebook's code."""
-    wanted = _tripwire_code()
-    stack, seen = [(fn, 0)], set()
-    while stack:
-        item, depth = stack.pop()
+    :func:`coursekit_function`), read without running any of the notebook's code.
+
+    Besides a tripwire held in ``fn``'s parts, it looks for the unwatched answer a tripwire
+    wraps (:data:`_ORIGINALS`; its closure can be read: ``inspect.getclosurevars``), or a
+    function made over that answer's code, anywhere the notebook's functions can reach it:
+    their globals (the notebook's namespace), the builtins, and an attribute named in their
+    code of a module or class they name (``T._real`` as well as ``_real``). Library
+    functions' globals are not walked: the libraries' own path to an answer is the tripwire,
+    never the original. Limit: an original stashed under a name the code builds at run time
+    (``getattr(sys, "_r" + "eal")``) in a module or class is not found."""
+    wanted, originals = _tripwire_code(), _ORIGINALS
+    # (object, depth, names its code uses, held by fn itself rather than reached by a name)
+    stack, seen = [(fn, 0, frozenset(), True)], set()
+    visits = 0
+    while stack and visits < _MOST_VISITS:
+        item, depth, names, held = stack.pop()
         if id(item) in seen or depth > _MOST_DEPTH:
             continue
         seen.add(id(item))
+        visits += 1
+        if id(item) in originals:
+            return originals[id(item)]
         parts: list = []
         if type(item) is types.FunctionType:
-            if item.__code__ is wanted:
-                return f"{item.__module__}.{item.__qualname__}"
+            code = item.__code__
+            if code is wanted:  # a tripwire: held, it is the answer; named, it is watched
+                if held:
+                    return f"{item.__module__}.{item.__qualname__}"
+                continue  # an earlier module's answer imported by name: called, it reports
+            if id(code) in originals:
+                return originals[id(code)]
+            if _coursekits(item) and provenance is not None and provenance.is_library(code):
+                continue  # coursekit's own may hold its answers (see _coursekits)
             parts += [*(item.__defaults__ or ()), *(item.__kwdefaults__ or {}).values()]
             for cell in item.__closure__ or ():
                 try:
@@ -481,6 +522,18 @@ def _held_answer(fn) -> str | None:
                 except ValueError:  # an empty cell
                     continue
             parts += list(item.__dict__.values())
+            if not _is_library_function(item, provenance):
+                names = _names_in(code)
+                namespace = item.__globals__
+                if type(namespace) is dict:
+                    named = list(dict.values(namespace))
+                    builtins = dict.get(namespace, "__builtins__")
+                    builtins = (
+                        vars(builtins) if isinstance(builtins, types.ModuleType) else builtins
+                    )
+                    if type(builtins) is dict:
+                        named += [dict.get(builtins, name) for name in names]
+                    stack += [(part, depth + 1, names, False) for part in named if part is not None]
         elif isinstance(item, functools.partial):
             parts += [item.func, *item.args, *(item.keywords or {}).values()]
         elif isinstance(item, types.MethodType | staticmethod | classmethod):
@@ -489,15 +542,57 @@ def _held_answer(fn) -> str | None:
             parts += list(item)[:64]
         elif type(item) is dict:
             parts += list(dict.values(item))[:64]
-        elif callable(item) and not isinstance(item, type):
+        elif isinstance(item, types.ModuleType | type):
+            try:
+                attributes = object.__getattribute__(item, "__dict__")
+            except (AttributeError, TypeError):
+                attributes = None
+            if isinstance(attributes, dict | types.MappingProxyType):
+                named = [attributes.get(name) for name in names if name in attributes]
+                if isinstance(item, type) and attributes.get("__module__") == "__main__":
+                    named += list(attributes.values())[:64]  # a class the notebook made
+                stack += [(part, depth + 1, names, False) for part in named if part is not None]
+        elif callable(item) and not _coursekits(type(item)):
             try:
                 attributes = object.__getattribute__(item, "__dict__")
             except (AttributeError, TypeError):
                 attributes = None
             if type(attributes) is dict:
                 parts += list(dict.values(attributes))[:64]
-        stack += [(part, depth + 1) for part in parts]
+        stack += [(part, depth + 1, names, held) for part in parts if part is not None]
     return None
+
+
+def _coursekits(item) -> bool:
+    """A function or class of coursekit's own: it may hold an answer it wraps or checks
+    against (a check's reference), which is not the notebook holding it; not looked into."""
+    try:
+        return str(object.__getattribute__(item, "__module__")).startswith("coursekit")
+    except (AttributeError, TypeError):
+        return False
+
+
+def _is_library_function(function, provenance) -> bool:
+    """A function whose code and globals are a library's (its globals are not walked)."""
+    if provenance is None:
+        return False
+    try:
+        return bool(
+            provenance.is_library(function.__code__)
+            and provenance.is_library_globals(function.__globals__)
+        )
+    except Exception:  # noqa: BLE001 - judged as the notebook's
+        return False
+
+
+def _names_in(code, depth: int = 0) -> frozenset:
+    """The global and attribute names ``code`` and the code nested in it use."""
+    names = set(code.co_names)
+    if depth < _MOST_DEPTH:
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                names |= _names_in(const, depth + 1)
+    return frozenset(names)
 
 
 def private_copy(module) -> types.SimpleNamespace:
