@@ -129,6 +129,8 @@ def test_adam8bit_state_is_two_bytes_plus_block_constants():
     n = 10_000
     assert adam8bit_state_bytes([n]) == 2 * n + 8 * math.ceil(n / 256) + 2048
     assert adam8bit_state_bytes([n, 100]) == 2 * n + 8 * math.ceil(n / 256) + 2048 + 800
+    # registered with optim_bits=32 (the HF Trainer's embeddings): two float32 states
+    assert adam8bit_state_bytes([n], [20_000]) == adam8bit_state_bytes([n]) + 8 * 20_000
 
 
 def test_each_mode_trains_what_it_says():
@@ -139,7 +141,15 @@ def test_each_mode_trains_what_it_says():
     assert full.gradient_temporary_bytes == 3 * 4 * 151936 * 896  # tied embedding, 3 copies
     eight = trainable_state(model, mode_named("full-bf16-adam8bit"))
     assert eight.gradients_bytes == 2 * n and eight.step_temporary_bytes == 0
-    assert 2 * n < eight.optimizer_bytes < 2.1 * n
+    embedding = 151936 * 896  # tied: the output layer shares the embedding's 32-bit states
+    assert 8 * embedding + 2 * (n - embedding) < eight.optimizer_bytes
+    assert eight.optimizer_bytes < 8 * embedding + 2.1 * (n - embedding)
+    seven = meta_model("Qwen2.5-7B")  # untied: its output layer is a Linear, 8-bit states
+    n7, embedding7 = count_parameters(seven), 152064 * 3584
+    state7 = trainable_state(seven, mode_named("full-bf16-adam8bit")).optimizer_bytes
+    assert (
+        8 * embedding7 + 2 * (n7 - embedding7) < state7 < 8 * embedding7 + 2.1 * (n7 - embedding7)
+    )
     lora = trainable_state(model, mode_named("qlora-nf4"), lora_rank=16)
     adapters = sum(lora_parameter_shapes(model, 16))
     assert lora.adapter_bytes == lora.gradients_bytes == 4 * adapters

@@ -11,7 +11,8 @@ below is alive at once from the second micro-batch on):
   or three times more (**gradient temporaries**: ``Trainable`` in
   :mod:`coursekit.finetune.weights` says why); by then the activations are freed, so the
   peak holds the larger of the two moments;
-- **optimizer state**: AdamW's two moments, or bitsandbytes' 8-bit ones;
+- **optimizer state**: AdamW's two moments, or bitsandbytes' 8-bit ones (the embeddings'
+  in float32, as the HF Trainer's ``adamw_bnb_8bit`` keeps them);
 - **activations**: what autograd saves, measured per token on small copies of the
   architecture (:mod:`coursekit.finetune.activations`), times ``micro_batch x seq_len``;
   with checkpointing each layer keeps only its input (plus, under LoRA, the gradients of
@@ -37,8 +38,11 @@ and saved activations exact; the peak of a micro-batch within 1% (QLoRA on a rea
 base, bitsandbytes on the CPU, included), except LoRA on an LLM.int8 base, 1.4-12% under
 (:func:`coursekit.finetune.saved_bytes_per_token` says why).
 
-The optimizer step has a peak of its own (AdamW's foreach step makes a float32 temporary
-per parameter while all states exist, torch 2.13 ``adam.py``); the larger of the two counts.
+The optimizer step has a peak of its own: ``torch.optim.AdamW``'s default foreach step on
+CUDA makes a temporary the size of the trainable parameters while all states exist (torch
+2.13 ``adam.py``), and the estimate counts it; the HF Trainer's default since torch 2.8,
+``adamw_torch_fused``, has no such temporary, so with it the step's peak is lower by that much.
+The larger of the two peaks counts.
 What the model leaves out, and a margin must cover: the allocator's fragmentation, the
 temporaries of one layer's backward (the gradients of its activations: measured about
 ``i + 2h`` numbers per token for full fine-tuning, which matter beside a recomputed layer

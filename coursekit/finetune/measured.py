@@ -131,6 +131,33 @@ def _optimizer(model: nn.Module, mode):
     return torch.optim.AdamW(params, lr=1e-5, foreach=False)
 
 
+def _first_step(optimizer, model: nn.Module) -> None:
+    """The optimizer's first step, which creates its state. For bitsandbytes, the
+    embeddings are registered with ``optim_bits=32`` first, as the HF Trainer's
+    ``adamw_bnb_8bit`` does; the registration lives in bitsandbytes' process-wide
+    ``GlobalOptimManager``, so it is taken out again once the state exists."""
+    if type(optimizer).__module__.startswith("torch."):
+        optimizer.step()
+        return
+    import bitsandbytes as bnb
+
+    manager = bnb.optim.GlobalOptimManager.get_instance()
+    config = {"optim_bits": 32}
+    added = [
+        (module, "weight", config) for module in model.modules() if isinstance(module, nn.Embedding)
+    ]
+    manager.module_weight_config_triple.extend(added)
+    try:
+        optimizer.step()
+    finally:
+        manager.module_weight_config_triple[:] = [
+            t for t in manager.module_weight_config_triple if t[2] is not config
+        ]
+        for table in (manager.pid2config, manager.index2config):
+            for key in [k for k, v in table.items() if v is config]:
+                del table[key]
+
+
 def compare_with_measurement(
     model: str = "tiny",
     mode: str = "full-fp32",
@@ -173,7 +200,7 @@ def compare_with_measurement(
         optimizer = None
         if mode.optimizer != "adamw8bit" or _has_bitsandbytes():
             optimizer = _optimizer(lm, mode)
-            optimizer.step()  # creates the state; the gradients stay
+            _first_step(optimizer, lm)  # creates the state; the gradients stay
             state = _state_bytes(optimizer)
             rows.append(Comparison("optimizer state", predicted.optimizer_bytes, state))
         held = weights + grads + (state if optimizer is not None else 0)

@@ -17,6 +17,7 @@ class Mode:
     weights: str  # "fp32", "bf16", "int8" or "nf4": the base as stored
     lora: bool  # True: frozen base, float32 LoRA adapters train
     optimizer: str  # "adamw" (torch, states in the parameter's dtype) or "adamw8bit"
+    # ("adamw8bit": bitsandbytes, the embeddings' states in float32 as the HF Trainer keeps them)
     compute: str  # "fp32" or "bf16": the dtype of the activations
     summary: str
 
@@ -33,7 +34,8 @@ _ALL = (
         False,
         "adamw8bit",
         "bf16",
-        "every weight trains in bf16 (no float32 master copy), bitsandbytes' 8-bit AdamW",
+        "every weight trains in bf16 (no float32 master copy: an update under 1/512 to "
+        "1/256 of a weight rounds away), bitsandbytes' 8-bit AdamW; the memory lower bound",
     ),
     Mode("lora-fp32", "fp32", True, "adamw", "fp32", "LoRA on a float32 base (module 7)"),
     Mode("lora-bf16", "bf16", True, "adamw", "bf16", "LoRA on a frozen bf16 base"),

@@ -28,7 +28,8 @@ REMEDIES = {
     "NF4 base), or a smaller model",
     "gradients": "LoRA (only the adapters have gradients)",
     "gradient temporaries": "LoRA, or untied embeddings",
-    "optimizer state": "bitsandbytes' 8-bit AdamW (2 bytes per parameter instead of 8), or "
+    "optimizer state": "bitsandbytes' 8-bit AdamW (2 bytes per parameter instead of 8, but for the "
+    "embeddings'), or "
     "LoRA (only the adapters have state)",
     "activations": "gradient checkpointing, or a shorter sequence",
     "logits and loss": "a shorter sequence, or a chunked/fused cross-entropy (Liger Kernel, "
@@ -126,8 +127,10 @@ def plan_fine_tune(
     CUDA context) stays within ``card_gb`` less ``margin`` (a tenth by default, as
     :func:`coursekit.autotune.tune`: fragmentation and what the model leaves out).
     ``card_gb`` is in GiB, the unit torch counts in: a card sold as 24 GB has 24 GiB of
-    memory chips, of which ``torch.cuda.get_device_properties().total_memory`` reports a
-    little less (what the driver keeps), one more thing the margin is for. LoRA adapts every
+    memory chips, of which ``torch.cuda.get_device_properties().total_memory`` reports less:
+    a little on most cards (what the driver keeps), more where ECC is stored in the memory
+    itself (a T4 sold as 16 GB reports 14.75 GiB). On the real card, pass its
+    ``total_memory / 2**30``, as the notebook does with ``max_memory_gb=None``. LoRA adapts every
     linear layer but the output layer by default (``lora_targets="all-linear"``, as the
     QLoRA paper does; peft's own default for Llama and Qwen is ``q_proj`` and ``v_proj``
     only, fewer adapters and less memory: pass ``lora_targets=["q_proj", "v_proj"]``). Bad input

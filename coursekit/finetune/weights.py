@@ -31,7 +31,11 @@ parameter's dtype (8 bytes for float32). bitsandbytes' ``AdamW8bit`` keeps both 
 (2 bytes) plus one float32 absmax per block of 256 for each (``Optimizer2State.init_state``),
 except for tensors of fewer than 4,096 elements (``min_8bit_size``), whose two states stay
 float32 (8 bytes), and its two 256-value float32 quantization maps (2 KiB), shared by every
-parameter, once.
+parameter, once. The estimate follows the HF Trainer's ``optim="adamw_bnb_8bit"``, which
+registers every ``nn.Embedding`` weight with ``optim_bits=32`` (``Trainer.create_optimizer``,
+transformers 5.25): those keep two float32 states, 8 bytes per parameter (a tied output
+layer shares them; an untied one is an ``nn.Linear`` and stays 8-bit). At Qwen2.5's 152k
+vocabulary that is 0.76 GiB more than 8-bit states at 0.5B, 3.0 GiB at 7B.
 """
 
 from __future__ import annotations
@@ -154,9 +158,11 @@ def lora_parameter_shapes(
     return sizes
 
 
-def adam8bit_state_bytes(sizes: Iterable[int]) -> int:
-    """Bytes of bitsandbytes ``AdamW8bit``'s state for parameters of these element counts."""
-    total, quantized = 0, False
+def adam8bit_state_bytes(sizes: Iterable[int], full_precision: Iterable[int] = ()) -> int:
+    """Bytes of bitsandbytes ``AdamW8bit``'s state for parameters of these element counts;
+    those in ``full_precision`` (element counts too) are registered with ``optim_bits=32``,
+    as the HF Trainer registers the embeddings, and keep two float32 states."""
+    total, quantized = 8 * sum(full_precision), False
     for n in sizes:
         if n < ADAM8BIT_MIN_SIZE:
             total += 8 * n
@@ -187,9 +193,13 @@ def trainable_state(
 
     Full fine-tuning trains every weight in the base's dtype (bf16 gradients for a bf16
     model). LoRA trains float32 adapters (peft upcasts them: ``autocast_adapter_dtype``).
-    AdamW's foreach step (the default on CUDA) makes one more float32 tensor per parameter
-    (``torch._foreach_sqrt`` of the second moments, torch 2.13 ``adam.py``) while every
-    state exists; bitsandbytes' 8-bit step works in place.
+    ``torch.optim.AdamW``'s default foreach step on CUDA makes one more tensor of the
+    parameter's dtype per parameter (``torch._foreach_sqrt`` of the second moments, torch
+    2.13 ``adam.py``) while every state exists, and the estimate counts it; the fused step
+    (``fused=True``, the HF Trainer's default ``adamw_torch_fused`` since torch 2.8) has no
+    such temporary, nor does bitsandbytes' 8-bit step, which works in place. With
+    bitsandbytes the embeddings' states are float32, as the HF Trainer registers them (the
+    module docstring says why).
 
     Gradient temporaries: from a window's second micro-batch on, backward makes each
     parameter's new gradient as a tensor of its own and then adds it to ``.grad``. The
@@ -212,8 +222,24 @@ def trainable_state(
             tied = 3
     n = sum(sizes)
     if mode_parts.optimizer == "adamw8bit":
-        optimizer, temporary = adam8bit_state_bytes(sizes), 0
+        if mode_parts.lora:  # adapters only: no embedding among them
+            optimizer = adam8bit_state_bytes(sizes)
+        else:
+            embeddings = _embedding_weights(model)
+            rest = [p.numel() for p in model.parameters() if id(p) not in embeddings]
+            optimizer = adam8bit_state_bytes(rest, [p.numel() for p in embeddings.values()])
+        temporary = 0
     else:
         optimizer, temporary = 2 * element * n, element * n
     gradient_temporary = tied * element * max(sizes)
     return Trainable(n, adapter_bytes, element * n, optimizer, temporary, gradient_temporary)
+
+
+def _embedding_weights(model: nn.Module) -> dict[int, nn.Parameter]:
+    """The weights of every ``nn.Embedding``, by id: those the HF Trainer's 8-bit AdamW
+    keeps in 32-bit (a tied output layer's weight is the same parameter)."""
+    return {
+        id(module.weight): module.weight
+        for module in model.modules()
+        if isinstance(module, nn.Embedding)
+    }
