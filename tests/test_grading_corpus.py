@@ -149,7 +149,9 @@ def test_the_batch_finishes_with_exit_zero_and_a_result_for_every_hand_in(graded
             "error",
             "notes",
             "seed",
+            "not_graded",
         }
+        assert result["not_graded"] is None  # the grader's machinery failed on none of them
         assert result["max_score"] == 10.0
     assert len({r["seed"] for r in graded["results"].values()}) == 1  # one draw for the batch
 

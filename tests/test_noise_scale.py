@@ -317,6 +317,7 @@ def test_mutation_on_seeds_0_to_9(monkeypatch):
         BY_QUESTION=code06.BY_QUESTION,
         UNNAMED=code06.UNNAMED,
         ALSO_NAMED=code06.ALSO_NAMED,
+        DESCRIBED=code06.DESCRIBED,
         mistake_of=lambda variant: code06.NAMED_AS.get(variant, variant),
         load=lambda _question, variant: _load(variant),
     )

@@ -214,7 +214,7 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
         now = tuple(getattr(sys, key))
         if len(now) != len(hooks) or any(a is not b for a, b in zip(now, hooks, strict=False)):
             added = [h for h in now if not any(h is v for v in hooks)]
-            if len(now) < len(hooks) or not all(library_value(h, provenance) for h in added):
+            if len(now) < len(hooks) or not all(library_hook(h, provenance) for h in added):
                 found.append(f"sys.{key}")
     if provenance is not None:
         for name in watched_names():
@@ -250,6 +250,17 @@ def library_value(value, provenance) -> bool:
     if provenance is None:
         return True
     return callable(value) and provenance.is_library_callable(value, strict=True)
+
+
+def library_hook(value, provenance) -> bool:
+    """Could this import hook added to ``sys.meta_path`` or ``sys.path_hooks`` be a library's
+    own doing? A finder is an object, not a function (``six`` adds one when it is imported):
+    its class and what it holds must be the libraries'."""
+    if provenance is None:
+        return True
+    if callable(value) and not isinstance(value, type):
+        return provenance.is_library_callable(value, strict=True)
+    return provenance.is_library_object(value)
 
 
 def _expected_addition(namespace, name) -> bool:

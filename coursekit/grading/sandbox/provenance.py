@@ -187,7 +187,7 @@ class Provenance:
 
     def _part(self, value, strict: bool, depth: int, seen: set) -> bool:
         """A bound argument, default, closure cell or attribute: callables (and those in
-        plain tuples, lists and dicts) are judged; data is data."""
+        plain tuples, lists and dicts) are judged, and any other object by its class."""
         if type(value) in (tuple, list) and depth <= MAX_DEPTH:
             return all(self._part(v, strict, depth + 1, seen) for v in value[:64])
         if type(value) is dict and depth <= MAX_DEPTH:
@@ -197,7 +197,15 @@ class Provenance:
             return True
         if callable(value):
             return self._callable(value, strict, depth, seen)
-        return True
+        # data of the notebook's own class still runs its code (``__setitem__``, ``__eq__``)
+        return self._class(type(value), depth, seen)
+
+    def is_library_object(self, value) -> bool:
+        """Whether an object that is not called (an import finder, a partial's argument) is
+        the libraries' own: its class's code, and the callables it holds."""
+        if isinstance(value, type(sys)):
+            return True
+        return self._bound(value, False, 0, set())
 
     def _bound(self, owner, strict: bool, depth: int, seen: set) -> bool:
         """A method's ``__self__``: a module, a library class, or an object of one."""
