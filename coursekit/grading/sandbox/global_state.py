@@ -11,13 +11,15 @@ model; a trace or profile function sees every frame; a thread of its own runs be
 runs. :func:`restore`, called before each test (and after it), compares, puts back what it
 can and names what it found:
 
-- *settings* (grad mode, default dtype, autocast, anomaly mode, flush-denormal, thread
-  count, and every ``torch._C`` setting with a getter and a setter: deterministic
-  algorithms, matmul precision, cuDNN/oneDNN/TF32 flags...) are put back, before each test,
-  to what they were when the cells finished (taken at the first :func:`restore`), and not
-  flagged: an honest notebook may set them in a cell (the course itself works in float64)
-  and its tests then compute as its cells did, while what one test changes does not reach
-  the next; inference mode and the default device are put back to :func:`take`'s state;
+- *settings* (grad mode, inference mode, default dtype and device, autocast, anomaly mode,
+  flush-denormal, thread count, and every ``torch._C`` setting with a getter and a setter:
+  deterministic algorithms, matmul precision, cuDNN/oneDNN/TF32 flags...) are put back and not
+  flagged: an honest notebook may set them in a cell (the course itself works in float64), and
+  put back, they gain a hand-in nothing. They go back to what they were before the cells,
+  not to what the cells left: the checks build their models and inputs under the process's
+  settings, and with a cell's float64 default left on, a correct notebook of module 1 scored
+  0 of 10 (measured: "mat1 and mat2 must have the same dtype"). Limit: a function that
+  relies on a setting made in a cell (``torch.zeros`` in float64) runs its tests without it;
 - *code that runs inside later computation* (modes on torch's function and dispatch stacks,
   global module and optimizer hooks, default saved-tensor hooks, dispatch keys included or
   excluded, ``torch.func`` transform levels, trace and profile functions, gc callbacks) is
@@ -52,23 +54,6 @@ _NOT_SETTINGS = frozenset(
     {"thread_name", "dispatch_mode", "tensor_metadata", "value_trace", "tracing_state"}
 )
 _PLAIN = (bool, int, float, str, type(None), torch.dtype, torch.device, tuple, list)
-# Settings of torch's internals no notebook sets to compute, some of which would change how
-# the checks' own instruments see a call (torch function handling switched off): put back to
-# what take() found before each test, never to what the cells left.
-_AS_TAKEN = frozenset(
-    {
-        "torch_function_state",
-        "autograd_fallback_mode",
-        "fwd_grad_enabled",
-        "view_replay_enabled",
-        "multithreading_enabled",
-        "grad_layout_enforcement_enabled",
-        "graph_exec_group",
-        "graph_executor_optimize",
-        "dtensor_allow_implicit_replication",
-        "sm_carveout_experimental",
-    }
-)
 _AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")  # where a notebook can compute
 # Modules whose global hook registries every module or optimizer runs.
 _HOOK_MODULES = ("torch.nn.modules.module", "torch.optim.optimizer")
@@ -98,7 +83,6 @@ class Baseline:
     watchers: tuple = ()  # (owner, name, watcher) as torch_registrations.watch left them
     tools: dict = field(default_factory=dict)  # the functions used, taken at take()
     kept: list = field(default_factory=list)  # guards that keep a restored state on
-    settled: bool = False  # the settings are the cells' (see :func:`restore`)
     reported_threads: set = field(default_factory=set)
 
 
@@ -278,8 +262,6 @@ def restore(base: Baseline, provenance) -> list[str]:
     found: list[str] = []
     library_code = provenance.is_library_callable
     _restore_modes(base, found, library_code)  # first: no mode of the notebook's sees the rest
-    if not base.settled:  # the first call: the cells have finished, no test has run yet
-        _settle(base)
     _restore_settings(base)
     _restore_dispatch_keys(base, found)
     _restore_hooks(base, found, library_code)
@@ -287,37 +269,6 @@ def restore(base: Baseline, provenance) -> list[str]:
     _check_threads(base, found, provenance)
     _check_library(base, found, provenance)
     return found
-
-
-def _settle(base: Baseline) -> None:
-    """Take the settings as the cells left them: what each test starts from from now on.
-
-    The runner's first :func:`restore` comes after the last cell and before the first test,
-    so a notebook that works in float64 (``torch.set_default_dtype`` in a cell) or turns on
-    deterministic algorithms keeps them in every test, as it did in its own cells; what a
-    test changes is put back to them before the next. A setting whose getter fails now
-    (matmul precision set two ways), and torch's internal ones (:data:`_AS_TAKEN`), keep
-    their value from :func:`take`."""
-    base.settled = True
-    settings = []
-    for name, getter, setter, value in base.settings:
-        try:
-            now = value if name in _AS_TAKEN else getter()
-        except Exception:  # noqa: BLE001 - put back to take()'s value instead
-            now = value
-        settings.append((name, getter, setter, now))
-    base.settings = settings
-    tools, autocast = base.tools, []
-    for device, enabled, dtype in base.autocast:
-        try:
-            enabled, dtype = (
-                tools["is_autocast_enabled"](device),
-                tools["get_autocast_dtype"](device),
-            )
-        except Exception:  # noqa: BLE001 - as take() found it
-            pass
-        autocast.append((device, enabled, dtype))
-    base.autocast = autocast
 
 
 def _restore_settings(base: Baseline) -> None:

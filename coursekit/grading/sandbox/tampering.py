@@ -486,12 +486,13 @@ def _held_answer(fn, provenance=None) -> str | None:
 
     Besides a tripwire held in ``fn``'s parts, it looks for the unwatched answer a tripwire
     wraps (:data:`_ORIGINALS`; its closure can be read: ``inspect.getclosurevars``), or a
-    function made over that answer's code, anywhere the notebook's functions can reach it:
-    their globals (the notebook's namespace), the builtins, and an attribute named in their
-    code of a module or class they name (``T._real`` as well as ``_real``). Library
+    function made over that answer's code, anywhere the notebook's functions can reach it
+    by the names their code uses: a global (the notebook's namespace), a builtin, an
+    attribute of a module or class they name (``T._real`` as well as ``_real``), and what
+    those hold. Library
     functions' globals are not walked: the libraries' own path to an answer is the tripwire,
     never the original. Limit: an original stashed under a name the code builds at run time
-    (``getattr(sys, "_r" + "eal")``) in a module or class is not found."""
+    (``globals()["_r" + "eal"]``, ``getattr(sys, ...)``) is not found."""
     wanted, originals = _tripwire_code(), _ORIGINALS
     # (object, depth, names its code uses, held by fn itself rather than reached by a name)
     stack, seen = [(fn, 0, frozenset(), True)], set()
@@ -525,8 +526,8 @@ def _held_answer(fn, provenance=None) -> str | None:
             if not _is_library_function(item, provenance):
                 names = _names_in(code)
                 namespace = item.__globals__
-                if type(namespace) is dict:
-                    named = list(dict.values(namespace))
+                if type(namespace) is dict:  # the names its code uses, not the others'
+                    named = [dict.get(namespace, name) for name in names]
                     builtins = dict.get(namespace, "__builtins__")
                     builtins = (
                         vars(builtins) if isinstance(builtins, types.ModuleType) else builtins
