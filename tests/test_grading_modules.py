@@ -144,7 +144,11 @@ HAND_INS = {
 # lose points now, as any hand-in written to the old text would; the test of demo-cell
 # skipping below hands in the current answers to these questions, the old ones to the rest.
 # to_group_norm: its eps and affine=False rules are tested since issue 42
-CHANGED_SINCE_PREVIOUS_RELEASE = {"accumulate_in_float32", "scaled_hyperparameters", "to_group_norm"}
+CHANGED_SINCE_PREVIOUS_RELEASE = {
+    "accumulate_in_float32",
+    "scaled_hyperparameters",
+    "to_group_norm",
+}
 
 
 def with_current_answers(previous: str) -> str:
