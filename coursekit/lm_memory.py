@@ -80,20 +80,24 @@ def parts_of(mode: str) -> set[str]:
     return parts
 
 
+def enable_checkpointing(model: nn.Module) -> None:
+    """Turn on a transformers model's activation checkpointing (non-reentrant), and its
+    cache off, which checkpointing cannot keep."""
+    # activation_checkpointing_enable is the name from transformers 5.x on
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+
+
 def with_mode(lm: LanguageModel, mode: str) -> nn.Module:
     """A copy of ``lm.model`` set up for ``mode`` (the original is left as it was)."""
     parts = parts_of(mode)
     model = copy.deepcopy(lm.model).train()
     if "checkpointing" in parts:
-        # activation_checkpointing_enable is the name from transformers 5.x on
-        enable = getattr(model, "activation_checkpointing_enable", None)
-        if enable is not None:
-            enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        model.config.use_cache = False
+        enable_checkpointing(model)
     if "lora" in parts:
         from peft import LoraConfig, get_peft_model
 

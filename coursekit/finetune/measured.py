@@ -26,6 +26,7 @@ from coursekit.arguments import choice, whole
 from coursekit.finetune.activations import _with_lora, saved_bytes_per_token
 from coursekit.finetune.estimate import estimate_memory
 from coursekit.finetune.modes import mode_named
+from coursekit.lm_memory import enable_checkpointing
 from coursekit.memory import activation_bytes, peak_live_bytes
 from coursekit.parameters import ParameterError
 
@@ -106,15 +107,8 @@ def cpu_model(config, mode, checkpointing: bool = False, seed: int = 0) -> nn.Mo
     # causal-LM loss; naming that loss gives the same loss without the warning (no Trainer
     # runs here, so module 7's token-count difference does not arise)
     model.loss_type = "ForCausalLM"
-    if checkpointing:  # activation_checkpointing_enable is the name from transformers 5.x on
-        enable = getattr(model, "activation_checkpointing_enable", None)
-        if enable is not None:
-            enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        model.config.use_cache = False
+    if checkpointing:
+        enable_checkpointing(model)
     if mode.lora:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -92,11 +92,10 @@ def _can_read(path: str, kind: str, inside: str | None) -> bool:
     return False
 
 
-def hand_ins_below() -> list[int]:
-    """Live processes that run as a hand-in's user (the uid range of
-    :func:`~.privileges.hand_in_ids`) and descend from this process: the grader is a
-    subreaper, so every process of its hand-ins stays below it, however it detaches."""
-    parents, hand_ins = {}, []
+def live_processes() -> tuple[dict[int, int], dict[int, int]]:
+    """(pid -> parent pid, pid -> effective uid) of every live process, from /proc; zombies,
+    which run nothing, are left out."""
+    parents, uids = {}, {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -106,11 +105,20 @@ def hand_ins_below() -> list[int]:
             if fields[b"State"].split()[0] in (b"Z", b"X"):
                 continue
             parents[int(name)] = int(fields[b"PPid"])
-            uid = int(fields[b"Uid"].split()[1])  # effective
+            uids[int(name)] = int(fields[b"Uid"].split()[1])  # effective
         except (OSError, KeyError, ValueError, IndexError):
             continue
-        if HAND_IN_ID_BASE <= uid < HAND_IN_ID_BASE + 2**22:
-            hand_ins.append(int(name))
+    return parents, uids
+
+
+def hand_ins_below() -> list[int]:
+    """Live processes that run as a hand-in's user (the uid range of
+    :func:`~.privileges.hand_in_ids`) and descend from this process: the grader is a
+    subreaper, so every process of its hand-ins stays below it, however it detaches."""
+    parents, uids = live_processes()
+    hand_ins = [
+        pid for pid, uid in uids.items() if HAND_IN_ID_BASE <= uid < HAND_IN_ID_BASE + 2**22
+    ]
     me, found = os.getpid(), []
     for pid in hand_ins:
         ancestor, steps = parents.get(pid, 0), 0

@@ -163,24 +163,6 @@ class Leftovers(NamedTuple):
     survivors: list[int]  # orphaned hand-in processes that could not be ended: kept closed
 
 
-def _hand_in_processes() -> tuple[dict[int, int], dict[int, int]]:
-    """(pid -> parent pid, pid -> effective uid) of every live process, from /proc."""
-    parents, uids = {}, {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as handle:
-                fields = dict(line.split(b":", 1) for line in handle if b":" in line)
-            if fields[b"State"].split()[0] in (b"Z", b"X"):
-                continue
-            parents[int(name)] = int(fields[b"PPid"])
-            uids[int(name)] = int(fields[b"Uid"].split()[1])
-        except (OSError, KeyError, ValueError, IndexError):
-            continue
-    return parents, uids
-
-
 def orphaned_hand_ins() -> list[int]:
     """Live processes of a hand-in's user (:func:`~.privileges.hand_in_ids`' range) whose
     grader is gone. A grader is a subreaper, so each of its hand-ins' processes, however it
@@ -189,12 +171,13 @@ def orphaned_hand_ins() -> list[int]:
     this process is pid 1), none, or a process of another user outlived its grader. Limit: a
     subreaper of this user above a killed grader adopts its orphans, and is taken for a live
     grader."""
+    from coursekit.grading.sandbox.as_hand_in import live_processes
     from coursekit.grading.sandbox.privileges import HAND_IN_ID_BASE
 
     def is_hand_in(uid: int) -> bool:
         return HAND_IN_ID_BASE <= uid < HAND_IN_ID_BASE + 2**22
 
-    parents, uids = _hand_in_processes()
+    parents, uids = live_processes()
     me, found = os.getpid(), []
     for pid, uid in uids.items():
         if not is_hand_in(uid):
