@@ -1,6 +1,7 @@
 """The commands students and instructors run: one module per command (``coursekit <verb>``).
 
-``cli`` reads the command line and hands each verb to its module: ``launch`` (start),
+``cli`` is the entry point; ``command_line/`` holds its parts (each command's options and
+help apart from what it runs). Each verb is handed to its module: ``launch`` (start),
 ``course_index`` (the table of contents), ``hand_in`` (submit), ``doctor``, ``grade``,
 ``instructor`` (export), ``certificate`` (certificate, verify, issuer-key, revoke),
 ``class_report``, ``gradescope`` and
