@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from coursekit.commands import site
 from coursekit.commands.command_line import certificate_runs, course_runs, grading_runs
 
 #: command name -> the function that runs it (parsed options in, exit status out)
@@ -26,6 +27,7 @@ RUNS: dict[str, Callable[[argparse.Namespace], int]] = {
     "issuer-key": certificate_runs.issuer_key,
     "revoke": certificate_runs.revoke,
     "links": course_runs.links,
+    "site": site.run,
     "report": grading_runs.report,
     "start": course_runs.start,
 }

@@ -15,6 +15,7 @@ from coursekit.commands.command_line import (
     grading_options,
 )
 from coursekit.commands.command_line.version import installed_version
+from coursekit.commands.site import options as site_options
 
 #: Each command's options, in the order ``coursekit --help`` lists the commands. Each adds
 #: one sub-parser named for its command; :data:`~.dispatch.RUNS` says what that name runs.
@@ -31,6 +32,7 @@ PARSERS = (
     certificate_options.issuer_key,
     certificate_options.revoke,
     course_options.links,
+    site_options,
     grading_options.report,
     course_options.start,
 )
