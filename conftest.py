@@ -6,6 +6,7 @@ import shutil
 import tempfile
 
 import matplotlib
+import pytest
 
 # In solutions/ every check(...) must pass: a verdict other than "passed" raises there.
 os.environ["COURSEKIT_STRICT_CHECKS"] = "1"
@@ -42,6 +43,23 @@ with open(os.path.join(_IPYTHONDIR, "profile_default", "ipython_kernel_config.py
     _f.write(_KERNEL_CONFIG)
 os.environ["IPYTHONDIR"] = _IPYTHONDIR
 atexit.register(shutil.rmtree, _IPYTHONDIR, True)
+
+# No test reads or writes the instructor's own keys: ``~/.config/coursekit`` (the signing key
+# `coursekit certificate` makes on first use, the HMAC key of old certificates) is where
+# coursekit's only path derived from the home folder points (keys.py, through
+# XDG_CONFIG_HOME), and $COURSEKIT_KEY names a key anywhere. Every process the tests start
+# sees a configuration folder of this session's own instead, which links every other tool's
+# folder of the real one (pip's package sources, chromium's) but not coursekit's. HOME itself
+# is left alone: it holds the tools' caches and identity (git's, pyenv's), no course state.
+_REAL_CONFIG = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+_CONFIG_HOME = tempfile.mkdtemp(prefix="coursekit-tests-config-")
+if os.path.isdir(_REAL_CONFIG):
+    for _tool in os.listdir(_REAL_CONFIG):
+        if _tool != "coursekit":
+            os.symlink(os.path.join(_REAL_CONFIG, _tool), os.path.join(_CONFIG_HOME, _tool))
+os.environ["XDG_CONFIG_HOME"] = _CONFIG_HOME
+os.environ.pop("COURSEKIT_KEY", None)
+atexit.register(shutil.rmtree, _CONFIG_HOME, True)
 
 # Golden notebooks are pipeline fixtures (their exercise stubs raise on purpose), not course
 # notebooks for nbval to run.
@@ -105,9 +123,19 @@ LONGEST_FILES = {
 }
 
 
-def pytest_collection_modifyitems(config, items):
-    import pytest
+@pytest.fixture
+def outside_the_course(tmp_path, monkeypatch):
+    """The current folder, an empty one of the test's own: `coursekit certificate` and
+    `verify` look for the course's published key and revocation list (``certificates/``)
+    from the current folder up, so run inside this working tree they would read whatever
+    the instructor published there (the guide says to commit it)."""
+    folder = tmp_path / "outside-the-course"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
 
+
+def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name in SLOW_FILES or item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
@@ -120,7 +148,6 @@ def pytest_collection_finish(session):
     tests/test_notebooks.py's run of it does (no error, its scale, every check "[not
     attempted]"), so the nbclient run is skipped with that reason. Without the browser, or
     with the browser test deselected, the nbclient run is the one that runs."""
-    import pytest
 
     browser = {
         item.callspec.params.get("name")

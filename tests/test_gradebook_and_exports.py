@@ -19,7 +19,8 @@ from coursekit.grading.records import certificates
 from coursekit.grading.records.exports import feedback_page, gradescope_results
 from coursekit.grading.records.gradebook import Gradebook
 
-pytestmark = pytest.mark.grading
+# certificate and verify look for certificates/ from the current folder up: not this tree's
+pytestmark = [pytest.mark.grading, pytest.mark.usefixtures("outside_the_course")]
 REPO = Path(__file__).resolve().parents[1]
 
 

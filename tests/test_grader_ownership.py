@@ -222,7 +222,9 @@ def _not_graded_result(student: str, sha: str) -> GradeResult:
     return result
 
 
-def test_a_not_graded_hand_in_is_never_exported_or_certified_as_a_score(tmp_path, capsys):
+def test_a_not_graded_hand_in_is_never_exported_or_certified_as_a_score(
+    tmp_path, capsys, outside_the_course
+):
     path = tmp_path / "g.sqlite"
     with Gradebook(path) as book:
         book.record(_graded("ann.ipynb", "ann", _plan()), None)

@@ -24,7 +24,8 @@ from coursekit.grading.records.gradebook import Gradebook
 from coursekit.grading.sandbox.driver import Limits
 from coursekit.grading.text import INVISIBLE, for_terminal, look_alikes, text_for_page, visible
 
-pytestmark = pytest.mark.grading
+# certificate and verify look for certificates/ from the current folder up: not this tree's
+pytestmark = [pytest.mark.grading, pytest.mark.usefixtures("outside_the_course")]
 REPO = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "01_accumulation"
 

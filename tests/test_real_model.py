@@ -10,8 +10,11 @@ import sys
 import pytest
 import torch
 
-from coursekit import language_model, lm_memory, lm_training
-from coursekit.autotune import (
+from coursekit.budget import NothingFits
+from coursekit.parameters import ParameterError, notebook_run
+from coursekit.real_model import language_model, memory, training
+from coursekit.real_model.simulated_device import ProbingDidNotStop, SimulatedDevice
+from coursekit.real_model.tuning import (
     CPU_CARD_GB,
     GIB,
     autotune,
@@ -19,9 +22,6 @@ from coursekit.autotune import (
     memory_budget_gb,
     tune,
 )
-from coursekit.budget import NothingFits
-from coursekit.parameters import ParameterError, notebook_run
-from coursekit.simulated_device import ProbingDidNotStop, SimulatedDevice
 
 pytestmark = pytest.mark.module7
 MIB = 2**20
@@ -188,12 +188,12 @@ def test_sequences_have_different_lengths_and_padding_is_never_scored(lm):
 
 def test_accumulating_uneven_micro_batches_follows_the_large_batch(lm):
     sequences = language_model.sequences(lm.tokenizer, 32)[:40]
-    large = lm_training.train(lm, sequences, [20], 2, progress=False)
-    accumulated = lm_training.train(lm, sequences, [7, 7, 6], 2, progress=False)
+    large = training.train(lm, sequences, [20], 2, progress=False)
+    accumulated = training.train(lm, sequences, [7, 7, 6], 2, progress=False)
     assert accumulated.losses == pytest.approx(large.losses, rel=1e-5)
     # float rounding of the sums, which AdamW's first steps (a step of about lr whatever the
     # gradient's size) carry into the weights: 1e-5 of the largest weight, not more
-    assert lm_training.max_weight_difference(large, accumulated) < 1e-4
+    assert training.max_weight_difference(large, accumulated) < 1e-4
 
 
 def test_random_weights_are_said_and_their_loss_starts_near_ln_v(lm):
@@ -201,6 +201,37 @@ def test_random_weights_are_said_and_their_loss_starts_near_ln_v(lm):
     loss = language_model.mean_token_loss(lm, language_model.sequences(lm.tokenizer, 64))
     assert language_model.uniform_loss(lm) == pytest.approx(6.9315, abs=1e-4)
     assert abs(loss - language_model.uniform_loss(lm)) < 0.1
+
+
+def test_load_names_gpt2_s_fallback_loss_so_it_computes_the_same_loss_without_the_warning(lm):
+    """GPT-2's class (``GPT2LMHeadModel``) is in no entry of transformers' loss table, so an
+    unnamed model warns "`loss_type=None` ... unrecognized" on its first loss and falls back
+    to ``ForCausalLMLoss``. ``load`` names that same function: the same loss to the bit, no
+    warning, and ``loss_type`` still None (the HF Trainer's token count reads it: see
+    test_the_hf_trainer_divides_gpt2_s_loss_by_every_labelled_token)."""
+    from unittest import mock
+
+    from transformers import AutoModelForCausalLM, modeling_utils
+    from transformers.loss.loss_utils import LOSS_MAPPING
+
+    plain = AutoModelForCausalLM.from_config(lm.model.config)
+    plain.load_state_dict(lm.model.state_dict())
+    plain.train(lm.model.training)
+    rows = language_model.sequences(lm.tokenizer, 64)[:3]
+    batch = language_model.collate(rows, lm.tokenizer.pad_token_id)
+    with mock.patch.object(modeling_utils.logger, "warning_once") as warned:
+        fallback = plain(**batch).loss
+    # the control: without the name, transformers warns (so the check below can fail)
+    assert warned.call_count == 1 and "`loss_type=None`" in warned.call_args.args[0]
+    with mock.patch.object(modeling_utils.logger, "warning_once") as warned:
+        named = lm.model(**batch).loss
+    assert not warned.called
+    assert torch.equal(named, fallback)
+    assert lm.model.loss_type is None and lm.model.loss_function is LOSS_MAPPING["ForCausalLM"]
+    # a model whose loss transformers recognises keeps its own
+    plain.loss_type = "ForMaskedLM"
+    assert language_model.name_default_loss(plain) is plain
+    assert plain.loss_function is LOSS_MAPPING["ForMaskedLM"]
 
 
 def test_a_model_from_a_default_configuration_is_built_offline(monkeypatch):
@@ -221,6 +252,7 @@ def test_a_model_from_a_default_configuration_is_built_offline(monkeypatch):
     assert "random weights" in str(built) and "the tokenizer uses 1,024 of them" in str(built)
     assert built.model.config.eos_token_id == built.tokenizer.eos_token_id
     assert all(not m.p for m in built.model.modules() if isinstance(m, torch.nn.Dropout))
+    assert built.model.loss_type is None and "_loss_function" in vars(built.model)  # named
     again = language_model.load("config:gpt2", torch.device("cpu"), seed=3)
     assert torch.equal(built.model.transformer.wte.weight, again.model.transformer.wte.weight)
     for bad in ("config:llama", "config:", "config:nope"):
@@ -274,9 +306,9 @@ def test_lightning_older_than_module_7_needs_is_named(monkeypatch):
 def test_a_probe_lets_its_copy_of_the_model_go_when_closed(lm):
     import weakref
 
-    with lm_memory.probe(lm, "fp32", 16) as try_step:
+    with memory.probe(lm, "fp32", 16) as try_step:
         copy = weakref.ref(try_step.model)
-        assert try_step(2) > lm_memory.static_bytes(lm.model) > 0
+        assert try_step(2) > memory.static_bytes(lm.model) > 0
         assert copy() is not lm.model
     assert copy() is None  # the with block's end freed the copy
     with pytest.raises(RuntimeError, match="closed"):
@@ -284,22 +316,22 @@ def test_a_probe_lets_its_copy_of_the_model_go_when_closed(lm):
 
 
 def test_the_modes_combine_and_bad_ones_are_named(lm):
-    assert lm_memory.parts_of("checkpointing+bf16+lora") == {"checkpointing", "bf16", "lora"}
+    assert memory.parts_of("checkpointing+bf16+lora") == {"checkpointing", "bf16", "lora"}
     for bad in ("fp8", "fp16+bf16", ""):
         with pytest.raises(ValueError, match="mode must be"):
-            lm_memory.parts_of(bad)
-    lora = lm_memory.with_mode(lm, "lora")
+            memory.parts_of(bad)
+    lora = memory.with_mode(lm, "lora")
     trainable = sum(p.numel() for p in lora.parameters() if p.requires_grad)
     assert 0 < trainable < lm.parameters / 10
     assert all(p.requires_grad for p in lm.model.parameters())  # the original is untouched
 
 
 def test_the_sweep_grows_with_the_micro_batch_and_makes_a_card(lm):
-    rows = lm_memory.sweep(lm, [2, 4], [32], ["fp32", "checkpointing"], progress=False)
+    rows = memory.sweep(lm, [2, 4], [32], ["fp32", "checkpointing"], progress=False)
     peak = {(r.mode, r.micro_batch): r.peak_bytes for r in rows}
     assert peak["fp32", 4] > peak["fp32", 2] and peak["checkpointing", 4] < peak["fp32", 4]
     assert all(r.estimate_bytes and r.tokens_per_second > 0 for r in rows)
-    device = lm_memory.simulated_card(rows, "fp32", 32, capacity_gb=1.0)
+    device = memory.simulated_card(rows, "fp32", 32, capacity_gb=1.0)
     assert device.needs(4) == peak["fp32", 4] and device.needs(2) == peak["fp32", 2]
 
 
@@ -310,9 +342,9 @@ def test_the_hf_trainer_divides_gpt2_s_loss_by_every_labelled_token(lm):
     label of each sequence too for GPT-2 (its class is not named ...ForCausalLM)."""
     pytest.importorskip("transformers")
     sequences = language_model.sequences(lm.tokenizer, 32)[:16]
-    ours = lm_training.train(lm, sequences, [4, 4], 1, progress=False)
-    trainer = lm_training.with_hf_trainer(lm, sequences, 4, 2, 1)
-    window = lm_training.windows(sequences, [4, 4], 1)[0]
+    ours = training.train(lm, sequences, [4, 4], 1, progress=False)
+    trainer = training.with_hf_trainer(lm, sequences, 4, 2, 1)
+    window = training.windows(sequences, [4, 4], 1)[0]
     batches = [language_model.collate(rows, lm.tokenizer.pad_token_id) for rows in window]
     predicted = sum(language_model.predicted_tokens(b) for b in batches)
     labelled = sum(int((b["labels"] != -100).sum()) for b in batches)
@@ -327,7 +359,7 @@ def test_the_hf_trainer_divides_gpt2_s_loss_by_every_labelled_token(lm):
 @pytest.mark.slow
 def test_accelerate_s_finder_returns_a_size_at_the_card_s_edge_without_a_margin():
     pytest.importorskip("accelerate")
-    from coursekit.autotune_frameworks import with_accelerate
+    from coursekit.real_model.finders import with_accelerate
 
     device = SimulatedDevice(8 * GIB, GIB, 150 * MIB)  # the card runs out above 47
     found = with_accelerate(device.try_step, starting_batch_size=128)
@@ -335,7 +367,9 @@ def test_accelerate_s_finder_returns_a_size_at_the_card_s_edge_without_a_margin(
     assert device.needs(found.batch_size) > 0.9 * 8 * GIB  # past our 10% margin
 
 
-def test_certificates_without_the_instructor_extra_say_what_to_install(monkeypatch, capsys):
+def test_certificates_without_the_instructor_extra_say_what_to_install(
+    monkeypatch, capsys, outside_the_course
+):
     from coursekit.commands.cli import main
 
     for name in list(sys.modules):
