@@ -75,7 +75,8 @@ class OutputCache:
         temporary.replace(path)  # a reader never sees half a file
 
     def missing(self, keys: Iterable[str]) -> list[str]:
-        return [key for key in keys if not self._path(key).is_file()]
+        """Keys with no readable outputs: absent or damaged, both run again."""
+        return [key for key in keys if self.get(key) is None]
 
 
 def execute(name: str, notebook: nbformat.NotebookNode, cache: OutputCache) -> int:
