@@ -328,6 +328,9 @@
     }
     text(name, "name"); text(course, "course"); text(score, "score");
     if (!modules.every(function (m) { return typeof m === "string"; })) refuse("the credential's modules are not text");
+    var titles = moduleTitles(achievement, modules);
+    var issuerName = text(issuer.has("name") ? issuer.get("name") : "", "issuer's name");
+    var issuerUrl = text(issuer.has("url") ? issuer.get("url") : "", "issuer's url");
     var percent = Number(score);
     if (!/^-?(0|[1-9][0-9]*)\.[0-9]$/.test(score) || !(percent >= 0 && percent <= 100)) {
       refuse("the credential's score " + JSON.stringify(score) + " is not a percentage");
@@ -337,7 +340,34 @@
       id: shortId, name: name, course: course, score: score + "%",
       date: Array.from(validFrom).slice(0, 10).join(""), modules: modules.join(", "),
       issuer: issuerId, fingerprint: fingerprint,
+      covered: modules.map(function (module, i) {
+        return titles[i] ? "module " + module.split("_")[0] + ", " + titles[i] : "module " + module;
+      }).join("; "),
+      issued_by: [issuerName, issuerUrl].filter(Boolean).join(", ") || issuerId,
     };
+  }
+
+  // credentials.py: _module_titles (the achievement's module alignments)
+  var MODULE_TARGET_TYPE = "ext:CourseModule";
+  function moduleTitles(achievement, modules) {
+    var alignment = achievement.has("alignment") ? achievement.get("alignment") : [];
+    if (!Array.isArray(alignment) || !alignment.every(function (a) { return a instanceof Map; })) {
+      refuse("the credential's alignment is not a list of objects");
+    }
+    var titles = new Map();
+    alignment.forEach(function (target) {
+      if (!pyEqual(get(target, "targetType"), MODULE_TARGET_TYPE)) return;
+      var code = get(target, "targetCode"), title = get(target, "targetName");
+      if (typeof code !== "string" || typeof title !== "string") {
+        refuse("the credential names a module without its code and title");
+      }
+      if (modules.indexOf(code) < 0 || titles.has(code)) {
+        refuse("the credential's alignment names the module " + JSON.stringify(code) +
+          " twice or beside the modules it covers");
+      }
+      titles.set(code, title);
+    });
+    return modules.map(function (module) { return titles.has(module) ? titles.get(module) : ""; });
   }
 
   // --- summary.py: open_summary (the QR code's text) ---
@@ -602,8 +632,9 @@
   }
 
   var WORDS = { genuine: "Genuine", revoked: "Revoked", "not-genuine": "Not genuine", "not-checked": "Not checked here" };
-  var LABELS = [["name", "Student"], ["course", "Course"], ["modules", "Modules"], ["score", "Score"],
-    ["date", "Date"], ["id", "Certificate ID"], ["issuer", "Issuer"], ["fingerprint", "Issuer key fingerprint"]];
+  var LABELS = [["name", "Student"], ["course", "Course"], ["covered", "Modules"], ["modules", "Modules"],
+    ["score", "Score"], ["date", "Date"], ["id", "Certificate ID"], ["issued_by", "Issued by"],
+    ["issuer", "Issuer"], ["fingerprint", "Issuer key fingerprint"]];
   function show(result) {
     var box = document.getElementById("verdict");
     box.className = result.verdict;
@@ -615,6 +646,7 @@
     list.textContent = "";
     LABELS.forEach(function (label) {
       if (result.fields[label[0]] === undefined) return;
+      if (label[0] === "modules" && result.fields.covered !== undefined) return;
       var term = document.createElement("dt"), detail = document.createElement("dd");
       term.textContent = label[1];
       detail.textContent = visible(result.fields[label[0]]);
