@@ -5,10 +5,15 @@ A stand-in server (a few lines of Python answering JupyterLab's status URL) take
 place for each way of stopping, started exactly as the lab is (the same pipe and session);
 one test runs the real JupyterLab. Nothing is timed: each wait has a generous backstop only
 so that a broken build fails instead of hanging.
+
+No test relies on the signal dispositions the test runner hands down (``nohup ./scripts/test``
+ignores SIGHUP, a background job SIGINT): coursekit is started with every stop signal ignored,
+as the worst runner would, and sets the ones each test names itself, as a terminal would.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
@@ -44,12 +49,19 @@ class Status(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", port), Status).serve_forever()
 """
 
-# coursekit start, as the terminal runs it (SIGINT raises KeyboardInterrupt even where the
-# test runner started this process ignoring it), serving LAB_MODULE.
+#: The signals that stop `coursekit start`; none of their dispositions is inherited here.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+# coursekit start, as a terminal runs it: each stop signal as a fresh process has it (SIGINT
+# raises KeyboardInterrupt), whatever the test runner handed down, except those named in
+# argv[4] (comma-separated), ignored as `nohup` ignores SIGHUP; serving LAB_MODULE.
 DRIVER = """\
 import signal, sys
 from pathlib import Path
-signal.signal(signal.SIGINT, signal.default_int_handler)
+for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    fresh = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+    ignored = name in sys.argv[4].split(",")
+    signal.signal(getattr(signal, name), signal.SIG_IGN if ignored else fresh)
 from coursekit.commands import launch
 launch.LAB_MODULE = sys.argv[3]
 sys.exit(launch.start_lab(Path(sys.argv[1]), port=int(sys.argv[2]), open_browser=False))
@@ -76,6 +88,16 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _disposition(pid: int, signum: int) -> str:
+    """How ``pid`` takes ``signum``, as /proc shows it: "ignored", "caught" or "default"."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    bit = 1 << (signum - 1)
+    if int(fields["SigIgn"], 16) & bit:
+        return "ignored"
+    return "caught" if int(fields["SigCgt"], 16) & bit else "default"
+
+
 def _serving(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -91,18 +113,33 @@ def _until(condition, what: str) -> None:
             raise AssertionError(f"still waiting for {what} after the backstop")
 
 
-class Started:
-    """`coursekit start` in a process of its own, and the lab it started."""
+@contextlib.contextmanager
+def _runner_ignoring_every_stop_signal():
+    """This process ignores SIGINT, SIGTERM and SIGHUP while a child starts, so the child
+    inherits them ignored: the worst a test runner can hand down (``nohup``, ``&``)."""
+    previous = {name: signal.signal(getattr(signal, name), signal.SIG_IGN) for name in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for name, handler in previous.items():
+            signal.signal(getattr(signal, name), handler)
 
-    def __init__(self, root: Path, module: str, env: dict[str, str]):
+
+class Started:
+    """`coursekit start` in a process of its own, and the lab it started; ``ignored``: the
+    stop signals it was started ignoring (every other one as a fresh process has it)."""
+
+    def __init__(self, root: Path, module: str, env: dict[str, str], ignored: tuple = ()):
         (root / "exercises").mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", DRIVER, str(root), str(launch.free_port(21000)), module],
-            env={**env, "PYTHONUNBUFFERED": "1"},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        port = str(launch.free_port(21000))
+        with _runner_ignoring_every_stop_signal():
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", DRIVER, str(root), port, module, ",".join(ignored)],
+                env={**env, "PYTHONUNBUFFERED": "1"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
         lines: queue.Queue[str] = queue.Queue()
         threading.Thread(
             target=lambda: [lines.put(x) for x in self.process.stdout], daemon=True
@@ -131,13 +168,10 @@ class Started:
         self.process.wait()
 
 
-@pytest.fixture
-def fake_lab(tmp_path):
+def _fake_lab(tmp_path: Path, ignored: tuple = ()) -> Started:
     (tmp_path / "fake_lab_server.py").write_text(FAKE_LAB)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    started = Started(tmp_path / "course", "fake_lab_server", env)
-    yield started
-    started.clean_up()
+    return Started(tmp_path / "course", "fake_lab_server", env, ignored)
 
 
 @pytest.mark.parametrize(
@@ -150,21 +184,25 @@ def fake_lab(tmp_path):
     ],
     ids=["SIGINT", "SIGTERM", "SIGHUP", "coursekit-killed"],
 )
-def test_every_way_of_stopping_coursekit_stops_its_lab(fake_lab, how, status):
-    assert _serving(fake_lab.port) and not _gone(fake_lab.lab)
-    assert os.getsid(fake_lab.lab) == fake_lab.lab  # a session of its own: Ctrl-C is ours
-    assert fake_lab.stopped(how) == status
+def test_every_way_of_stopping_coursekit_stops_its_lab(tmp_path, how, status):
+    # Killed, coursekit can ignore every other stop signal: the lab still stops (an ignored
+    # signal survives exec, but the lab takes SIGTERM, coursekit's way of stopping it, afresh).
+    killed = how == signal.SIGKILL
+    started = _fake_lab(tmp_path, ignored=STOP_SIGNALS if killed else ())
+    try:
+        assert _serving(started.port) and not _gone(started.lab)
+        assert os.getsid(started.lab) == started.lab  # a session of its own: Ctrl-C is ours
+        assert _disposition(started.lab, signal.SIGTERM) == "default"
+        if killed:
+            assert _disposition(started.process.pid, signal.SIGTERM) == "ignored"
+        assert started.stopped(how) == status
+    finally:
+        started.clean_up()
 
 
 def test_a_hangup_that_coursekit_was_told_to_ignore_stays_ignored(tmp_path):
     """`nohup coursekit start` survives a closed terminal, and so does its lab."""
-    (tmp_path / "fake_lab_server.py").write_text(FAKE_LAB)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # inherited, as nohup does
-    try:
-        started = Started(tmp_path / "course", "fake_lab_server", env)
-    finally:
-        signal.signal(signal.SIGHUP, previous)
+    started = _fake_lab(tmp_path, ignored=("SIGHUP",))  # as nohup starts it
     try:
         started.process.send_signal(signal.SIGHUP)
         started.process.send_signal(signal.SIGTERM)  # the next signal finds both still there

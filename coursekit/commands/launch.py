@@ -132,9 +132,14 @@ def lab_environment(config_dir: Path) -> dict[str, str]:
 # The lab's own process runs this first (``python -c``): a thread that waits for the pipe
 # from coursekit to close, which happens when coursekit exits however it exits (the kernel
 # closes a dead process's files), then stops the server as SIGTERM does (its kernels shut
-# down). Then it serves JupyterLab, as ``python -m jupyterlab`` would.
+# down). Then it serves JupyterLab, as ``python -m jupyterlab`` would. SIGTERM is how
+# coursekit stops its lab (here and in stop_lab), so the lab takes it as a fresh process does
+# even where coursekit was started ignoring it: an ignored signal survives exec, and the lab
+# would outlive coursekit. SIGHUP stays as it was handed down (nohup: ignored); the lab has a
+# session of its own, so a closed terminal never sends it one anyway.
 _WATCH_PARENT = """\
 import os, runpy, signal, sys, threading
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 fd, module = int(sys.argv[1]), sys.argv[2]
 def watch():
     while os.read(fd, 1):
