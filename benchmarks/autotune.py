@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from coursekit import language_model, lm_memory, lm_training  # noqa: E402
-from coursekit.autotune import free_memory, is_out_of_memory, memory_budget_gb, tune  # noqa: E402
+from coursekit.real_model import language_model, memory, training  # noqa: E402
+from coursekit.real_model.tuning import free_memory, is_out_of_memory, memory_budget_gb, tune  # noqa: E402
 
 MIB = 2**20
 
@@ -86,12 +86,12 @@ def main() -> int:
     print(f"budget: {budget_gb:.3g} GiB, less a {args.margin:.0%} margin: {limit / MIB:,.1f} MiB")
 
     if on_gpu:
-        make_probe = lambda: (lm_memory.probe(lm, "fp32", args.seq_len), free_memory)  # noqa: E731
+        make_probe = lambda: (memory.probe(lm, "fp32", args.seq_len), free_memory)  # noqa: E731
     else:
-        rows = lm_memory.sweep(lm, [8, 16], [args.seq_len], ["fp32"], progress=False)
+        rows = memory.sweep(lm, [8, 16], [args.seq_len], ["fp32"], progress=False)
 
         def make_probe():
-            card = lm_memory.simulated_card(rows, "fp32", args.seq_len, budget_gb)
+            card = memory.simulated_card(rows, "fp32", args.seq_len, budget_gb)
             return card.try_step, card.free_memory
 
     try_step, free = make_probe()
@@ -103,7 +103,7 @@ def main() -> int:
     exhaustive, exhaustive_s = timed(lambda: exhaustive_largest(try_step, free, limit, share))
     print(f"\n{'':32}{'micro-batch':>12}{'probes':>8}{'seconds':>9}")
     print(
-        f"{'coursekit.autotune.tune':32}{tuning.largest_fit:>12}{len(tuning.probes):>8}"
+        f"{'coursekit.real_model.tuning.tune':32}{tuning.largest_fit:>12}{len(tuning.probes):>8}"
         f"{tuned_s:>9.1f}"
     )
     print(f"{'every size from 1 upward':32}{exhaustive:>12}{exhaustive + 1:>8}{exhaustive_s:>9.1f}")
@@ -118,16 +118,16 @@ def main() -> int:
     accum = args.target_batch // even
     tokens = sum(
         language_model.predicted_tokens(language_model.collate(rows_, lm.tokenizer.pad_token_id))
-        for window in lm_training.windows(sequences, [even] * accum, args.steps)
+        for window in training.windows(sequences, [even] * accum, args.steps)
         for rows_ in window
     )
     ours, ours_s = timed(
-        lambda: lm_training.train(lm, sequences, [even] * accum, args.steps, progress=False)
+        lambda: training.train(lm, sequences, [even] * accum, args.steps, progress=False)
     )
     trainer, trainer_s = timed(
-        lambda: lm_training.with_hf_trainer(lm, sequences, even, accum, args.steps)
+        lambda: training.with_hf_trainer(lm, sequences, even, accum, args.steps)
     )
-    gap = lm_training.max_weight_difference(ours, trainer)
+    gap = training.max_weight_difference(ours, trainer)
     print(
         f"\n{args.steps} optimizer steps of {even} x {accum} = {args.target_batch} sequences "
         f"({tokens:,} predicted tokens), fp32:"

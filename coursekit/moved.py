@@ -2,7 +2,8 @@
 
 Why: notebooks of earlier releases, and hand-ins made from them, name modules that now live in
 packages by concern (``run_workers("coursekit.distributed_workers.ddp_window_run", 2)``,
-``from coursekit.doctor import diagnose``, ``torchrun ... -m coursekit.torchrun_demo``). A finder
+``from coursekit.doctor import diagnose``, ``torchrun ... -m coursekit.torchrun_demo``,
+``from coursekit import lm_memory``). A finder
 at the end of ``sys.meta_path`` answers each old name with the very module object of its new
 name, not a copy: a monkeypatch, a pickle or an ``isinstance`` sees one module whichever name
 was used. ``tests/test_module_names.py`` reads every ``coursekit`` import in the notebooks of this
@@ -42,6 +43,16 @@ MOVED = {
     "coursekit.noise_scale_workers": "coursekit.workers.noise_scale",
     "coursekit.torchrun_demo": "coursekit.workers.torchrun_demo",
     "coursekit.zero_no_sync_workers": "coursekit.workers.zero_no_sync",
+    # module 7's library, one package now (coursekit/real_model/)
+    "coursekit.autotune": "coursekit.real_model.tuning",
+    "coursekit.autotune_frameworks": "coursekit.real_model.finders",
+    "coursekit.autotune_widget": "coursekit.real_model.widget",
+    "coursekit.language_model": "coursekit.real_model.language_model",
+    "coursekit.lm_data": "coursekit.real_model.data",
+    "coursekit.lm_memory": "coursekit.real_model.memory",
+    "coursekit.lm_plots": "coursekit.real_model.plots",
+    "coursekit.lm_training": "coursekit.real_model.training",
+    "coursekit.simulated_device": "coursekit.real_model.simulated_device",
 }
 
 

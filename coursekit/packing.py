@@ -185,7 +185,7 @@ def window_gradients(model: nn.Module, documents, seq_len: int, pad_id: int, pac
     returns), and packed with the boundaries ignored (divided by its labels that are not
     -100). Also the counts (and the padded window's mean loss per token) and the token
     slots each computes."""
-    from coursekit.language_model import collate, predicted_tokens, summed_loss
+    from coursekit.real_model.language_model import collate, predicted_tokens, summed_loss
 
     padded = [collate(documents[i : i + micro], pad_id) for i in range(0, len(documents), micro)]
     count = sum(predicted_tokens(batch) for batch in padded)

@@ -17,7 +17,7 @@ from coursekit.finetune import (
     render_fits_table,
 )
 from coursekit.parameters import ParameterError
-from coursekit.simulated_device import SimulatedDevice
+from coursekit.real_model.simulated_device import SimulatedDevice
 
 pytestmark = pytest.mark.module8
 

@@ -18,7 +18,7 @@ from coursekit import gpu_check
 from coursekit.gpu_check import measures
 from coursekit.gpu_check import notebooks as runner
 from coursekit.gpu_check.report import FAILED, MEASURED, NOT_RUN, PASSED, Check, markdown
-from coursekit.simulated_device import GIB, SimulatedDevice
+from coursekit.real_model.simulated_device import GIB, SimulatedDevice
 
 MIB = 2**20
 

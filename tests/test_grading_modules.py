@@ -267,19 +267,21 @@ def test_each_mistake_is_named_and_costs_only_its_question(graded):
 def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_planner_is_not(
     tmp_path,
 ):
-    """Module 7's notebook imports ``coursekit.autotune.tune`` for its demonstrations: a
+    """Module 7's notebook imports ``coursekit.real_model.tune`` for its demonstrations: a
     hand-in whose autotune just calls it is flagged for review (the question names it in
-    ``library_answers``), while one that plans its window with module 5's answer is not
-    (an earlier module's answer is library code here)."""
+    ``library_answers``), by its name in the package or by the module name of earlier
+    releases (``coursekit.autotune``), while one that plans its window with module 5's answer
+    is not (an earlier module's answer is library code here)."""
     borrowed = (
-        "from coursekit.autotune import tune\n\n"
+        "from {module} import tune\n\n"
         "def autotune(try_step, free_memory, max_memory_gb, target_batch, world_size=1,"
         " margin=0.1):\n"
         "    return tune(try_step, target_batch, max_memory_gb, world_size, margin,"
         " free_memory, False).as_dict()\n"
     )
     for student, source in {
-        "eve": borrowed,
+        "eve": borrowed.format(module="coursekit.autotune"),
+        "fay": borrowed.format(module="coursekit.real_model"),
         "dev": student_code.BY_QUESTION["autotune"]["correct_top_down_bisection"],
     }.items():
         folder = tmp_path / "hand-ins" / student
@@ -294,4 +296,5 @@ def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_plan
     results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
     flags = {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
     assert flags["dev"] == [], flags
-    assert any("its autotune called coursekit's own answer" in n for n in flags["eve"]), flags
+    for student in ("eve", "fay"):
+        assert any("its autotune called coursekit's own answer" in n for n in flags[student]), flags

@@ -56,7 +56,7 @@ def test_grouping_by_length_keeps_every_sequence_and_cuts_padding():
 
 @pytest.fixture(scope="module")
 def tiny_model():
-    from coursekit import language_model
+    from coursekit.real_model import language_model
 
     lm = language_model.load("tiny", torch.device("cpu"), seed=0, max_positions=64)
     return lm.model.double()

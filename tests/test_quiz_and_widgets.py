@@ -210,7 +210,7 @@ def test_module_7_quiz_checks_the_numbers_it_teaches():
 
 
 def test_the_autotune_explorer_follows_its_sliders():
-    from coursekit.autotune_widget import autotune_explorer
+    from coursekit.real_model.widget import autotune_explorer
 
     # 2 MiB fixed, 1.7 MiB per sample: a 1/32 GiB card less 10% holds 15
     memory, target, devices, margin, view = autotune_explorer(

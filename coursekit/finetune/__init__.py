@@ -9,7 +9,7 @@ measured on small copies of the architecture, and Korthikanti et al.'s formula b
 ``estimate`` (one training step's peak, part by part), ``planner`` (the micro-batch and the
 accumulation steps for a card), ``table`` ("what fits on 8 / 12 / 16 / 24 GB"), ``measured``
 (the model against what torch holds on the CPU), ``auto_batch`` (the HF Trainer's
-``auto_find_batch_size`` against :func:`coursekit.autotune.tune` on a simulated card) and
+``auto_find_batch_size`` against :func:`coursekit.real_model.tune` on a simulated card) and
 ``widget``. Notebooks import every name from here.
 
 The API (module 8 calls these; sizes in bytes, cards in GiB)::

@@ -1,4 +1,4 @@
-"""The HF Trainer's ``auto_find_batch_size`` against :func:`coursekit.autotune.tune`, on a
+"""The HF Trainer's ``auto_find_batch_size`` against :func:`coursekit.real_model.tune`, on a
 simulated card: the first shrinks the micro-batch and keeps the accumulation steps, so the
 effective batch shrinks with it; the second keeps the effective batch and raises the steps.
 
@@ -32,8 +32,8 @@ import warnings
 from dataclasses import dataclass
 
 from coursekit.arguments import choice, whole
-from coursekit.autotune import GIB, tune
-from coursekit.simulated_device import SimulatedDevice
+from coursekit.real_model.simulated_device import SimulatedDevice
+from coursekit.real_model.tuning import GIB, tune
 
 MiB = 2**20
 MECHANISMS = ("find_executable_batch_size", "trainer")
@@ -100,7 +100,7 @@ def _with_trainer(card, per_device, accum_steps) -> tuple[int, int]:
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from coursekit.language_model import TINY, collate, load, sequences
+    from coursekit.real_model.language_model import TINY, collate, load, sequences
 
     lm = load(TINY, torch.device("cpu"))
     rows = sequences(lm.tokenizer, 16)[: per_device * accum_steps]
@@ -144,7 +144,7 @@ def auto_batch_comparison(
     """Both finders on ``card`` (a fresh :func:`default_card` when None) for a window of
     ``per_device_train_batch_size x gradient_accumulation_steps`` samples: the Trainer's
     ``auto_find_batch_size`` (by ``mechanism``, see the module docstring) and
-    :func:`coursekit.autotune.tune` with the same target and ``margin``."""
+    :func:`coursekit.real_model.tune` with the same target and ``margin``."""
     per_device = whole("per_device_train_batch_size", per_device_train_batch_size)
     accum_steps = whole("gradient_accumulation_steps", gradient_accumulation_steps)
     mechanism = choice("mechanism", mechanism, MECHANISMS)
@@ -169,7 +169,7 @@ def auto_batch_comparison(
         progress=False,
     )
     tuner = BatchChoice(
-        "coursekit.autotune.tune",
+        "coursekit.real_model.tuning.tune",
         tuning.largest_fit,
         tuning.plan.accum_steps,
         tuning.plan.effective_batch,

@@ -26,9 +26,10 @@ from coursekit.arguments import choice, whole
 from coursekit.finetune.activations import _with_lora, saved_bytes_per_token
 from coursekit.finetune.estimate import estimate_memory
 from coursekit.finetune.modes import mode_named
-from coursekit.lm_memory import enable_checkpointing
 from coursekit.memory import activation_bytes, peak_live_bytes
 from coursekit.parameters import ParameterError
+from coursekit.real_model.language_model import name_default_loss
+from coursekit.real_model.memory import enable_checkpointing
 
 
 class _NoHubKernelNotice(logging.Filter):
@@ -74,7 +75,7 @@ def cpu_config(model: str):
     defaults, 124 M parameters), dropout off as the course trains."""
     from transformers import GPT2Config
 
-    from coursekit.language_model import tiny_config
+    from coursekit.real_model.language_model import tiny_config
 
     model = choice("model", model, MODELS)
     if model == "tiny":
@@ -103,10 +104,7 @@ def cpu_model(config, mode, checkpointing: bool = False, seed: int = 0) -> nn.Mo
     elif mode.compute == "bf16":
         model = model.to(torch.bfloat16)
     model.train()
-    # GPT-2's configuration names no loss type, so transformers warns once and takes its
-    # causal-LM loss; naming that loss gives the same loss without the warning (no Trainer
-    # runs here, so module 7's token-count difference does not arise)
-    model.loss_type = "ForCausalLM"
+    name_default_loss(model)  # the loss transformers falls back to for GPT-2, without its warning
     if checkpointing:
         enable_checkpointing(model)
     if mode.lora:

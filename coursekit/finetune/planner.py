@@ -125,7 +125,7 @@ def plan_fine_tune(
 
     The micro-batch is the largest whose estimated step (:func:`estimate_memory`, with the
     CUDA context) stays within ``card_gb`` less ``margin`` (a tenth by default, as
-    :func:`coursekit.autotune.tune`: fragmentation and what the model leaves out).
+    :func:`coursekit.real_model.tune`: fragmentation and what the model leaves out).
     ``card_gb`` is in GiB, the unit torch counts in: a card sold as 24 GB has 24 GiB of
     memory chips, of which ``torch.cuda.get_device_properties().total_memory`` reports less:
     a little on most cards (what the driver keeps), more where ECC is stored in the memory

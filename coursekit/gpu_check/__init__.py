@@ -54,8 +54,8 @@ def run_checks(
     """
     import torch  # here, not at the top: `--help` and a bad argument answer at once
 
-    from coursekit import language_model
     from coursekit.gpu_check import measures
+    from coursekit.real_model import language_model
 
     if not dry_run and not torch.cuda.is_available():
         build = "a CPU build of torch" if torch.version.cuda is None else "no CUDA GPU visible"

@@ -3,10 +3,10 @@ configuration (random weights: no Hub on a GPU machine), or the tiny one on a dr
 
 - **The memory model**: the CUDA allocator's peak of one training step beside the course's
   estimate (weights, AdamW's state, gradients and what autograd saves), by mode and size.
-- **The tuner**: :func:`coursekit.autotune.tune`'s micro-batch against trying every size from
+- **The tuner**: :func:`coursekit.real_model.tune`'s micro-batch against trying every size from
   1 up, at a budget below the card and on the whole card at long sequences, where the card
   really runs out of memory; and whether a failed try left memory behind.
-- **Throughput**: the course's loop (:func:`coursekit.lm_training.train`) against the HF
+- **Throughput**: the course's loop (:func:`coursekit.real_model.training.train`) against the HF
   Trainer on the same settings (micro-batch, window, steps, precision), in tokens per second.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
-from coursekit import language_model, lm_memory, lm_training
-from coursekit.autotune import free_memory, is_out_of_memory, tune
 from coursekit.frameworks import missing
 from coursekit.gpu_check.report import FAILED, MEASURED, NOT_RUN, PASSED, Check
 from coursekit.mixed_precision import half_precision
+from coursekit.real_model import language_model, memory, training
+from coursekit.real_model.tuning import free_memory, is_out_of_memory, tune
 
 MIB = 2**20
 MEMORY = "Memory: allocator against the model"
@@ -95,7 +95,7 @@ def memory_model(lm, settings: Settings, deadline: float) -> Check:
     for mode in modes(settings):
         if time.monotonic() > deadline:
             break
-        rows += lm_memory.sweep(lm, settings.sizes, [settings.seq_len], [mode], progress=False)
+        rows += memory.sweep(lm, settings.sizes, [settings.seq_len], [mode], progress=False)
     table = [
         (
             r.mode,
@@ -249,9 +249,9 @@ def _probe(lm, settings: Settings, seq_len: int, budget_gb: float):
     """(try_step as a context manager, the free function to pair with it): the real model on
     a GPU, a simulated card made from a short sweep on a CPU."""
     if settings.device == "cuda":
-        return lm_memory.probe(lm, "fp32", seq_len), free_memory
-    rows = lm_memory.sweep(lm, settings.sizes[-2:], [seq_len], ["fp32"], progress=False)
-    card = lm_memory.simulated_card(rows, "fp32", seq_len, budget_gb)
+        return memory.probe(lm, "fp32", seq_len), free_memory
+    rows = memory.sweep(lm, settings.sizes[-2:], [seq_len], ["fp32"], progress=False)
+    card = memory.simulated_card(rows, "fp32", seq_len, budget_gb)
     return nullcontext(card.try_step), card.free_memory
 
 
@@ -269,10 +269,10 @@ def throughput(lm, settings: Settings, deadline: float) -> Check:
         if time.monotonic() > deadline:
             rows.append((mode, "not run: out of time", "", "", "", ""))
             continue
-        lm_training.train(lm, sequences, [micro] * accum, 1, mode=mode, progress=False)
-        ours = lm_training.train(lm, sequences, [micro] * accum, steps, mode=mode, progress=False)
-        lm_training.with_hf_trainer(lm, sequences, micro, accum, 1, mode=mode)
-        trainer = lm_training.with_hf_trainer(lm, sequences, micro, accum, steps, mode=mode)
+        training.train(lm, sequences, [micro] * accum, 1, mode=mode, progress=False)
+        ours = training.train(lm, sequences, [micro] * accum, steps, mode=mode, progress=False)
+        training.with_hf_trainer(lm, sequences, micro, accum, 1, mode=mode)
+        trainer = training.with_hf_trainer(lm, sequences, micro, accum, steps, mode=mode)
         rows.append(
             (
                 mode,
@@ -280,7 +280,7 @@ def throughput(lm, settings: Settings, deadline: float) -> Check:
                 f"{trainer.tokens_per_second:,.0f}",
                 f"{trainer.tokens_per_second / ours.tokens_per_second:.2f}",
                 f"{trainer.losses[0] / ours.losses[0]:.4f}",
-                f"{lm_training.max_weight_difference(ours, trainer):.1e}",
+                f"{training.max_weight_difference(ours, trainer):.1e}",
             )
         )
     header = (

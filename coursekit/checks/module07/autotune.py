@@ -3,8 +3,8 @@ budget, then the window that reaches a target effective batch.
 
 The student writes ``autotune(try_step, free_memory, max_memory_gb, target_batch,
 world_size=1, margin=0.1)``. Each spec hands it a simulated card
-(:mod:`coursekit.simulated_device`) that runs out of memory above some size, may fail now and
-then near its edge, may keep a failed try's memory until it is freed, may raise an error that
+(:mod:`coursekit.real_model.simulated_device`) that runs out of memory above some size, may
+fail now and then near its edge, may keep a failed try's memory until it is freed, may raise an error that
 is not about memory, and stops a search that never ends. The card logs every call, so the
 judge reads what the search did, not only what it returned: a right answer may probe in any
 order that finds the largest fit within the card's calls (:func:`probe_budget`: room for
@@ -22,7 +22,6 @@ from __future__ import annotations
 import numbers
 from collections.abc import Mapping
 
-from coursekit.autotune import autotune
 from coursekit.checks.module07.common import (
     MODULE,
     card,
@@ -34,7 +33,8 @@ from coursekit.checks.module07.common import (
 )
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
-from coursekit.simulated_device import ProbingDidNotStop
+from coursekit.real_model.simulated_device import ProbingDidNotStop
+from coursekit.real_model.tuning import autotune
 
 MAX_LOG = 120  # entries of a card's log sent back: over twice what probe_budget allows
 
@@ -156,7 +156,7 @@ class Autotune(Question):
             lambda spec: _refusal(spec) is not None,
         ),
     )
-    library_answers = ("coursekit.autotune.tune",)  # the notebook imports it for its demos
+    library_answers = ("coursekit.real_model.tuning.tune",)  # the notebook imports it for its demos
 
     def public_specs(self):
         return [

@@ -3,7 +3,7 @@ cards of its specs, and how to read one card's log."""
 
 from __future__ import annotations
 
-from coursekit.simulated_device import GIB, SimulatedDevice
+from coursekit.real_model.simulated_device import GIB, SimulatedDevice
 
 MODULE = "07_real_model"
 MIB = 2**20

@@ -11,7 +11,7 @@ MODULE = "08_fitting_one_gpu"
 @lru_cache(maxsize=1)
 def _paragraphs() -> tuple[tuple[int, ...], ...]:
     """Each paragraph of the course's text, tokenized, with its end-of-text token."""
-    from coursekit import language_model
+    from coursekit.real_model import language_model
 
     tokenizer = language_model.course_tokenizer()
     text = language_model.course_text()

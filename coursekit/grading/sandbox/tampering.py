@@ -318,8 +318,8 @@ def warm_up() -> None:
 def install_tripwires(questions: dict, reporter: list, provenance):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...), those a question names in its
-    ``library_answers`` (the same answer under another name: ``coursekit.autotune.tune``) and
-    the check's ``reference()``. Once the
+    ``library_answers`` (the same answer under another name: ``coursekit.real_model.tuning.tune``)
+    and the check's ``reference()``. Once the
     returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
     them while the notebook's code is anywhere on the stack is reported
     (``reporter[0](question, where)``, set by the hand-in's process, which counts it only

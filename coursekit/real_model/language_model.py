@@ -7,7 +7,7 @@ it is not (the tests, CI, a laptop offline), the *same classes* build a tiny GPT
 configuration (``AutoModelForCausalLM.from_config``) with a byte-level BPE tokenizer the course
 ships, so every later cell runs the same code on a model that trains in seconds on a CPU.
 
-The text is the course's own prose (``coursekit/lm_data/course_text.txt``, made by
+The text is the course's own prose (``coursekit/real_model/data/course_text.txt``, made by
 ``scripts/make-lm-data``): one sequence per paragraph, so the sequences have different
 lengths, and a window's loss must be divided by its tokens, not averaged per micro-batch.
 """
@@ -36,6 +36,7 @@ CONFIG_TYPES = ("gpt2",)
 DEFAULT_HUB_MODEL = "gpt2"
 END_OF_TEXT = "<|endoftext|>"
 IGNORE = -100  # the label PyTorch's cross-entropy (and every HF model) skips
+_DATA = "coursekit.real_model.data"  # the shipped text and tokenizer (scripts/make-lm-data)
 
 
 @dataclass
@@ -74,14 +75,14 @@ class LanguageModel:
 
 def course_text() -> str:
     """The text the module fine-tunes on."""
-    return resources.files("coursekit.lm_data").joinpath("course_text.txt").read_text("utf-8")
+    return resources.files(_DATA).joinpath("course_text.txt").read_text("utf-8")
 
 
 def course_tokenizer():
     """The tiny model's tokenizer: byte-level BPE with 1,024 tokens, read from the package."""
     from transformers import PreTrainedTokenizerFast
 
-    path = resources.files("coursekit.lm_data").joinpath("tokenizer.json")
+    path = resources.files(_DATA).joinpath("tokenizer.json")
     with resources.as_file(path) as file:
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(file), eos_token=END_OF_TEXT)
     tokenizer.pad_token = tokenizer.eos_token
@@ -140,7 +141,7 @@ def load(model: str, device: torch.device, seed: int = 0, max_positions: int = 5
             torch.manual_seed(seed)
             config = tiny_config(len(tokenizer), tokenizer.eos_token_id, max_positions)
             lm = AutoModelForCausalLM.from_config(config)
-        return LanguageModel(TINY, lm.to(device), tokenizer, from_hub=False)
+        return LanguageModel(TINY, name_default_loss(lm).to(device), tokenizer, from_hub=False)
     if name.startswith(FROM_CONFIG):
         return _from_default_config(name, device, seed)
     try:
@@ -159,7 +160,8 @@ def load(model: str, device: torch.device, seed: int = 0, max_positions: int = 5
         ) from None
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    return LanguageModel(name, without_dropout(lm).to(device), tokenizer, from_hub=True)
+    lm = name_default_loss(without_dropout(lm))
+    return LanguageModel(name, lm.to(device), tokenizer, from_hub=True)
 
 
 def _from_default_config(name: str, device: torch.device, seed: int) -> LanguageModel:
@@ -181,7 +183,36 @@ def _from_default_config(name: str, device: torch.device, seed: int) -> Language
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         lm = AutoModelForCausalLM.from_config(config)
-    return LanguageModel(name, without_dropout(lm).to(device), tokenizer, from_hub=False)
+    lm = name_default_loss(without_dropout(lm))
+    return LanguageModel(name, lm.to(device), tokenizer, from_hub=False)
+
+
+def name_default_loss(model: nn.Module) -> nn.Module:
+    """Set, by name, the loss transformers falls back to for a causal LM whose class it cannot
+    map to a loss (in place): the same loss, without the warning "`loss_type=None` was set in
+    the config but it is unrecognized. Using the default loss: `ForCausalLMLoss`".
+
+    transformers picks a model's loss from its class name (``LOSS_MAPPING``:
+    ``LlamaForCausalLM`` gives ``"ForCausalLM"``). GPT-2's ``GPT2LMHeadModel`` matches no
+    entry, so its ``loss_type`` is None, and the first loss it computes (the HF Trainer's, or
+    any call with ``labels``) prints that warning and uses ``ForCausalLMLoss``, which is the
+    right loss for a causal LM: the config is not wrong ("set in the config" is transformers'
+    wording; nothing was set), and no number changes. Here that same function becomes the
+    model's ``loss_function``. ``loss_type`` stays None on purpose: the HF Trainer reads it to
+    count a window's tokens, and for GPT-2 it counts every label, the first of each sequence
+    too (module 7 measures that difference; naming ``loss_type`` would hide it). A model whose
+    loss transformers recognises is left as it is, and so is every model where transformers
+    cannot set a model's loss (the warning then prints, and means the same).
+    """
+    setter = getattr(getattr(type(model), "loss_function", None), "fset", None)
+    if setter is None or getattr(model, "loss_type", "") is not None:
+        return model
+    try:
+        from transformers.loss.loss_utils import LOSS_MAPPING
+    except ImportError:  # a transformers without the loss table: it does not warn either
+        return model
+    model.loss_function = LOSS_MAPPING["ForCausalLM"]
+    return model
 
 
 def without_dropout(model: nn.Module) -> nn.Module:

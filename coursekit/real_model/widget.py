@@ -2,7 +2,7 @@
 micro-batch the auto-tuner would pick and the window that reaches the batch.
 
 It uses a line fitted to the sweep's measurements (memory = fixed + per sample x micro-batch)
-as a simulated card, and the same :func:`coursekit.autotune.tune` the notebook runs, so what
+as a simulated card, and the same :func:`coursekit.real_model.tune` the notebook runs, so what
 it shows is what the tuner would do on a card of that size, without running the model.
 Display only: grading never depends on it.
 """
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import html
 
-from coursekit.autotune import GIB, tune
 from coursekit.budget import NothingFits
-from coursekit.simulated_device import SimulatedDevice
+from coursekit.real_model.simulated_device import SimulatedDevice
+from coursekit.real_model.tuning import GIB, tune
 from coursekit.units import format_bytes
 
 

@@ -42,10 +42,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from coursekit.autotune import free_memory
-from coursekit.language_model import IGNORE, LanguageModel, collate, summed_loss
 from coursekit.memory import activation_bytes, peak_live_bytes
 from coursekit.progress import Progress
+from coursekit.real_model.language_model import IGNORE, LanguageModel, collate, summed_loss
+from coursekit.real_model.tuning import free_memory
 
 # transformers 5.x warns, from inside its own forward pass, that the names it calls for
 # checkpointing are deprecated; nothing a student can act on.
@@ -196,7 +196,7 @@ def tokens_per_second(model: nn.Module, batch: dict, mode: str, repeats: int = 2
 def make_batch(lm: LanguageModel, size: int, seq_len: int, device) -> dict:
     """``size`` sequences of exactly ``seq_len`` tokens, from the course text repeated: the
     longest micro-batch a run meets, which is the one memory must hold."""
-    from coursekit.language_model import sequences
+    from coursekit.real_model.language_model import sequences
 
     pool = [ids for ids in sequences(lm.tokenizer, seq_len) if len(ids) == seq_len] or [
         (sum(sequences(lm.tokenizer, seq_len), []) * seq_len)[:seq_len]
@@ -256,7 +256,7 @@ def sweep(
 
 
 class Probe:
-    """``try_step(b)`` for :func:`coursekit.autotune.tune` on a GPU: one real training step
+    """``try_step(b)`` for :func:`coursekit.real_model.tune` on a GPU: one real training step
     of ``b`` sequences of ``seq_len`` tokens in ``mode`` on a copy of the model, returning its
     peak bytes (:func:`measure`) and raising ``torch.OutOfMemoryError`` where the card runs
     out.
@@ -267,7 +267,7 @@ class Probe:
 
     Example::
 
-        with lm_memory.probe(lm, "fp32", 256) as try_step:
+        with memory.probe(lm, "fp32", 256) as try_step:
             tuning = tune(try_step, 256, max_memory_gb=8)
     """
 
@@ -277,7 +277,7 @@ class Probe:
 
     def __call__(self, size: int) -> int:
         if self.model is None:
-            raise RuntimeError("this probe is closed; make a new one with lm_memory.probe(...)")
+            raise RuntimeError("this probe is closed; make a new one with memory.probe(...)")
         device = next(self.model.parameters()).device
         batch = make_batch(self.lm, size, self.seq_len, device)
         return measure(self.model, batch, self.mode, estimate=False)[0]
@@ -300,11 +300,11 @@ def probe(lm: LanguageModel, mode: str, seq_len: int) -> Probe:
 
 
 def simulated_card(rows: list[Measurement], mode: str, seq_len: int, capacity_gb: float):
-    """A :class:`coursekit.simulated_device.SimulatedDevice` of ``capacity_gb`` whose steps
+    """A :class:`coursekit.real_model.SimulatedDevice` of ``capacity_gb`` whose steps
     need what the sweep measured for ``mode`` at ``seq_len``: the line through its two
     largest micro-batches (memory grows linearly with the micro-batch). On a CPU, where
     nothing runs out of memory at a card's size, it stands in for the card."""
-    from coursekit.simulated_device import GIB, SimulatedDevice
+    from coursekit.real_model.simulated_device import GIB, SimulatedDevice
 
     points = sorted(
         (r.micro_batch, r.peak_bytes) for r in rows if (r.mode, r.seq_len) == (mode, seq_len)

@@ -1,11 +1,11 @@
 """Fine-tuning a causal LM with the whole recipe, and the same run in the HF Trainer.
 
 The recipe of modules 1-5 on a real model: a window of micro-batches per optimizer step
-(their sizes from :func:`coursekit.autotune.tune`), each micro-batch's summed token loss
+(their sizes from :func:`coursekit.real_model.tune`), each micro-batch's summed token loss
 divided by the *window's* token count (the sequences have different lengths, so a mean per
 micro-batch would weigh a short micro-batch's tokens more), the learning-rate schedule counted
 in optimizer steps, gradient clipping once per window on the unscaled gradients, and any of
-the memory modes of :mod:`coursekit.lm_memory` (checkpointing, fp16 with a GradScaler, bf16,
+the memory modes of :mod:`coursekit.real_model.memory` (checkpointing, fp16 with a GradScaler, bf16,
 LoRA).
 
 Run with one micro-batch per window holding the whole effective batch, the same function is
@@ -22,9 +22,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from coursekit.language_model import IGNORE, LanguageModel, collate, predicted_tokens, summed_loss
-from coursekit.lm_memory import autocast_for, needs_scaler, parts_of, with_mode
 from coursekit.progress import Progress
+from coursekit.real_model.language_model import (
+    IGNORE,
+    LanguageModel,
+    collate,
+    predicted_tokens,
+    summed_loss,
+)
+from coursekit.real_model.memory import autocast_for, needs_scaler, parts_of, with_mode
 from coursekit.schedules import warmup_cosine
 
 LR = 3e-3

@@ -132,8 +132,8 @@ def tune(
     fewest accumulation steps that reach ``target_batch`` exactly (see the module docstring).
 
     ``try_step(b)`` runs one forward and backward pass of ``b`` samples and returns its peak
-    bytes (:func:`coursekit.lm_memory.probe` makes one for a model). ``max_memory_gb`` may be
-    below the card's size, to fit a smaller card's budget. Raises :class:`NothingFits` (a
+    bytes (:func:`coursekit.real_model.memory.probe` makes one for a model). ``max_memory_gb``
+    may be below the card's size, to fit a smaller card's budget. Raises :class:`NothingFits` (a
     ValueError) when not even one sample fits, and ValueError when ``target_batch`` does not
     divide among ``world_size`` devices.
     """

@@ -1,5 +1,5 @@
 """Accelerate's ``find_executable_batch_size`` and Lightning's ``BatchSizeFinder`` on the
-same probe as :func:`coursekit.autotune.tune`, so their answers can be set side by side.
+same probe as :func:`coursekit.real_model.tune`, so their answers can be set side by side.
 
 Each finder is given the same ``try_step`` (a real step on a GPU, the simulated card of the
 notebook on a CPU) and returns the batch size it settles on, with every size it tried. What
