@@ -25,72 +25,30 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from jsonschema import Draft201909Validator
 from PIL import Image
 
-from coursekit.checks import questions_of
 from coursekit.commands.cli import main
-from coursekit.course import MODULES, TITLE
-from coursekit.grading.grader import GradeResult
+from coursekit.course import TITLE
 from coursekit.grading.records import baking, certificates, legacy_certificates
 from coursekit.grading.records.credentials import issuer_for
-from coursekit.grading.records.gradebook import Gradebook
 from coursekit.grading.records.tracks import coverage
+from tests.helpers.certificate_course import (
+    OWN_REPOSITORY,
+    WORKSHOP,
+    certify,
+    encode,
+    make_course,
+    parts,
+    verify,
+)
 
 pytestmark = pytest.mark.grading
 SCHEMA = (
     Path(__file__).parent / "corpora" / "openbadges" / "ob_v3p0_achievementcredential_schema.json"
 )
-POINTS = {m.name: sum(q.points for q in questions_of(m.name)) for m in MODULES}
-WORKSHOP = ["01_accumulation", "02_loss_scaling"]
-
-
-def result(student: str, assignment: str, score: float) -> GradeResult:
-    return GradeResult(
-        path=f"{student}.ipynb",
-        student=student,
-        assignment=assignment,
-        sha256=f"{student}-{assignment}",
-        score=score,
-        max_score=POINTS[assignment],
-        error=None,
-        questions=[],
-    )
 
 
 @pytest.fixture
 def course(tmp_path, monkeypatch):
-    """A course folder (the current folder) with a gradebook: ada has every module in full,
-    wes the workshop's two modules (module 02 in part), lee module 01 alone."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no key of this machine
-    monkeypatch.delenv("COURSEKIT_KEY", raising=False)
-    with Gradebook(tmp_path / "g.sqlite") as book:
-        for name, points in POINTS.items():
-            if points:
-                book.record(result("ada", name, points), None)
-        book.record(result("wes", "01_accumulation", POINTS["01_accumulation"]), None)
-        book.record(result("wes", "02_loss_scaling", 8.0), None)
-        book.record(result("lee", "01_accumulation", POINTS["01_accumulation"]), None)
-    assert main(["issuer-key", "--key", "issuer.pem"]) == 0  # publishes certificates/
-    return tmp_path
-
-
-def certify(student: str, *options: str) -> int:
-    argv = ["certificate", student, "--gradebook", "g.sqlite", "--key", "issuer.pem"]
-    return main([*argv, "--out", f"out/{student}.html", *options])
-
-
-def verify(path, *options: str) -> int:
-    return main(["verify", str(path), *options])
-
-
-def parts(token: str) -> tuple[dict, dict, bytes]:
-    header, payload, signature = token.split(".")
-    decode = lambda part: base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))  # noqa: E731
-    return json.loads(decode(header)), json.loads(decode(payload)), decode(signature)
-
-
-def encode(data) -> str:
-    raw = data if isinstance(data, bytes) else json.dumps(data, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    return make_course(tmp_path, monkeypatch)
 
 
 def published_raw_key(folder: Path) -> bytes:
@@ -272,7 +230,8 @@ def test_the_page_shows_what_was_signed_and_any_forgery_fails(course, capsys):
     assert verify("out/ada.html") == 0
     out = capsys.readouterr().out
     assert out.startswith("Genuine: ada, Gradient accumulation, hands-on, 100.0%, ")
-    assert "Covers 00_welcome, 01_accumulation" in out
+    assert "Covers module 00, Welcome; module 01, Accumulating gradients; module 02, " in out
+    assert f"issued by {TITLE} (https://github.com/{OWN_REPOSITORY}); issuer did:key:z6Mk" in out
     published = (course / "certificates" / "issuer-public-key.pem").read_text().strip()
     assert published in page and 'data-field="fingerprint"' in page and "<svg" in page
 
@@ -288,9 +247,15 @@ def test_the_page_shows_what_was_signed_and_any_forgery_fails(course, capsys):
             ("date", "2020-01-01"),
             ("id", "CK-0000-0000-0000-0000"),
             ("modules", "01_accumulation"),
+            ("module", "module 09, Advanced topics"),
+            ("issued_by", "Harvard University, https://harvard.edu"),
             ("fingerprint", "A" * 43),
         ]
     }
+    first_module = '<span data-field="module">module 00, Welcome</span>; '
+    assert first_module in page
+    forgeries["a module left out"] = page.replace(first_module, "")
+    forgeries["a module added"] = page.replace(first_module, first_module * 2)
     forgeries["homoglyph name"] = page.replace('"name">ada<', '"name">\u0430da<')  # Cyrillic a
     forgeries["another signed block"] = page.replace(
         block(page, "credential"), block(other, "credential")
@@ -368,10 +333,11 @@ def test_a_workshop_certificate_counts_the_workshops_modules_alone(course, capsy
     assert "wes, 66.7%" in capsys.readouterr().out
     assert verify("out/wes.html") == 0
     out = capsys.readouterr().out
-    assert "hands-on: workshop, 66.7%" in out and "Covers 01_accumulation, 02_loss_scaling;" in out
+    assert "hands-on: workshop, 66.7%" in out
+    assert "Covers module 01, Accumulating gradients; module 02, Scaling the loss right;" in out
     assert certify("wes", "--modules", "02_loss_scaling,01_accumulation", "--pass-mark", "60") == 0
     assert verify("out/wes.html") == 0
-    assert "hands-on: modules 01, 02, 66.7%" in capsys.readouterr().out
+    assert "hands-on: modules 01 and 02, 66.7%" in capsys.readouterr().out
 
     assert certify("lee", "--track", "workshop") == 1
     err = capsys.readouterr().err
@@ -544,7 +510,7 @@ def test_key_files_are_checked_and_the_public_key_exported(course, capsys):
                 "--key",
                 "issuer.pem",
                 "--did-web",
-                "did:web:example.edu",
+                "did:web:courses.ada-lab.eu",
                 "--out",
                 "pub",
             ]
@@ -552,12 +518,12 @@ def test_key_files_are_checked_and_the_public_key_exported(course, capsys):
         == 0
     )
     document = json.loads((course / "pub" / "did.json").read_text())
-    assert document["id"] == "did:web:example.edu"
-    assert document["assertionMethod"] == ["did:web:example.edu#key-1"]
+    assert document["id"] == "did:web:courses.ada-lab.eu"
+    assert document["assertionMethod"] == ["did:web:courses.ada-lab.eu#key-1"]
     assert "d" not in document["verificationMethod"][0]["publicKeyJwk"]
-    assert certify("ada", "--did-web", "did:web:example.edu") == 0
+    assert certify("ada", "--did-web", "did:web:courses.ada-lab.eu") == 0
     assert verify("out/ada.jwt", "--key", "pub/issuer-public-key.jwk") == 0
-    assert "issuer did:web:example.edu" in capsys.readouterr().out
+    assert "; issuer did:web:courses.ada-lab.eu, key " in capsys.readouterr().out
     (course / "junk.pem").write_text("not a key")
     assert main(["certificate", "ada", "--gradebook", "g.sqlite", "--key", "junk.pem"]) == 2
     assert "is not an unencrypted Ed25519 private key" in capsys.readouterr().err

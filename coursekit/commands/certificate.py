@@ -13,6 +13,7 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+from coursekit.commands.placeholders import did_web_host, is_example_host, placeholder_repository
 from coursekit.course import TITLE, repository_url
 from coursekit.grading.records import certificates, exports, revocation, tracks
 from coursekit.grading.records.baking import (
@@ -70,10 +71,15 @@ def run_certificate(
     track: str | None = None,
     modules: str | None = None,
     did_web: str | None = None,
+    allow_placeholder: bool = False,
 ) -> int:
     """Sign a certificate for ``student`` over the modules covered (the whole course, a track
     or ``modules``): the printable page (``out``), the Open Badges credential beside it
-    (``.jwt``, for a wallet) and a badge image with the credential baked in (``.png``)."""
+    (``.jwt``, for a wallet) and a badge image with the credential baked in (``.png``).
+
+    Refused while the addresses it would sign are placeholders (the template's REPOSITORY, an
+    example did:web), unless ``allow_placeholder`` (a trial): a signed credential cannot be
+    changed once handed out."""
     if not gradebook.exists():
         return _error("certificate", f"no gradebook at {gradebook}.")
     if not 0 <= pass_percent <= 100:
@@ -118,6 +124,14 @@ def run_certificate(
             file=sys.stderr,
         )
         return 1
+    placeholders = _placeholders(did_web)
+    if placeholders and not allow_placeholder:
+        return _error(
+            "certificate",
+            f"refused: this certificate would sign {'; and '.join(placeholders)}. A signed "
+            "certificate cannot be changed once handed out: set the address, or pass "
+            "--allow-placeholder for a trial certificate.",
+        )
     try:
         key = load_or_create_signing_key(key_path)
     except KeyFileError as error:
@@ -149,8 +163,14 @@ def run_certificate(
         f"wrote {for_terminal(page)}: {for_terminal(student)}, {shown.score}, ID {shown.id}\n"
         f"  and {for_terminal(wallet)} (the Open Badges credential, for a wallet), "
         f"{for_terminal(badge)} (the badge, credential baked in)\n"
-        f"  covers {', '.join(shown.modules)}; issuer {shown.issuer}, key {shown.fingerprint}"
+        f"  covers {for_terminal('; '.join(shown.module_lines()))}\n"
+        f"  {for_terminal(_issuer_line(shown.fields()))}"
     )
+    if placeholders:
+        print(
+            "  A trial certificate (--allow-placeholder): it signs a placeholder address; "
+            "issue the real ones once it is set."
+        )
     published = _published(PUBLIC_KEY_FILE)
     if published is None:
         print(
@@ -171,6 +191,33 @@ def run_certificate(
             file=sys.stderr,
         )
     return 0
+
+
+def _placeholders(did_web: str | None) -> list[str]:
+    """Each placeholder address a certificate would sign, with the setting that sets it."""
+    found = []
+    repository = placeholder_repository()
+    if repository is not None:
+        found.append(
+            f"{repository_url()}, the course template's placeholder (REPOSITORY = "
+            f"{repository!r} in coursekit/course.py), as the issuer's address and in the "
+            "achievement's ID: set REPOSITORY to your course's GitHub owner/name"
+        )
+    if did_web and is_example_host(did_web_host(did_web)):
+        found.append(
+            f"the issuer {did_web}, whose host is reserved for examples and cannot serve its "
+            "DID document (--did-web): give your own domain's did:web, or leave --did-web out "
+            "to issue as the key's did:key"
+        )
+    return found
+
+
+def _issuer_line(fields: dict) -> str:
+    """Who issued a certificate, by name and address where it states them, then its DID and
+    key: ``issued by Course (https://...); issuer did:key:..., key FINGERPRINT``."""
+    by = fields.get("issued_by")
+    named = f"issued by {by}; " if by and by != fields["issuer"] else ""
+    return f"{named}issuer {fields['issuer']}, key {fields['fingerprint']}"
 
 
 def _same_key(path: Path, key) -> bool:
@@ -256,7 +303,7 @@ def run_verify(
         word = "Genuine" if verdict.genuine else "REVOKED"
         print(f"{word}: {f['name']}, {f['course']}, {f['score']}, {f['date']}, ID {f['id']}.")
         if "modules" in f:
-            print(f"Covers {f['modules']}; issuer {f['issuer']}, key {f['fingerprint']}.")
+            print(f"Covers {f.get('covered') or f['modules']}; {_issuer_line(f)}.")
         else:
             print("Issued before public-key signatures; checked with the old HMAC key.")
         where = f"the revocation list {for_terminal(listed)}" if listed else "no revocation list"

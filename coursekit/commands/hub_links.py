@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, urlsplit
 
 from coursekit import course
+from coursekit.commands.placeholders import placeholder_repository
 
 #: Address forms ``git clone`` takes that a hub can reach: a URL, or scp-like ``[user@]host:path``
 #: (git reads an address as scp-like when a colon comes before any slash; it refuses a host
@@ -173,10 +174,10 @@ def labelled_links(hub_url: str, source: CourseSource | None = None) -> list[str
 
 
 def placeholder_warning() -> str | None:
-    """Why the links would pull the course template instead of this course, or None."""
-    placeholder = getattr(course, "PLACEHOLDER_REPOSITORY", None)
-    if placeholder is None or course.REPOSITORY.lower() != placeholder.lower():
-        return None  # GitHub ignores case in owner/name
+    """Why the links would pull the course template instead of this course, or None
+    (:func:`~coursekit.commands.placeholders.placeholder_repository`, as ``certificate``)."""
+    if placeholder_repository() is None:
+        return None
     return (
         f"these links pull {course.repository_url()}, the course template's placeholder "
         "(REPOSITORY in coursekit/course.py), not your course: set REPOSITORY there to the "

@@ -35,6 +35,13 @@ def certificate(commands: argparse._SubParsersAction) -> None:
     certificate.add_argument(
         "--did-web", help="issue as this did:web (e.g. did:web:example.edu), not the key's did:key"
     )
+    certificate.add_argument(
+        "--allow-placeholder",
+        action="store_true",
+        default=None,
+        help="sign even while an address it signs is a placeholder (the template's REPOSITORY "
+        "in coursekit/course.py, an example did:web), for a trial: refused otherwise",
+    )
 
 
 def verify(commands: argparse._SubParsersAction) -> None:

@@ -53,6 +53,7 @@ def certificate(args: argparse.Namespace) -> int:
             track=args.track,
             modules=args.modules,
             did_web=args.did_web,
+            allow_placeholder=args.allow_placeholder,
         ),
     )
 

@@ -62,6 +62,12 @@ class Issuer:
     url: str
 
 
+#: ``targetType`` of the Open Badges ``Alignment`` that names one module the achievement
+#: covers (``targetCode`` its file stem, ``targetName`` its title); "ext:" marks a type of
+#: our own, as the standard asks.
+MODULE_TARGET_TYPE = "ext:CourseModule"
+
+
 @dataclass(frozen=True)
 class Statement:
     """What a genuine credential states, as the page and the terminal show it."""
@@ -74,6 +80,26 @@ class Statement:
     modules: tuple[str, ...]
     issuer: str
     fingerprint: str
+    #: each module's title, as signed (``""`` where the credential names none: those of
+    #: earlier releases)
+    module_titles: tuple[str, ...] = ()
+    issuer_name: str = ""
+    issuer_url: str = ""
+
+    def module_lines(self) -> tuple[str, ...]:
+        """Each module covered, as a reader names it: ``module 01, Accumulating gradients``."""
+        titles = self.module_titles or ("",) * len(self.modules)
+        return tuple(
+            f"module {module.split('_')[0]}, {title}" if title else f"module {module}"
+            for module, title in zip(self.modules, titles, strict=True)
+        )
+
+    def issued_by(self) -> str:
+        """The issuer as a reader names it: ``Name (address)``, its DID where it states
+        neither."""
+        if self.issuer_name and self.issuer_url:
+            return f"{self.issuer_name} ({self.issuer_url})"
+        return self.issuer_name or self.issuer_url or self.issuer
 
     def fields(self) -> dict:
         return {
@@ -85,6 +111,8 @@ class Statement:
             "modules": ", ".join(self.modules),
             "issuer": self.issuer,
             "fingerprint": self.fingerprint,
+            "covered": "; ".join(self.module_lines()),
+            "issued_by": self.issued_by(),
         }
 
 
@@ -294,6 +322,10 @@ def _statement(header: dict, payload: dict, key: Ed25519PublicKey) -> Statement:
         _text(value, what)
     if not all(isinstance(module, str) for module in modules):
         raise CredentialError("the credential's modules are not text")
+    titles = _module_titles(achievement, modules)
+    issuer_name, issuer_url = (
+        _text(issuer.get(part, ""), f"issuer's {part}") for part in ("name", "url")
+    )
     try:
         percent = float(score)
     except ValueError:
@@ -311,7 +343,32 @@ def _statement(header: dict, payload: dict, key: Ed25519PublicKey) -> Statement:
         modules=modules,
         issuer=issuer_id,
         fingerprint=fingerprint(key),
+        module_titles=titles,
+        issuer_name=issuer_name,
+        issuer_url=issuer_url,
     )
+
+
+def _module_titles(achievement: dict, modules: tuple[str, ...]) -> tuple[str, ...]:
+    """Each covered module's title, from the achievement's module alignments (``""`` for a
+    module with none: a credential of an earlier release has no alignment at all)."""
+    alignment = achievement.get("alignment", [])
+    if not isinstance(alignment, list) or not all(isinstance(a, dict) for a in alignment):
+        raise CredentialError("the credential's alignment is not a list of objects")
+    titles: dict[str, str] = {}
+    for target in alignment:
+        if target.get("targetType") != MODULE_TARGET_TYPE:
+            continue  # an alignment of another kind is no module of ours
+        code, title = target.get("targetCode"), target.get("targetName")
+        if not isinstance(code, str) or not isinstance(title, str):
+            raise CredentialError("the credential names a module without its code and title")
+        if code not in modules or code in titles:
+            raise CredentialError(
+                f"the credential's alignment names the module {code!r} twice or beside the "
+                "modules it covers"
+            )
+        titles[code] = title
+    return tuple(titles.get(module, "") for module in modules)
 
 
 def issuer_for(key: Ed25519PublicKey, name: str, url: str, did_web: str | None = None) -> Issuer:

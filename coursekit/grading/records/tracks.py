@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 
 from coursekit.checks import questions_of
-from coursekit.course import MODULES, TITLE, TRACKS, repository_url
+from coursekit.course import BRANCH, MODULES, TITLE, TRACKS, module, repository_url
+from coursekit.grading.records.credentials import MODULE_TARGET_TYPE
 
 _TRACK_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
@@ -34,12 +35,16 @@ class Coverage:
 
     @property
     def title(self) -> str:
-        """What the certificate says was completed."""
+        """What the certificate says was completed: the course, a track, or the modules by
+        number (one module by its title too: "module 01, Accumulating gradients")."""
         if self.whole_course:
             return TITLE
-        if self.track is None:
-            return f"{TITLE}: modules {', '.join(m.split('_')[0] for m in self.modules)}"
-        return f"{TITLE}: {self.track}"
+        if self.track is not None:
+            return f"{TITLE}: {self.track}"
+        numbers = [name.split("_")[0] for name in self.modules]
+        if len(numbers) == 1:
+            return f"{TITLE}: module {numbers[0]}, {module(self.modules[0]).title}"
+        return f"{TITLE}: modules {', '.join(numbers[:-1])} and {numbers[-1]}"
 
     @property
     def slug(self) -> str:
@@ -51,8 +56,9 @@ class Coverage:
         return float(sum(q.points for m in self.modules for q in questions_of(m)))
 
     def achievement(self, pass_percent: float) -> dict:
-        """The Open Badges ``Achievement``: what was achieved, and the criteria. Kept short:
-        the signed credential must fit in the page's QR code."""
+        """The Open Badges ``Achievement``: what was achieved, the criteria, and each module
+        covered by name (an ``Alignment`` to the module's notebook: the page names the
+        modules from these signed titles, not from a course.py that may change later)."""
         return {
             "id": f"{repository_url()}#certificate-{self.slug}",
             "type": ["Achievement"],
@@ -64,6 +70,17 @@ class Coverage:
                 f"{', '.join(self.modules)}, each handed in and graded."
             },
             "tag": list(self.modules),
+            "alignment": [
+                {
+                    "type": ["Alignment"],
+                    "targetType": MODULE_TARGET_TYPE,
+                    "targetCode": name,
+                    "targetName": module(name).title,
+                    "targetFramework": TITLE,
+                    "targetUrl": f"{repository_url()}/blob/{BRANCH}/exercises/{name}.ipynb",
+                }
+                for name in self.modules
+            ],
         }
 
 
