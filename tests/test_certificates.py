@@ -48,6 +48,7 @@ SCHEMA = (
 
 @pytest.fixture
 def course(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside this working tree's certificates/
     return make_course(tmp_path, monkeypatch)
 
 

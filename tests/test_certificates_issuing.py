@@ -47,6 +47,7 @@ OLD_LAYOUT = CORPUS / "certificates"  # a page of layout 1, issued by the previo
 
 @pytest.fixture
 def course(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # outside this working tree's certificates/
     return make_course(tmp_path, monkeypatch)
 
 
@@ -170,7 +171,7 @@ def test_a_page_shows_the_signed_titles_whatever_course_py_says_later(course, mo
     assert verify("out/lee.jwt") == 0
 
 
-def test_a_page_of_the_earlier_layout_still_verifies_and_edits_still_fail(tmp_path, capsys):
+def test_a_page_of_the_earlier_layout_still_verifies_and_edits_still_fail(course, capsys):
     page = (OLD_LAYOUT / "page-format-1.html").read_text(encoding="utf-8")
     assert 'data-coursekit-page="1"' in page and "modules 01</span>" in page
     key = str(OLD_LAYOUT / "issuer-public-key.pem")
@@ -183,8 +184,8 @@ def test_a_page_of_the_earlier_layout_still_verifies_and_edits_still_fail(tmp_pa
         ('data-coursekit-page="1"', 'data-coursekit-page="9"'),
     ]:
         assert before in page
-        (tmp_path / "edited.html").write_text(page.replace(before, after), encoding="utf-8")
-        assert verify(tmp_path / "edited.html", "--key", key) == 1, after
+        (course / "edited.html").write_text(page.replace(before, after), encoding="utf-8")
+        assert verify(course / "edited.html", "--key", key) == 1, after
         assert "NOT genuine" in capsys.readouterr().out
 
 

@@ -38,10 +38,11 @@ def result(student: str, assignment: str, score: float) -> GradeResult:
 
 
 def make_course(tmp_path: Path, monkeypatch) -> Path:
-    """The course folder (made the current folder) with a gradebook: ada has every module in
-    full, wes the workshop's two modules (module 02 in part), lee module 01 alone; and the
-    issuer's public key published in certificates/."""
-    monkeypatch.chdir(tmp_path)
+    """The course folder, which the test's fixture has made the current folder (certificate
+    and verify read certificates/ from there up, never this working tree's), with a
+    gradebook: ada has every module in full, wes the workshop's two modules (module 02 in
+    part), lee module 01 alone; and the issuer's public key published in certificates/."""
+    assert Path.cwd().resolve() == tmp_path.resolve(), "chdir into the course first"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no key of this machine
     monkeypatch.setattr(coursekit.course, "REPOSITORY", OWN_REPOSITORY)
     monkeypatch.delenv("COURSEKIT_KEY", raising=False)
