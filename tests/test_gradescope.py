@@ -117,8 +117,10 @@ def seed_printed(stdout: str) -> int:
 
 @pytest.fixture(scope="module")
 def correct_run(bundle, tmp_path_factory) -> tuple[dict, str]:
-    """A correct hand-in, uploaded as one notebook."""
+    """A correct hand-in, uploaded as one notebook; ``venv/`` is a link to this Python's
+    environment, as the guide's local run makes it (it stands in for setup.sh's venv)."""
     root = gradescope_root(bundle, tmp_path_factory.mktemp("correct"))
+    (root / "venv").symlink_to(sys.prefix, target_is_directory=True)
     shutil.copy(REPO / "solutions" / f"{ASSIGNMENT}.ipynb", root / "submission")
     return graded(root)
 
@@ -312,7 +314,9 @@ def test_results_name_the_mistakes_and_carry_the_notes():
 
 
 def test_a_correct_hand_in_gets_full_marks(correct_run):
-    results, _ = correct_run
+    results, stdout = correct_run
+    # venv/ is a link: graded all the same, in the sandbox the grader reports
+    assert re.search(r"^Mode: .+\n^Sandbox: .+", stdout, re.M), stdout
     assert results["score"] == 1.0
     assert [(t["name"], t["score"], t["max_score"]) for t in results["tests"]] == [
         ("effective_batch_size", 1.0, 1.0)
@@ -378,6 +382,7 @@ def test_each_submission_draws_its_own_seed_shown_to_the_instructor_only(zipped_
     for results, stdout in ((zipped_run[0], zipped_run[1]), correct_run):
         seed = seed_printed(stdout)
         assert results["extra_data"]["seed"] == seed and 0 <= seed < 2**63
+        assert results["extra_data"]["seed_text"] == str(seed)
         assert results["stdout_visibility"] == "hidden"
         assert str(seed) not in student_visible(results)
         assert "seed" not in student_visible(results).lower()
@@ -507,3 +512,56 @@ def test_a_failure_of_the_grader_itself_writes_no_score(tmp_path, monkeypatch, c
     out = capsys.readouterr().out
     assert "Not graded: the grader itself failed (RuntimeError)" in out
     assert "a runner was lost" in out  # the traceback, for the instructor
+
+
+def test_the_seed_is_also_written_as_text_which_a_reader_of_doubles_keeps(tmp_path, monkeypatch):
+    """63 random bits: a JSON reader that holds numbers as doubles (JavaScript's) rounds
+    ``extra_data.seed`` above 2**53; ``extra_data.seed_text`` keeps every digit."""
+    from coursekit.commands import gradescope
+
+    seed = 2**63 - 1  # the largest randbits(63) draws; as a double it is 2**63
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / CONFIG).write_text(json.dumps({"assignment": ASSIGNMENT}))
+    monkeypatch.setattr(gradescope.secrets, "randbits", lambda bits: seed)
+    monkeypatch.setattr(gradescope, "_grade", lambda *args: {"score": 1.0, "tests": []})
+    assert gradescope.run_autograder(tmp_path) is not None
+    text = (tmp_path / "results" / "results.json").read_text()
+    as_doubles = json.loads(text, parse_int=float)["extra_data"]
+    assert as_doubles["seed"] != seed  # rounded: why the text is there
+    assert int(as_doubles["seed_text"]) == seed == json.loads(text)["extra_data"]["seed"]
+
+
+def test_python_started_through_a_link_to_its_environment_starts_again_at_the_real_path(
+    tmp_path, monkeypatch
+):
+    from coursekit.commands import gradescope
+
+    real = tmp_path / "course" / ".venv"
+    (real / "bin").mkdir(parents=True)
+    (tmp_path / "autograder").mkdir()
+    (tmp_path / "autograder" / "venv").symlink_to(real, target_is_directory=True)
+    linked = tmp_path / "autograder" / "venv"
+    monkeypatch.setattr(sys, "prefix", str(linked))
+    monkeypatch.setattr(sys, "executable", str(linked / "bin" / "python"))
+    assert gradescope.python_at_its_real_path() == real.resolve() / "bin" / "python"
+    monkeypatch.setattr(sys, "prefix", str(real.resolve()))
+    monkeypatch.setattr(sys, "executable", str(real.resolve() / "bin" / "python"))
+    assert gradescope.python_at_its_real_path() is None
+
+
+@pytest.mark.parametrize("status", [1, 0, 137])
+def test_run_autograder_writes_no_score_when_python_gives_no_result(bundle, tmp_path, status):
+    """The grader failed (1), or its Python ended without a result (0: nothing written; 137:
+    killed): no results.json, so Gradescope records no score, never a 0, and the script
+    fails."""
+    root = gradescope_root(bundle, tmp_path / "autograder")
+    (root / "venv" / "bin").mkdir(parents=True)
+    (root / "venv" / "bin" / "python").write_text(f"#!/bin/sh\nexit {status}\n")
+    (root / "venv" / "bin" / "python").chmod(0o755)
+    (root / "results" / "results.json").write_text('{"score": 5.0}')  # an earlier run's
+    done = run_script(root)
+    assert done.returncode == (status or 1)
+    assert not (root / "results" / "results.json").exists()
+    assert f"Not graded: the autograder ended without a result (exit status {status})" in (
+        done.stdout
+    )

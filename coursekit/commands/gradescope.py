@@ -23,12 +23,14 @@ submission and resubmission meets a new draw, so what one run's feedback shows o
 tests tells nothing about the next. The seed stays in the grading process's memory until the
 results are written, then goes to the instructor's side only (stdout and ``extra_data``),
 with the ``coursekit grade --seed`` command that grades the submission again on the same
-tests. It writes ``results.json`` whatever happens, as Gradescope's "Code Autograder Best
-Practices" ask (https://gradescope-autograders.readthedocs.io/en/latest/best_practices/): a
-missing, unreadable or blank hand-in gets 0 and says why; if Python does not start (or is
-killed), ``run_autograder`` writes a 0 that says so. A hand-in flagged for review also gets a
-hidden test of 0 points, "Flagged for review", tagged ``flagged-for-review``, that lists the
-flags for the instructor.
+tests. It writes ``results.json`` whatever the submission holds, as Gradescope's "Code
+Autograder Best Practices" ask
+(https://gradescope-autograders.readthedocs.io/en/latest/best_practices/): a missing,
+unreadable or blank hand-in gets 0 and says why. Where the grader itself fails (or its Python
+does not start, or is killed), no ``results.json`` is written: Gradescope records no score
+("the autograder failed"), never a 0, and the autograder output says why. A hand-in
+flagged for review also gets a hidden test of 0 points, "Flagged for review", tagged
+``flagged-for-review``, that lists the flags for the instructor.
 
 Example::
 
@@ -89,7 +91,7 @@ RUN_AUTOGRADER = """#!/usr/bin/env bash
 # same script run in a folder laid out like Gradescope's (coursekit's tests do).
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 export AUTOGRADER_ROOT="$ROOT"
-PYTHON="$ROOT/venv/bin/python"  # made by setup.sh
+PYTHON="$ROOT/venv/bin/python"  # made by setup.sh (a link to another venv is followed there)
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 mkdir -p "$ROOT/results"
 if [ "$(id -u)" = 0 ]; then
@@ -108,12 +110,13 @@ rm -f "$ROOT/results/results.json"  # only this run's may stand
 cd "$ROOT" || exit 1
 "$PYTHON" -m coursekit.commands.gradescope
 status=$?
-if [ ! -s "$ROOT/results/results.json" ]; then  # Python did not start, or was killed
-  cat >"$ROOT/results/results.json" <<'END'
-{"score": 0.0, "tests": [], "stdout_visibility": "hidden", "output": "The autograder ended \
-without a result: its Python could not start, or its process was killed. Tell your instructor, \
-who can read the autograder's output and regrade it."}
-END
+if [ ! -s "$ROOT/results/results.json" ]; then
+  # The grader failed (it said why above), or its Python could not start or was killed: no
+  # results.json, so Gradescope records no score ("the autograder failed"), never a 0.
+  rm -f "$ROOT/results/results.json"
+  echo "Not graded: the autograder ended without a result (exit status $status). No score" \
+    "was recorded; fix the autograder, then use Gradescope's regrade."
+  [ "$status" -ne 0 ] || status=1
 fi
 exit "$status"
 """
@@ -470,7 +473,9 @@ def run_autograder(root: Path) -> dict | None:
         return None
     results["execution_time"] = round(time.monotonic() - started, 1)
     results["stdout_visibility"] = "hidden"  # the seed and the grader's own record: not theirs
-    results["extra_data"] = {"seed": seed, **extra}
+    # The seed as a string too: it has 63 random bits, and a JSON reader that holds numbers
+    # as doubles (JavaScript's, Gradescope's pages) rounds any integer above 2**53.
+    results["extra_data"] = {"seed": seed, "seed_text": str(seed), **extra}
     # Written here, after _grade returned: grade_path returns only once every process of
     # the hand-in has ended, so nothing of the hand-in's is left to change results.json
     # (or read the seed) once it is written.
@@ -488,8 +493,32 @@ def run_autograder(root: Path) -> dict | None:
     return results
 
 
+def python_at_its_real_path() -> Path | None:
+    """This Python, started again from its environment's real folder, where it was started
+    through a link to that folder (``$AUTOGRADER_ROOT/venv`` linked to a course's ``.venv``,
+    the easy way to stand in for ``setup.sh`` locally); None where it was not.
+
+    Why: the sandbox gives a hand-in the host's Python folders at their real paths (its own
+    root file system binds them there), while a Python started through a link keeps the
+    link's paths on ``sys.path``. Whatever the warm process had imported still worked, and
+    the first module it had not (``IPython.core.oinspect``) was not found: every submission
+    failed before its ``Mode:`` line."""
+    prefix = Path(sys.prefix)
+    real = Path(os.path.realpath(prefix))
+    if real == prefix:
+        return None
+    try:
+        return real / Path(sys.executable).relative_to(prefix)
+    except ValueError:  # the interpreter lives outside its prefix: nothing to start again
+        return None
+
+
 def main() -> int:
     """``python -m coursekit.commands.gradescope``: what ``run_autograder`` runs."""
+    python = python_at_its_real_path()
+    if python is not None and os.access(python, os.X_OK):
+        sys.stdout.flush()
+        os.execv(python, [str(python), "-m", "coursekit.commands.gradescope"])
     root = Path(os.environ.get("AUTOGRADER_ROOT") or "/autograder")
     results = run_autograder(root)
     if results is None:  # the grader failed: Gradescope shows it as not graded
