@@ -239,7 +239,7 @@ def test_grading_hand_ins_with_odd_file_names_prints_them_escaped(tmp_path, monk
     _must_be_absent(out + err)
     for shown in ODD_NAMES.values():
         assert any(line.startswith(shown + " ") for line in out.splitlines()), shown
-        assert shown in err  # the flagged list
+        assert f"\n  {shown}: odd.\n" in err  # the flagged list: each one, and why
     assert _students(gradebook) == sorted(ODD_NAMES)  # stored as they are
 
 

@@ -27,7 +27,7 @@ from coursekit.grading.grader import (
     grade_all,
     prepare,
 )
-from coursekit.grading.records.exports import points
+from coursekit.grading.records.exports import points, review_flags
 from coursekit.grading.records.gradebook import Gradebook, GradebookError
 from coursekit.grading.sandbox.driver import (
     Limits,
@@ -185,9 +185,10 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
                 print(json.dumps(result.public()), flush=True)
             return
         note = f"{for_terminal(result.student)}: {points(result.score)}/{points(result.max_score)}"
-        if any(n.startswith("Flagged for review") for n in result.notes):
+        reasons = review_flags(result.notes)
+        if reasons:
             note += " (flagged for review)"
-            flagged.append(for_terminal(result.student))
+            flagged.extend(f"  {for_terminal(result.student)}: {for_terminal(r)}" for r in reasons)
         progress.step(note + (" (error)" if result.error else ""))
         if as_json:
             print(json.dumps(result.public()), flush=True)
@@ -213,8 +214,13 @@ def _grade_todo(todo, plan, book: Gradebook, workers: int, as_json: bool, warm) 
         )
         return 1
     book.finish_run(run_id)
-    if flagged:  # the bar shows only the latest hand-in: name these once more
-        print(f"Flagged for review: {', '.join(flagged)}", file=sys.stderr)
+    if flagged:  # the bar shows only the latest hand-in: name these once more, with why
+        print(
+            "Flagged for review (read these hand-ins; grades.csv's flag column says why too):",
+            *flagged,
+            sep="\n",
+            file=sys.stderr,
+        )
     if failed_on:
         _say(
             f"the grader failed on {len(failed_on)} hand-in(s), every try (not the students' "

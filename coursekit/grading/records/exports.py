@@ -111,18 +111,38 @@ def _cell(value) -> str | float:
     return value
 
 
+#: How the grader begins each flag for review among a hand-in's notes (grader.grade_path).
+FLAG_PREFIX = "Flagged for review: "
+#: Between two reasons in one cell of ``grades.csv``'s ``flag`` column.
+FLAG_SEPARATOR = " | "
+#: ``grades.csv``'s columns. New ones go at the end: an import mapped by position still reads
+#: the old ones where they were.
+CSV_HEADER = (
+    "student", "assignment", "score", "max_score", "percent", "graded_at", "error", "flag"
+)  # fmt: skip
+
+
+def review_flags(notes) -> list[str]:
+    """Why a hand-in was flagged for review: each of its notes that is a flag (the grader
+    begins those with :data:`FLAG_PREFIX`), without that prefix, as lossless text."""
+    flags = (lossless(note) for note in notes or ())
+    return [note[len(FLAG_PREFIX) :] for note in flags if note.startswith(FLAG_PREFIX)]
+
+
 def write_csv(grades: list, path: Path) -> Path:
-    """One row per student and assignment: the current grade."""
+    """One row per student and assignment: the current grade, and in ``flag`` why it was
+    flagged for review (empty when it was not)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(
-            ["student", "assignment", "score", "max_score", "percent", "graded_at", "error"]
-        )
+        writer.writerow(CSV_HEADER)
         for g in grades:
+            flag = FLAG_SEPARATOR.join(
+                review_flags((getattr(g, "result", None) or {}).get("notes"))
+            )
             if _not_graded(g):  # no score: empty cells, never a 0
                 row = [visible(g.student), g.assignment, None, points(g.max_score), None]
-                row += [g.graded_at, g.error]
+                row += [g.graded_at, g.error, flag]
                 writer.writerow([_cell(_text(v)) if v is not None else "" for v in row])
                 continue
             percent = round(100 * g.score / g.max_score, 1) if g.max_score else 0.0
@@ -134,6 +154,7 @@ def write_csv(grades: list, path: Path) -> Path:
                 percent,
                 g.graded_at,
                 g.error,
+                flag,
             ]
             writer.writerow([_cell(_text(value)) if value is not None else "" for value in row])
     return path
