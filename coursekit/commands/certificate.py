@@ -8,20 +8,18 @@ a certificate's fields) goes through :func:`~coursekit.grading.text.for_terminal
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import BinaryIO
 
+from coursekit.commands.certificate_input import CertificateInputError, read_certificate
 from coursekit.commands.placeholders import did_web_host, is_example_host, placeholder_repository
 from coursekit.course import TITLE, repository_url
 from coursekit.grading.records import certificates, exports, revocation, tracks
 from coursekit.grading.records.baking import (
-    SIGNATURE,
-    BakingError,
     badge_image,
     bake,
-    credential_in,
 )
 from coursekit.grading.records.credentials import CredentialError, issuer_for
 from coursekit.grading.records.gradebook import Gradebook
@@ -228,27 +226,6 @@ def _same_key(path: Path, key) -> bool:
     return not isinstance(published, bytes) and fingerprint(published) == fingerprint(key)
 
 
-def _read_certificate(path: Path) -> tuple[str, str] | str:
-    """(``"page"`` or ``"token"``, its text) of a certificate file, or why it cannot be read."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(certificates.MAX_PAGE_CHARS * 4 + 1)
-    except OSError as error:
-        return f"cannot read {for_terminal(path)} ({error.strerror})."
-    if data.startswith(SIGNATURE):
-        try:
-            return "token", credential_in(data)
-        except BakingError as error:
-            return f"{for_terminal(path)}: {error}."
-    try:
-        text = data.decode("utf-8")  # bytes as written: no newline translation
-    except UnicodeDecodeError:
-        return f"cannot read {for_terminal(path)} as a certificate (a page, .jwt or .png file)."
-    if certificates.kind_of(text) is None and re.fullmatch(r"\s*[\w-]+\.[\w-]+\.[\w-]+\s*", text):
-        return "token", text.strip()
-    return "page", text
-
-
 def _verifying_key(key_path: Path | None, legacy: bool):
     """(key, where it came from) for ``verify``; KeyFileError says what to pass."""
     if key_path is not None:
@@ -270,15 +247,21 @@ def _verifying_key(key_path: Path | None, legacy: bool):
 
 
 def run_verify(
-    *, certificate: Path, key_path: Path | None = None, revoked_path: Path | None = None
+    *,
+    certificate: str | Path,
+    key_path: Path | None = None,
+    revoked_path: Path | None = None,
+    stdin: BinaryIO | None = None,
 ) -> int:
-    """Is a certificate (page, ``.jwt`` credential, baked ``.png`` or a scanned QR summary)
-    genuine, unedited and not revoked? Checked offline with the public key alone."""
-    read = _read_certificate(certificate)
-    if isinstance(read, str):
-        print(f"coursekit verify: {read}", file=sys.stderr)
-        return 2
-    kind, text = read
+    """Is a certificate genuine, unedited and not revoked? Checked offline with the public
+    key alone. ``certificate``: a file (page, ``.jwt`` or ``.json`` credential, baked
+    ``.png``), the text of its QR code, or ``-`` for standard input (``stdin`` where given);
+    :func:`~coursekit.commands.certificate_input.read_certificate` tells them apart."""
+    try:
+        read = read_certificate(certificate, stdin)
+    except CertificateInputError as error:
+        return _error("verify", error)
+    kind, text = read.kind, read.text
     legacy = kind == "page" and certificates.kind_of(text) == "legacy"
     try:
         key, key_from = _verifying_key(key_path, legacy)

@@ -49,7 +49,9 @@ def verify(commands: argparse._SubParsersAction) -> None:
         "verify", help="check a certificate offline with the issuer's public key"
     )
     verify.add_argument(
-        "certificate", help="the page (.html), credential (.jwt), badge (.png) or scanned QR text"
+        "certificate",
+        help="the page (.html), credential (.jwt or .json) or badge (.png), the text its QR "
+        "code holds (quoted), or - to read any of these from standard input",
     )
     verify.add_argument(
         "--key",

@@ -63,7 +63,7 @@ def verify(args: argparse.Namespace) -> int:
     if run_verify is None:
         return 2
     return run_verify(
-        certificate=Path(args.certificate),
+        certificate=args.certificate,  # a file, the QR code's text or "-": told apart there
         **_given(key_path=_path_or_none(args.key), revoked_path=_path_or_none(args.revoked)),
     )
 
