@@ -1,5 +1,6 @@
 """The course index: progress read from the verdicts the student's notebooks show, as saved."""
 
+import copy
 import json
 import re
 import shutil
@@ -7,6 +8,7 @@ import shutil
 import mistune
 import nbformat
 import pytest
+from jupyter_client.kernelspec import KernelSpecManager
 from nbclient.exceptions import CellExecutionError
 
 from coursekit import course
@@ -65,10 +67,22 @@ def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     work.mkdir()
     path = write_index(work)
     notebook = nbformat.read(path, as_version=4)
+    written = copy.deepcopy(notebook.metadata)
     kernels.execute(notebook, timeout_s=600, cwd=work)
     shown = notebook.cells[2].outputs[0]["data"]["text/html"]
     assert shown.count("<tr>") == len(MODULES) + 1
     assert "0 / 1" in shown  # module 0's exercise, not run yet
+    # JupyterLab rewrites the kernelspec and language_info the kernel gives it where they
+    # differ, and the notebook then opens as unsaved: the running kernel's, written before
+    assert (
+        written["language_info"] == notebook.metadata["language_info"]
+    )  # nbclient's, the kernel's
+    spec = KernelSpecManager().get_kernel_spec(notebook.metadata["kernelspec"]["name"])
+    assert written["kernelspec"] == {  # what Lab's _updateSpec writes, for this kernel
+        "name": "python3",
+        "display_name": spec.display_name,
+        "language": spec.language,
+    }
 
 
 def _rendered_rows(markdown: str) -> list[list[str]]:

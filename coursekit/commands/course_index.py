@@ -8,9 +8,12 @@ elsewhere, so the index can never disagree with the notebooks the student sees a
 
 from __future__ import annotations
 
+import copy
 import html
 import json
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
@@ -22,6 +25,8 @@ from coursekit.course import MODULES, TITLE, Module
 from coursekit.grading.submission import NOT_RUN, saved_checks
 
 INDEX_NOTEBOOK = "index.ipynb"
+#: The kernel the landing notebook runs in: the one every course notebook names.
+KERNEL_NAME = "python3"
 
 
 def exercise_questions(path: Path) -> list[str]:
@@ -189,12 +194,42 @@ def index_notebook(work: Path | None = None) -> nbformat.NotebookNode:
         "index-progress",
     )
     notebook = nbformat.v4.new_notebook(cells=[contents, progress_intro, progress])
-    notebook.metadata["kernelspec"] = {
-        "display_name": "Python 3",
-        "language": "python",
-        "name": "python3",
-    }
+    notebook.metadata.update(kernel_metadata())
     return notebook
+
+
+def kernel_metadata(name: str = KERNEL_NAME) -> dict:
+    """The notebook metadata JupyterLab writes once kernel ``name`` runs a notebook: its
+    ``kernelspec`` (name, and the display name and language of the installed spec) and the
+    ``language_info`` the kernel reports.
+
+    Why: JupyterLab sets both as the kernel starts, and a notebook whose values differ (the
+    display name "Python 3" where the spec says "Python 3 (ipykernel)", no ``language_info``)
+    shows as unsaved the moment it opens. ``language_info`` is written only where the kernel
+    is this Python (a spec that starts ``python``, which Jupyter runs as the server's own
+    interpreter, the one ``coursekit start`` starts JupyterLab with); for another, JupyterLab
+    fills it in."""
+    kernelspec = {"name": name, "display_name": "Python 3", "language": "python"}
+    metadata = {"kernelspec": kernelspec}
+    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except (ImportError, KeyError):  # no Jupyter here, or no such kernel: Lab fills it in
+        return metadata
+    kernelspec.update(display_name=spec.display_name, language=spec.language)
+    command = spec.argv[0] if spec.argv else ""
+    major, minor = sys.version_info[:2]
+    this_python = command in ("python", f"python{major}", f"python{major}.{minor}") or (
+        os.path.realpath(command) == os.path.realpath(sys.executable)
+    )
+    if this_python and spec.language == "python":
+        try:
+            from ipykernel.ipkernel import IPythonKernel
+        except ImportError:
+            return metadata
+        metadata["language_info"] = copy.deepcopy(IPythonKernel.language_info)
+    return metadata
 
 
 def write_index(work: Path) -> Path:
