@@ -58,9 +58,10 @@ def site_text(out: Path) -> str:
             texts.append(raw)
             entries = json.loads(raw.split("=", 1)[1].rstrip().rstrip(";"))
             texts.extend(" ".join(entry.values()) for entry in entries)
-        elif path.is_file() and path.parent.name == "assets":
+        elif path.is_file() and (out / "assets") in path.parents:
             if path.name != "pygments.css":
-                assert path.read_bytes() == (PACKAGE_ASSETS / path.name).read_bytes(), path
+                packaged = PACKAGE_ASSETS / path.relative_to(out / "assets")
+                assert path.read_bytes() == packaged.read_bytes(), path
         elif path.is_file() and path.parent.name != "outputs" and path.name != MARKER:
             raise AssertionError(f"the leak check does not read {path}: add it")
     return normal(html.unescape("\n".join(texts)))

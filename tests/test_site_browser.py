@@ -64,7 +64,7 @@ def shot(tab, name: str) -> None:
 
 
 def test_every_page_renders_with_its_title_launch_links_and_no_console_error(tab):
-    site = built_site()
+    site, typeset = built_site(), 0
     for module in course.MODULES:
         open_page(tab, f"{module.name}.html")
         assert tab.title() == f"{module.name[:2]} {module.title} · {course.TITLE}"
@@ -75,10 +75,12 @@ def test_every_page_renders_with_its_title_launch_links_and_no_console_error(tab
             HUB, module.name
         )
         assert tab.locator(".on-this-page a").count() >= 3
+        typeset += tab.locator(".katex").count()
+        assert tab.locator(".katex-error").all_inner_texts() == [], module.name  # math typesets
     for name in ("index.html", "faq.html", "pitfalls.html", "verify.html"):
         open_page(tab, name)
         assert tab.locator("h1").count() >= 1, name
-    assert tab.errors == []
+    assert tab.errors == [] and typeset > 50
     open_page(tab, "01_accumulation.html")
     shot(tab, "module")
 
@@ -177,6 +179,11 @@ def _tokens(site) -> dict[str, str]:
         return _signed(key, header, {**payload, **changes})
 
     subject = payload["credentialSubject"]
+
+    def achieved(**changes) -> str:
+        achievement = {**subject["achievement"], **changes}
+        return edited(credentialSubject={**subject, "achievement": achievement})
+
     cases = {
         "genuine": token,
         "summary": site.genuine.summary,
@@ -223,6 +230,15 @@ def _tokens(site) -> dict[str, str]:
                                   {**payload, "iss": "did:web:example.edu",
                                    "issuer": {**payload["issuer"], "id": "did:web:example.edu"}}),
         "issuer other did": edited(issuer={**payload["issuer"], "id": "did:example:1"}),
+        "alignment not a list": achieved(alignment={"a": 1}),
+        "alignment of another module": achieved(alignment=[_module("09_x")]),
+        "alignment twice": achieved(alignment=[_module("01_accumulation")] * 2),
+        "alignment of another kind": achieved(alignment=[{"targetType": "CFItem"}]),
+        "alignment without title": achieved(alignment=[{**_module("01_accumulation"),
+                                                        "targetName": 1}]),
+        "issuer name not text": edited(issuer={**payload["issuer"], "name": 7}),
+        "issuer without name": edited(issuer={k: v for k, v in payload["issuer"].items()
+                                              if k != "name"}),
         "hashed 0": edited(credentialSubject={**subject, "identifier": [
             {**subject["identifier"][0], "hashed": 0}]}),  # fmt: skip
         "not base64url": token.replace(".", ".*", 1),
@@ -237,6 +253,11 @@ def _tokens(site) -> dict[str, str]:
                         ("signature", len(token) - 20)):  # fmt: skip
         cases[f"changed {part}"] = _changed(token, start)
     return cases
+
+
+def _module(code: str) -> dict:
+    return {"type": ["Alignment"], "targetType": "ext:CourseModule", "targetCode": code,
+            "targetName": "A title", "targetUrl": "https://example.org"}  # fmt: skip
 
 
 def _python_word(verdict: certificates.Verdict) -> str:

@@ -177,6 +177,7 @@ def _write_assets(out: Path, written: Written, index: list[dict]) -> None:
     source = files("coursekit.site").joinpath("assets")
     for name in ASSETS:
         (out / "assets" / name).write_bytes(source.joinpath(name).read_bytes())
+    _copy_tree(source.joinpath("katex"), out / "assets" / "katex")  # typesets the math
     css = HtmlFormatter(cssclass="highlight").get_style_defs(".highlight")
     (out / "assets" / "pygments.css").write_text(css + "\n", encoding="utf-8")
     if written.files:
@@ -185,3 +186,13 @@ def _write_assets(out: Path, written: Written, index: list[dict]) -> None:
             (out / "outputs" / name).write_bytes(data)
     text = "window.COURSEKIT_SEARCH = " + json.dumps(index, ensure_ascii=False) + ";\n"
     (out / "search-index.js").write_text(text, encoding="utf-8")
+
+
+def _copy_tree(source, target: Path) -> None:
+    """A package folder (an importlib.resources Traversable) copied to ``target``."""
+    target.mkdir(parents=True, exist_ok=True)
+    for entry in source.iterdir():
+        if entry.is_dir():
+            _copy_tree(entry, target / entry.name)
+        else:
+            (target / entry.name).write_bytes(entry.read_bytes())

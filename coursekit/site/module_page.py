@@ -52,7 +52,7 @@ def _inline(text: str) -> str:
 
 def quiz_html(name: str, quiz: Quiz) -> str:
     """The quiz as the notebook's widget asks it: choose an option, see right or wrong and why."""
-    parts = [f'<section class="quiz" id="quiz-{name}"><h2 id="quiz">{html.escape(quiz.title)}</h2>']
+    parts = [f'<section class="quiz" id="quiz-{name}"><h3 id="quiz">{html.escape(quiz.title)}</h3>']
     for number, question in enumerate(quiz.questions, start=1):
         options = "".join(
             f'<li><button type="button" class="quiz-option" data-option="{index}">'

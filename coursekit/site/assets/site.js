@@ -1,6 +1,17 @@
 // coursekit site: the quizzes and the search box, with no server and no library.
 "use strict";
 
+// Math: the notebooks' $...$ and $$...$$, typeset by the vendored KaTeX (assets/katex/).
+if (window.renderMathInElement) {
+  window.renderMathInElement(document.getElementById("content"), {
+    delimiters: [
+      { left: "$$", right: "$$", display: true },
+      { left: "$", right: "$", display: false },
+    ],
+    throwOnError: false,
+  });
+}
+
 // Quiz: choosing an option says right or wrong and shows why, as the notebook's widget does.
 document.querySelectorAll(".quiz-question").forEach(function (question) {
   var answer = Number(question.dataset.answer);

@@ -343,7 +343,8 @@
       covered: modules.map(function (module, i) {
         return titles[i] ? "module " + module.split("_")[0] + ", " + titles[i] : "module " + module;
       }).join("; "),
-      issued_by: [issuerName, issuerUrl].filter(Boolean).join(", ") || issuerId,
+      issued_by: issuerName && issuerUrl ? issuerName + " (" + issuerUrl + ")"
+        : issuerName || issuerUrl || issuerId,
     };
   }
 
