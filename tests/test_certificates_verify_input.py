@@ -60,6 +60,8 @@ def test_the_qr_codes_text_is_verified_as_given_on_the_command_line(course, caps
     assert len(summary) > 255  # longer than any file name: once "File name too long"
     assert verify(summary) == 0 and genuine(capsys)
     assert verify(f"  {summary}\n") == 0 and genuine(capsys)  # as a scanner may copy it
+    wrapped = "\n".join(summary[i : i + 80] for i in range(0, len(summary), 80))
+    assert verify(wrapped) == 0 and genuine(capsys)  # as a terminal may wrap it
     assert verify(token_of(course)) == 0 and genuine(capsys)  # a .jwt's text, pasted
     # the text is checked as any certificate is: an edit fails
     header, claims, signature = parts(summary)

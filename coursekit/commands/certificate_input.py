@@ -7,7 +7,8 @@ token. So the argument is read as text when it has the shape of what a certifica
 code holds, and as a path otherwise:
 
 - a compact JWS (three base64url parts, the first a JSON object: the QR code's signed
-  summary, or a credential pasted from a ``.jwt`` file);
+  summary, or a credential pasted from a ``.jwt`` file), whitespace inside it ignored (a
+  copy from a terminal may break it across lines; base64url holds none);
 - the ID and key fingerprint alone (``CK-XXXX-XXXX-XXXX-XXXX FINGERPRINT``: the QR code of
   a certificate whose name is too long for a summary), which signs nothing and is refused
   with what to verify instead;
@@ -94,8 +95,16 @@ def read_certificate(argument: str | Path, stdin: BinaryIO | None = None) -> Cer
 
 def _is_certificate_text(text: str) -> bool:
     return bool(
-        _is_jws(text) or _ID_AND_FINGERPRINT.fullmatch(text) or _WEB_ADDRESS.fullmatch(text)
+        _is_jws(_joined(text))
+        or _ID_AND_FINGERPRINT.fullmatch(text)
+        or _WEB_ADDRESS.fullmatch(text)
     )
+
+
+def _joined(text: str) -> str:
+    """``text`` without whitespace: a token copied from a terminal may be broken across
+    lines, and base64url holds no whitespace, so none of it is the token's."""
+    return re.sub(r"\s+", "", text)
 
 
 def _is_jws(text: str) -> bool:
@@ -125,8 +134,8 @@ def _short(text: str, limit: int = 60) -> str:
 def _from_text(text: str, source: str) -> CertificateText:
     """Text that is a certificate's (a compact JWS), or the refusal of a QR text that is
     none (the ID and fingerprint alone, a web address)."""
-    if _is_jws(text):
-        return CertificateText("token", text, source)
+    if _is_jws(_joined(text)):
+        return CertificateText("token", _joined(text), source)
     found = _ID_AND_FINGERPRINT.fullmatch(text)
     if found:
         raise CertificateInputError(
