@@ -201,8 +201,9 @@ def verify(page: str, key: Ed25519PublicKey | bytes, revoked: dict | None = None
     if len(formats) != 1 or formats[0] not in SHOWN_BY_FORMAT:
         return Verdict(
             False,
-            f"the page is of a layout this release does not render ({formats[:1]!r}); verify "
-            "the certificate's .jwt file instead, or use the release that made it",
+            f"the page is of a layout this release does not render "
+            f"({', '.join(map(repr, formats)) or 'none stated'}); verify the certificate's "
+            ".jwt file instead, or use the release that made it",
             {},
         )
     page_format = formats[0]
