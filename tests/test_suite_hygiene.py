@@ -39,9 +39,16 @@ def test_the_only_configuration_folder_coursekit_reads_is_the_one_conftest_moves
 
 
 def _commands_run(tree: ast.AST) -> set[str]:
-    """The first items of the list literals passed to ``main``: the commands a test runs."""
+    """The commands a test file runs through coursekit's ``main``: the first items of its
+    list literals (``main(["verify", ...])``, ``argv = ["certificate", ...]``), where the
+    file calls ``main`` at all (a list merely parsed is run by no one)."""
+    calls_main = any(
+        isinstance(node, ast.Call)
+        and (getattr(node.func, "id", None) == "main" or getattr(node.func, "attr", None) == "main")
+        for node in ast.walk(tree)
+    )
     names = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(tree) if calls_main else ():
         if isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant):
             if isinstance(node.elts[0].value, str):
                 names.add(node.elts[0].value)
