@@ -21,7 +21,7 @@ from coursekit.commands.hub_links import nbgitpuller_link
 from coursekit.site.build import MARKER, build_site
 from coursekit.site.cells import Written, outputs_html
 from coursekit.site.launch import launch_links
-from coursekit.site.outputs import OutputCache, cell_keys
+from coursekit.site.outputs import OutputCache, cell_keys, execute
 from tests.helpers.site_build import HUB, REPO, SEEDED_MODULE, SEEDED_TEXT, built_site
 
 pytestmark = pytest.mark.authoring
@@ -223,3 +223,17 @@ def test_the_command_reports_bad_input_with_a_reason(tmp_path, capsys):
                    "--cache", str(tmp_path / "c"), "--certificates", str(tmp_path)])  # fmt: skip
     assert status == 2
     assert "is not a site coursekit built" in capsys.readouterr().err
+
+
+def test_a_run_that_stops_keeps_the_cells_before_it_and_nothing_after(tmp_path):
+    """One small kernel run: the first cell's output is stored, the kernel then dies, and the
+    cell after it stays out of the cache (it would be run again, not shown as empty)."""
+    cells = ["print('ran', 6 * 7)", "import os\nos._exit(3)", "print('never')"]
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3"}
+    cache = OutputCache(tmp_path)
+    with pytest.raises(Exception, match="(?i)dead|died|kernel"):
+        execute("tiny", notebook, cache)
+    keys = cell_keys("tiny", notebook)
+    assert cache.get(keys[0])[0]["text"] == "ran 42\n"
+    assert cache.get(keys[2]) is None

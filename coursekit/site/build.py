@@ -41,6 +41,7 @@ MARKER = ".coursekit-site"
 class SiteReport:
     pages: list[Path] = field(default_factory=list)
     executed: list[str] = field(default_factory=list)  # modules run to fill the cache
+    failed: list[str] = field(default_factory=list)  # of those, the ones that stopped early
     missing_outputs: int = 0  # demonstrations shown without their output
     certificates: str = ""
 
@@ -107,7 +108,14 @@ def build_site(
         keys = cell_keys(source.name, source.exercise).values()
         if refresh or (run_notebooks and cache.missing(keys)):
             progress(f"running {source.name} for its outputs ...")
-            execute(source.name, source.exercise, cache)
+            try:
+                execute(source.name, source.exercise, cache)
+            except Exception as error:  # noqa: BLE001 - one notebook's failure costs its outputs
+                progress(
+                    f"{source.name} stopped before its end ({type(error).__name__}: "
+                    f"{str(error)[:300]}); its page notes each demonstration left without output."
+                )
+                report.failed.append(source.name)
             report.executed.append(source.name)
     certificates = published(certificates_dir or root / "certificates")
     report.certificates = certificates.where

@@ -81,21 +81,29 @@ class OutputCache:
 
 def execute(name: str, notebook: nbformat.NotebookNode, cache: OutputCache) -> int:
     """Run the exercise notebook as a student would (top to bottom, stubs unfinished, errors
-    allowed) in a scratch folder, and store every code cell's outputs. Returns the number
-    of cells stored."""
+    allowed) in a scratch folder, and store the outputs of every code cell that ran.
+    Returns the number of cells stored.
+
+    A run that stops part-way (a cell past its time, a kernel that dies) still stores the
+    cells before it, then raises: the cells after it have not run, and stay out of the cache.
+    """
     from nbclient import NotebookClient
 
     notebook = nbformat.from_dict(json.loads(json.dumps(notebook)))  # a copy to fill
     keys = cell_keys(name, notebook)
-    with tempfile.TemporaryDirectory(prefix=f"coursekit-site-{name}-") as scratch:
-        client = NotebookClient(
-            notebook,
-            timeout=CELL_TIMEOUT_S,
-            kernel_name="python3",
-            allow_errors=True,
-            resources={"metadata": {"path": scratch}},
-        )
-        client.execute()
-    for index, key in keys.items():
-        cache.put(key, [dict(output) for output in notebook.cells[index].get("outputs", [])])
-    return len(keys)
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"coursekit-site-{name}-") as scratch:
+            client = NotebookClient(
+                notebook,
+                timeout=CELL_TIMEOUT_S,
+                kernel_name="python3",
+                allow_errors=True,
+                resources={"metadata": {"path": scratch}},
+            )
+            client.execute()
+    finally:
+        ran = [i for i in keys if notebook.cells[i].get("execution_count") is not None]
+        for index in ran:
+            outputs = [dict(output) for output in notebook.cells[index].get("outputs", [])]
+            cache.put(keys[index], outputs)
+    return len(ran)
