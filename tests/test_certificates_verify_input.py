@@ -22,13 +22,24 @@ from tests.helpers.certificate_course import certify, encode, make_course, parts
 pytestmark = pytest.mark.grading
 
 
-@pytest.fixture
-def course(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # outside this working tree's certificates/
-    folder = make_course(tmp_path, monkeypatch)
-    assert certify("ada") == 0
-    capsys.readouterr()
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory):
+    """One course and one certificate for ada, made once: every test reads them in another
+    form (each writes files of its own names beside them)."""
+    folder = tmp_path_factory.mktemp("course")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)
+        make_course(folder, patch)
+        assert certify("ada") == 0
     return folder
+
+
+@pytest.fixture
+def course(signed, monkeypatch, capsys):
+    monkeypatch.chdir(signed)  # outside this working tree's certificates/
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(signed / "config"))  # no key of this machine
+    capsys.readouterr()
+    return signed
 
 
 def summary_of(course) -> str:
