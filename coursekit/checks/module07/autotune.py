@@ -4,12 +4,12 @@ budget, then the window that reaches a target effective batch.
 The student writes ``autotune(try_step, free_memory, max_memory_gb, target_batch,
 world_size=1, margin=0.1)``. Each spec hands it a simulated card
 (:mod:`coursekit.real_model.simulated_device`) that runs out of memory above some size, may
-fail now and then near its edge, may keep a failed try's memory until it is freed, may raise an error that
-is not about memory, and stops a search that never ends. The card logs every call, so the
-judge reads what the search did, not only what it returned: a right answer may probe in any
-order that finds the largest fit within the card's calls (:func:`probe_budget`: room for
-growing then bisecting, as the exercise asks, or for bisecting from the top, but not for
-counting down one size at a time), and a flaky card lets two right answers differ. A
+fail now and then near its edge, may keep a failed try's memory until it is freed, may raise
+an error that is not about memory, and stops a search that never ends. The card logs every
+call, so the judge reads what the search did, not only what it returned: a right answer may
+probe in any order that finds the largest fit within the card's calls (:func:`probe_budget`:
+room for growing then bisecting, as the exercise asks, or for bisecting from the top, but
+not for counting down one size at a time), and a flaky card lets two right answers differ. A
 mistake is named from the log: more calls than the card allows, a size chosen that failed or
 was never run, a size that fitted left unchosen, memory not freed (or freed while the
 exception still held it), an error swallowed, the budget or its margin ignored, a window
