@@ -21,6 +21,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from coursekit import course
+from coursekit.commands.certificate_input import CertificateInputError, read_certificate
 from coursekit.commands.hub_links import nbgitpuller_link
 from coursekit.grading.records import baking, certificates, credentials, revocation
 from coursekit.grading.records.keys import b64url
@@ -245,6 +246,16 @@ def _tokens(site) -> dict[str, str]:
         "not base64url": token.replace(".", ".*", 1),
         "two dots": header_part + "." + payload_part,
         "empty": "",
+        "broken across lines": token[:50] + "\n" + token[50:120] + "\r\n  " + token[120:],
+        "QR summary broken": site.genuine.summary[:30] + "\n" + site.genuine.summary[30:],
+        "ID and fingerprint": f"{site.genuine.statement.id} {site.genuine.statement.fingerprint}",
+        "web address": "https://example.org/certificate/1",
+        "JSON string": json.dumps(token),
+        "enveloped": json.dumps({"@context": [], "type": "EnvelopedVerifiableCredential",
+                                 "id": "data:application/vc+jwt," + token}),
+        "credential JSON unsigned": json.dumps(payload),
+        "a certificate page": site.genuine.page,
+        "some HTML": "<p>hello</p>",
     }  # fmt: skip
     # the signature's last character with its unused bits set: same bytes, another text
     last = signature[-1]
@@ -277,15 +288,26 @@ def _page_words(tab, texts: list[str] | None = None, images: list[bytes] | None 
     return tab.evaluate(script, [list(image) for image in images])
 
 
-def test_the_page_and_coursekit_verify_agree_on_every_token(tab):
-    site = built_site()
-    revoked = revocation.read(site.out.parent / "published" / revocation.REVOKED_FILE)
-    cases = _tokens(site)
+def _cli_word(site, path: Path) -> str:
+    """What ``coursekit verify FILE`` says of a file, as the page words it."""
     public = site.key.public_key()
-    expected = {name: _python_word(certificates.verify_token(t.strip(), public, revoked))
-                for name, t in cases.items()}  # fmt: skip
-    # as coursekit verify reads a file: a token alone is stripped; anything else is no token
-    expected["empty"] = "not-genuine"
+    revoked = revocation.read(site.out.parent / "published" / revocation.REVOKED_FILE)
+    try:
+        read = read_certificate(path)
+    except CertificateInputError:
+        return "not-genuine"  # refused, with the reason
+    if read.kind == "page":  # the page sends certificate pages to coursekit verify
+        return "not-checked" if certificates.kind_of(read.text) else "not-genuine"
+    return _python_word(certificates.verify_token(read.text, public, revoked))
+
+
+def test_the_page_and_coursekit_verify_agree_on_every_token(tab, tmp_path):
+    site = built_site()
+    cases = _tokens(site)
+    expected = {}
+    for number, (name, text) in enumerate(cases.items()):
+        (tmp_path / f"{number}.jwt").write_text(text, encoding="utf-8")
+        expected[name] = _cli_word(site, tmp_path / f"{number}.jwt")
     got = dict(zip(cases, _page_words(tab, list(cases.values())), strict=True))
     assert got == expected
     assert expected["genuine"] == "genuine" and expected["revoked"] == "revoked"
@@ -297,7 +319,7 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
-def test_the_page_and_coursekit_verify_agree_on_every_badge_image(tab):
+def test_the_page_and_coursekit_verify_agree_on_every_file(tab, tmp_path):
     site = built_site()
     token = site.genuine.token
     good = badge(token)
@@ -318,20 +340,18 @@ def test_the_page_and_coursekit_verify_agree_on_every_badge_image(tab):
         "damaged crc": good[:40] + bytes([good[40] ^ 1]) + good[41:],
         "after the end": good + b"\0",
         "cut short": good[:-6],
+        "an empty compressed comment": good[:end] + _chunk(b"zTXt", b"Comment") + good[end:],
+        "a .jwt file": token.encode() + b"\n",
+        "a .jwt file with a byte-order mark": b"\xef\xbb\xbf" + token.encode(),
+        "a .jwt file, not UTF-8": token.encode() + b"\xff",
         "compressed credential": baking.badge_image()[:33] + _chunk(
             b"iTXt", b"openbadgecredential\0\1\0\0\0" + zlib.compress(token.encode()))
         + baking.badge_image()[33:],
     }  # fmt: skip
-    public = site.key.public_key()
-    revoked = revocation.read(site.out.parent / "published" / revocation.REVOKED_FILE)
     expected = {}
-    for name, image in images.items():
-        try:
-            text = baking.credential_in(image)
-        except baking.BakingError:
-            expected[name] = "not-genuine"
-            continue
-        expected[name] = _python_word(certificates.verify_token(text, public, revoked))
+    for number, (name, image) in enumerate(images.items()):
+        (tmp_path / f"{number}.bin").write_bytes(image)
+        expected[name] = _cli_word(site, tmp_path / f"{number}.bin")
     got = dict(zip(images, _page_words(tab, images=list(images.values())), strict=True))
     assert got == expected
     assert (

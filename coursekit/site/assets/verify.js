@@ -500,6 +500,7 @@
   async function inflate(data) {
     // zlib.decompressobj().decompress(data, MAX_PNG_BYTES); a stream that does not end
     // cleanly is refused here (Python would read what it can: this check is the stricter).
+    if (!data.length) return new Uint8Array(0); // nothing to inflate: no error in zlib either
     var reader = new Blob([data]).stream().pipeThrough(new DecompressionStream("deflate")).getReader();
     var parts = [], size = 0;
     try {
@@ -579,19 +580,75 @@
     return found[0];
   }
 
-  // --- what the person gave: text (a .jwt, the QR text) or a file (a .png, a .jwt) ---
-  async function verifyText(input, issuer) {
-    if (input.indexOf('id="coursekit-credential"') >= 0 || input.indexOf('id="coursekit-certificate"') >= 0) {
+  // --- what the person gave, told apart as coursekit verify does (certificate_input.py) ---
+  var EXPECTED = "give a certificate's credential (.jwt or .json) or badge (.png), or the text " +
+    "of its QR code";
+  var ENVELOPED_PREFIX = "data:application/vc+jwt,";
+  function notGenuine(reason) { return { verdict: "not-genuine", reason: reason, fields: {} }; }
+  function joined(text) { // whitespace inside a token copied across lines is none of its own
+    return Array.from(text).filter(function (ch) { return PY_SPACE.indexOf(ch) < 0; }).join("");
+  }
+  function isJws(text) { // three base64url parts, the first a JSON object (the JOSE header)
+    if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(text)) return false;
+    try {
+      var header = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true })
+        .decode(b64urlDecode(text.split(".")[0])));
+      return header !== null && typeof header === "object" && !Array.isArray(header);
+    } catch (error) {
+      return false;
+    }
+  }
+  var ID_AND_FINGERPRINT = new RegExp("^(CK-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4})[" +
+    PY_SPACE + "]+([^" + PY_SPACE + "]+)$");
+  var WEB_ADDRESS = new RegExp("^[A-Za-z][A-Za-z0-9+.-]*://[^" + PY_SPACE + "]*$");
+  function isCertificateText(text) {
+    return isJws(joined(text)) || ID_AND_FINGERPRINT.test(text) || WEB_ADDRESS.test(text);
+  }
+  async function fromText(text, issuer) {
+    if (isJws(joined(text))) return verifyToken(joined(text), issuer);
+    var found = ID_AND_FINGERPRINT.exec(text);
+    if (found) {
+      return notGenuine("this is the QR code of certificate " + found[1] + ", whose name was " +
+        "too long for a signed summary: it holds the certificate's ID and its issuer key's " +
+        "fingerprint alone, which nothing signs. Check the certificate's .jwt or .png file instead");
+    }
+    if (WEB_ADDRESS.test(text)) {
+      return notGenuine("this is a web address; a coursekit certificate's QR code holds its " +
+        "signed summary itself, text that begins with eyJ");
+    }
+    return notGenuine("this is no certificate: " + EXPECTED);
+  }
+  async function tokenInJson(text, issuer) {
+    var value;
+    try { value = JSON.parse(text); } catch (error) { return notGenuine("this is not valid JSON: " + EXPECTED); }
+    var isObject = value !== null && typeof value === "object" && !Array.isArray(value);
+    var kinds = isObject ? value.type : undefined;
+    kinds = typeof kinds === "string" ? [kinds] : Array.isArray(kinds) ? kinds : [];
+    if (isObject && kinds.indexOf("EnvelopedVerifiableCredential") >= 0) {
+      value = Object.prototype.hasOwnProperty.call(value, "id") ? value.id : null;
+      if (typeof value === "string" && value.indexOf(ENVELOPED_PREFIX) === 0) {
+        value = value.slice(ENVELOPED_PREFIX.length);
+      }
+    }
+    if (typeof value === "string" && isJws(pyStrip(value))) return verifyToken(pyStrip(value), issuer);
+    if (value !== null && typeof value === "object" && !Array.isArray(value) &&
+        Object.prototype.hasOwnProperty.call(value, "credentialSubject")) {
+      return notGenuine("this is a credential's JSON without its signature: coursekit signs " +
+        "credentials as a JWT; check the .jwt file beside the certificate's page");
+    }
+    return notGenuine("this is JSON that holds no signed credential");
+  }
+  async function verifyText(text, issuer) {
+    if (!pyStrip(text)) return notGenuine("there is nothing to check: " + EXPECTED);
+    if (text.indexOf('id="coursekit-credential"') >= 0 || text.indexOf('id="coursekit-certificate"') >= 0) {
       return { verdict: "not-checked", fields: {},
         reason: "this is a certificate page (.html): check it with coursekit verify, which also " +
           "checks what the page shows; or paste the .jwt file or the QR code's text here" };
     }
-    var token = pyStrip(input);
-    if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(token)) {
-      return { verdict: "not-genuine", fields: {},
-        reason: "this is not a coursekit certificate (no signed data in it)" };
-    }
-    return verifyToken(token, issuer);
+    var stripped = pyStrip(text);
+    if (stripped[0] === "{" || stripped[0] === '"') return tokenInJson(stripped, issuer);
+    if (isCertificateText(stripped)) return fromText(stripped, issuer);
+    return notGenuine("this is not a coursekit certificate (no signed data in it)");
   }
   async function verifyBytes(bytes, issuer) {
     if (isPng(bytes)) {
@@ -599,15 +656,14 @@
         return await verifyToken(await credentialIn(bytes), issuer);
       } catch (error) {
         if (!(error instanceof BakingError)) throw error;
-        return { verdict: "not-genuine", reason: error.message, fields: {} };
+        return notGenuine(error.message);
       }
     }
     var text;
-    try {
-      text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    try {  // as bytes.decode("utf-8"): a byte-order mark stays
+      text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes);
     } catch (error) {
-      return { verdict: "not-genuine", fields: {},
-        reason: "this file is not a certificate (a .jwt or a .png badge)" };
+      return notGenuine("this is not a certificate (neither text nor a PNG badge)");
     }
     return verifyText(text, issuer);
   }
