@@ -223,6 +223,10 @@ def test_the_command_reports_bad_input_with_a_reason(tmp_path, capsys):
                    "--cache", str(tmp_path / "c"), "--certificates", str(tmp_path)])  # fmt: skip
     assert status == 2
     assert "is not a site coursekit built" in capsys.readouterr().err
+    status = main(["site", "--out", str(tmp_path / "new"), "--root", str(REPO), "--hub", "hub",
+                   "--no-execute", "--cache", str(tmp_path / "c")])  # fmt: skip
+    assert status == 2 and "is not a hub address" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and (mine / "keep.txt").read_text() == "mine"
 
 
 def test_a_run_that_stops_keeps_the_cells_before_it_and_nothing_after(tmp_path):

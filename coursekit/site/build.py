@@ -23,7 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from pygments.formatters import HtmlFormatter
 
 from coursekit import course
-from coursekit.authoring.publication import Publication, resolve
+from coursekit.authoring.publication import Publication, from_course, resolve
 from coursekit.commands.hub_links import CourseSource
 from coursekit.site.cells import Written
 from coursekit.site.extras import faq_entries, pitfalls_html, published
@@ -100,6 +100,8 @@ def build_site(
     from coursekit.site.outputs import default_cache_dir
 
     root, out = Path(root), Path(out)
+    if hub_url:  # a hub address nbgitpuller cannot use is refused before anything is written
+        launch_links(from_course(), course.MODULES[0].name, hub_url, hub_source)
     publication = publication or resolve(root)
     cache = OutputCache(cache_dir or default_cache_dir())
     modules = read_modules(root, publication)
