@@ -142,7 +142,12 @@ def install_audit_hook(
         return None, True
 
     def hook(event: str, args: tuple) -> None:
-        if event not in _EVENTS and not event.startswith("ctypes."):
+        if event == "object.__getattr__":
+            # nearly every event: a function's __code__ or defaults read (the seal's own
+            # check reads thousands), a frame's f_code; only frame attributes count
+            if len(args) != 2 or args[1] not in _FRAME_ATTRIBUTES:
+                return
+        elif event not in _EVENTS and not event.startswith("ctypes."):
             return
         if event == "exec":  # 0 this hook, 1 the code that called exec
             try:

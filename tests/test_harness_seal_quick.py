@@ -1,0 +1,118 @@
+"""The seal's quick comparison (harness_seal._Quick) misses nothing the full one names.
+
+:func:`harness_seal.changes` first asks, in a few C-level passes, whether every sealed entry
+and function is as sealed, and names differences only when one is not. These tests change a
+sealed module in each way the full comparison names (an entry replaced by an equal object or
+removed, a function's code, defaults or keyword defaults swapped, a closure cell refilled or
+emptied, in a function whose cells were all full and in one with an empty cell) and check
+that each change is named, and that nothing is once it is undone.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from coursekit.grading.sandbox import harness_seal
+
+PROBE = "coursekit._seal_quick_probe"
+
+
+def _probe_module() -> types.ModuleType:
+    module = types.ModuleType(PROBE)
+    exec(  # noqa: S102 - the probe's own code, sealed below
+        "def make():\n"
+        "    held = [1]\n"
+        "    def closed(x=1, *, y=2):\n"
+        "        return held, x, y\n"
+        "    return closed\n"
+        "def make_empty():\n"
+        "    def closed():\n"
+        "        return later\n"
+        "    later = None\n"
+        "    del later\n"
+        "    return closed\n"
+        "closed = make()\n"
+        "empty = make_empty()\n"
+        "LIMIT = 1\n",
+        vars(module),
+    )
+    return module
+
+
+@pytest.fixture(scope="module")
+def sealed():
+    module = _probe_module()
+    sys.modules[PROBE] = module
+    try:
+        yield module, harness_seal.seal()
+    finally:
+        sys.modules.pop(PROBE, None)
+
+
+def _names(sealed_seal) -> set[str]:
+    return set(harness_seal.changes(sealed_seal))
+
+
+def test_an_untouched_seal_names_nothing_and_is_laid_out_once(sealed):
+    module, seal = sealed
+    assert seal.quick is not None  # made by seal(), in the warm parent, not per hand-in
+    assert module.closed in seal.quick.functions
+    assert module.empty in [function for function, _ in seal.quick.others]
+    assert _names(seal) == set()
+
+
+@pytest.mark.parametrize(
+    "change, undo, named",
+    [
+        ("module.LIMIT = 1.0", "module.LIMIT = 1", f"{PROBE}.LIMIT"),  # equal, not the same
+        ("del module.LIMIT", "module.LIMIT = 1", f"{PROBE}.LIMIT"),
+        (
+            "module.closed.__code__ = module.make().__code__.replace(co_consts=(None, 2))",
+            "module.closed.__code__ = saved['code']",
+            f"the code of {PROBE}.closed",
+        ),
+        (
+            "module.closed.__defaults__ = (1,)",
+            "module.closed.__defaults__ = saved['defaults']",
+            f"the code of {PROBE}.closed",
+        ),
+        (
+            "module.closed.__kwdefaults__ = {'y': 2}",
+            "module.closed.__kwdefaults__ = saved['kwdefaults']",
+            f"the code of {PROBE}.closed",
+        ),
+        (
+            "module.closed.__closure__[0].cell_contents = [1]",
+            "module.closed.__closure__[0].cell_contents = saved['held']",
+            f"the code of {PROBE}.closed",
+        ),
+        (
+            "del module.closed.__closure__[0].cell_contents",
+            "module.closed.__closure__[0].cell_contents = saved['held']",
+            f"the code of {PROBE}.closed",
+        ),
+        (
+            "module.empty.__closure__[0].cell_contents = None",
+            "del module.empty.__closure__[0].cell_contents",
+            f"the code of {PROBE}.empty",
+        ),
+    ],
+)
+def test_each_change_is_named_and_nothing_once_undone(sealed, change, undo, named):
+    module, seal = sealed
+    saved = {
+        "code": module.closed.__code__,
+        "defaults": module.closed.__defaults__,
+        "kwdefaults": module.closed.__kwdefaults__,
+        "held": module.closed.__closure__[0].cell_contents,
+    }
+    scope = {"module": module, "saved": saved}
+    exec(change, scope)  # noqa: S102 - the change under test
+    try:
+        assert named in _names(seal)
+    finally:
+        exec(undo, scope)  # noqa: S102
+    assert _names(seal) == set()
