@@ -151,8 +151,7 @@ def build_site(
     write("index.html", "index.html", rows=rows, current=None)
     pitfalls = pitfalls_html(root)
     if pitfalls is not None:
-        # the title is the template's; the file's own first heading would repeat it
-        body = pitfalls.split("</h1>", 1)[-1]
+        body = pitfalls
         write("pitfalls.html", "simple.html", heading="The pitfalls", body=body, current=None)
         index.append(
             {"page": "pitfalls.html", "title": "The pitfalls", "anchor": "", "heading": "",

@@ -36,7 +36,14 @@ def pitfalls_html(root: Path) -> str | None:
     if not path.is_file():
         return None
     by_number = {module.name[:2]: module.name for module in course.MODULES}
-    body = markdown_html(path.read_text(encoding="utf-8"))
+    text = path.read_text(encoding="utf-8")
+    table = text.find("\n| # |")  # the file's introduction is for the course's maintainers
+    intro = (
+        "Each mistake the course is built around: where a module teaches it, the cell that "
+        "shows it happen (follow the link), and the names its checks give it when your code "
+        "makes it.\n"
+    )
+    body = markdown_html(intro + text[table:] if table >= 0 else text)
 
     def link(match: re.Match) -> str:
         module = by_number.get(match[1])
