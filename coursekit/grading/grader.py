@@ -96,6 +96,8 @@ class GradeResult:
             "error": self.error,
             "notes": list(self.notes),
             "seed": self.seed,
+            # 63 random bits: a JSON reader that holds numbers as doubles rounds the integer
+            "seed_text": None if self.seed is None else str(self.seed),
         }
 
 
