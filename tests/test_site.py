@@ -6,6 +6,7 @@ empty output cache but for one seeded cell, so no notebook runs here.
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import re
@@ -16,6 +17,7 @@ import nbformat
 import pytest
 
 from coursekit import course
+from coursekit.authoring.build import read_source, render
 from coursekit.commands.cli import main
 from coursekit.commands.hub_links import nbgitpuller_link
 from coursekit.site.build import MARKER, build_site
@@ -67,12 +69,21 @@ def site_text(out: Path) -> str:
     return normal(html.unescape("\n".join(texts)))
 
 
+@functools.cache
+def generated(module: str, folder: str) -> nbformat.NotebookNode:
+    """``folder``'s notebook of ``module`` as ``coursekit build`` makes it from notebooks/ now
+    (not the committed copy, which a stale checkout could hold)."""
+    path = REPO / "notebooks" / f"{module}.ipynb"
+    text = render(read_source(path), f"notebooks/{path.name}", folder)
+    return nbformat.reads(text, as_version=4)
+
+
 def course_shown() -> str:
     """All the student's notebooks say, as one text: what every student sees anyway."""
     cells = [
         cell.source
-        for path in sorted((REPO / "exercises").glob("*.ipynb"))
-        for cell in nbformat.read(path, as_version=4).cells
+        for module in course.MODULES
+        for cell in generated(module.name, "exercises").cells
     ]
     return normal("\n".join(cells))
 
@@ -80,11 +91,9 @@ def course_shown() -> str:
 def answer_lines(module: str, shown: str) -> set[str]:
     """Lines of the module's solution cells that no exercise notebook shows: the answers.
     Cells are paired by id (``coursekit build`` keeps ids)."""
-    solution = nbformat.read(REPO / "solutions" / f"{module}.ipynb", as_version=4)
-    exercise = nbformat.read(REPO / "exercises" / f"{module}.ipynb", as_version=4)
-    by_id = {cell.id: cell.source for cell in exercise.cells}
+    by_id = {cell.id: cell.source for cell in generated(module, "exercises").cells}
     answers = set()
-    for cell in solution.cells:
+    for cell in generated(module, "solutions").cells:
         if cell.cell_type != "code" or by_id.get(cell.id) == cell.source:
             continue
         for line in cell.source.splitlines():
@@ -111,8 +120,7 @@ def test_the_leak_check_finds_answers_where_they_are(tmp_path):
     above can fail."""
     module = course.MODULES[1].name
     answers = answer_lines(module, course_shown())
-    solution = nbformat.read(REPO / "solutions" / f"{module}.ipynb", as_version=4)
-    code = "\n".join(cell.source for cell in solution.cells)
+    code = "\n".join(cell.source for cell in generated(module, "solutions").cells)
     (tmp_path / "page.html").write_text(f"<pre>{html.escape(code)}</pre>", encoding="utf-8")
     text = site_text(tmp_path)
     assert answers and all(line in text for line in answers)
