@@ -226,10 +226,29 @@ def _no_process(pid: int) -> bool:
 _TIMEOUT = datetime.timedelta(seconds=120)  # a stuck collective fails in minutes, not 30
 
 
-def _entry(rank: int, world_size: int, folder: str, worker: str, settings: dict) -> None:
-    """What each spawned process runs: join the group, run the worker, save its result."""
+def _entry(
+    rank: int,
+    world_size: int,
+    folder: str,
+    worker: str,
+    settings: dict,
+    environ: dict[str, str] | None = None,
+    path: list[str] | None = None,
+) -> None:
+    """What each started process runs: join the group, run the worker, save its result.
+
+    ``environ`` and ``path``: the caller's environment and ``sys.path`` when it called
+    :func:`run_workers`. A process forked by the fork server starts with the server's, which
+    are those of the server's start, perhaps cells ago; with them it sees what a spawned
+    process would have inherited.
+    """
     import importlib
 
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
+    if path is not None:
+        sys.path[:] = path
     torch.set_num_threads(1)
     store = dist.FileStore(os.path.join(folder, "store"), world_size)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=_TIMEOUT)
@@ -262,7 +281,7 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
     Each process calls ``function(rank, world_size, **settings)`` inside an initialised
     process group; the returned values (one per rank, in rank order) must be picklable.
     A worker's exception stops all of them and is raised here. While they run (starting
-    takes seconds), a progress bar counts the processes that finished and the time so far;
+    takes a moment), a progress bar counts the processes that finished and the time so far;
     ``progress=False`` hides it.
 
     Example:
@@ -286,18 +305,14 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
         Progress(world_size, label, enabled=progress) as bar,
     ):
         started = time.perf_counter()
-        os.environ.update(interface)  # the children inherit it
-        try:
-            context = mp.start_processes(
-                _entry,
-                args=(world_size, folder, worker, settings),
-                nprocs=world_size,
-                start_method="spawn",
-                join=False,
-            )
-        finally:
-            for name in interface:
-                del os.environ[name]
+        environ = {**os.environ, **interface}  # what the processes run with
+        context = mp.start_processes(
+            _entry,
+            args=(world_size, folder, worker, settings, environ, list(sys.path)),
+            nprocs=world_size,
+            start_method=start_method(),
+            join=False,
+        )
         while not context.join(timeout=0.1):  # raises if a worker failed, as join=True does
             while bar.done < sum(not p.is_alive() for p in context.processes):
                 bar.step()
@@ -312,6 +327,33 @@ def run_workers(worker: str, world_size: int = 2, *, progress: bool = True, **se
 
 
 _last_run_seconds = [0.0]
+
+#: What the fork server imports once, so that each process it forks starts with them loaded.
+FORK_SERVER_PRELOAD = ["torch", "torch.distributed", "coursekit.distributed"]
+
+
+def start_method() -> str:
+    """``"forkserver"`` where this platform has a working one, else ``"spawn"``.
+
+    Why: a spawned process is a fresh interpreter that imports torch before it can do
+    anything, seconds of CPU for each process of each run. The fork server is such an
+    interpreter too, started once (with torch imported: ``FORK_SERVER_PRELOAD``); each run's
+    processes are forked from it, clean of this process's state (its threads, CUDA, the
+    notebook's globals), in milliseconds. Workers still name an importable function, as
+    with spawn. Windows has no fork server, and a server that cannot start (a sandbox without
+    Unix sockets) leaves spawn.
+    """
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    multiprocessing.get_context("forkserver").set_forkserver_preload(FORK_SERVER_PRELOAD)
+    try:
+        forkserver.ensure_running()
+    except (OSError, EOFError, ValueError):
+        return "spawn"
+    return "forkserver"
 
 
 def last_run_seconds() -> float:

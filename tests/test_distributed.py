@@ -51,6 +51,29 @@ def test_workers_meet_in_one_group_and_return_their_results_in_rank_order():
     assert results == [{"rank": 0, "sum_of_ranks": 1}, {"rank": 1, "sum_of_ranks": 1}]
 
 
+def test_each_run_s_processes_see_the_caller_s_environment_of_that_moment(monkeypatch):
+    """The fork server starts once, with the environment of its start; the processes it forks
+    for a later run still see the caller's variables as they are at that run, as spawned
+    processes would, and are new processes each time."""
+    from coursekit.distributed import start_method
+
+    name = "COURSEKIT_TEST_PROBE"
+    monkeypatch.setenv(name, "first")
+    first = run_workers("tests.helpers.worker_probe.environment", 2, names=[name])
+    monkeypatch.setenv(name, "second")
+    monkeypatch.delenv("COURSEKIT_STRICT_CHECKS", raising=False)
+    second = run_workers(
+        "tests.helpers.worker_probe.environment", 2, names=[name, "COURSEKIT_STRICT_CHECKS"]
+    )
+    assert [r["environ"][name] for r in first] == ["first", "first"]
+    assert [r["environ"] for r in second] == [{name: "second", "COURSEKIT_STRICT_CHECKS": None}] * 2
+    assert all(r["path_has_tests"] for r in first + second)
+    pids = {r["pid"] for r in first + second}
+    assert len(pids) == 4 and os.getpid() not in pids
+    if sys.platform == "linux":
+        assert start_method() == "forkserver"
+
+
 def _ended_pids(count: int) -> list[int]:
     """Ids of processes that have just ended: no process has them now."""
     ended = [subprocess.Popen(["true"]) for _ in range(count)]
