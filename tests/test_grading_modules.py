@@ -1,8 +1,9 @@
 """The batch grader on every module: the reference runs in the sandbox, a right hand-in gets
-full marks, so does the solution notebook handed in as it is (its demo cells skipped), and
+full marks, so does the solution notebook handed in as it is (its demo cells skipped),
 every mistake a student makes in modules 2 and up is named in the feedback, as the
-notebook's checks name it. Module 4's checks run a one-process gloo group inside the
-sandbox. (Module 1's mistakes have their own, larger corpus: test_grading_corpus.py.)"""
+notebook's checks name it, and no known variant, right or wrong, is flagged. Module 4's
+checks run a one-process gloo group inside the sandbox. (Module 1's named mistakes have
+their own, larger corpus: test_grading_corpus.py.)"""
 
 import contextlib
 import io
@@ -166,11 +167,29 @@ def with_current_answers(previous: str) -> str:
     return json.dumps(old)
 
 
+# Generous for a busy machine: a slow run must not read as a student's timeout.
+LIMITS = ["--cell-timeout", "20", "--test-timeout", "10", "--timeout", "300", "--wall-factor", "3"]
+
+
+def every_variant(assignment: str) -> dict[str, dict[str, str]]:
+    """student -> {question: variant}: every correct style and every mistake the test suite
+    knows (tests/student_code*.py, those tests/test_mutation.py runs), once each. Hand-in
+    ``v<i>`` answers each question with its ``i``-th variant (modulo their number), so they
+    take as few hand-ins as the question with the most variants needs."""
+    variants = {q.name: sorted(student_code.BY_QUESTION[q.name]) for q in questions_of(assignment)}
+    if not variants:
+        return {}
+    count = max(len(v) for v in variants.values())
+    return {f"v{i:02d}": {q: v[i % len(v)] for q, v in variants.items()} for i in range(count)}
+
+
 @pytest.fixture(scope="module", params=sorted(HAND_INS))
 def graded(request, tmp_path_factory):
+    """One batch per module, graded once: the hand-ins above, the solution as it is, the
+    previous release's solution, and every known variant (``every_variant``)."""
     assignment = request.param
     base = tmp_path_factory.mktemp(f"grading-{assignment}")
-    for student, variants in HAND_INS[assignment].items():
+    for student, variants in {**HAND_INS[assignment], **every_variant(assignment)}.items():
         folder = base / "hand-ins" / student
         folder.mkdir(parents=True)
         (folder / f"{assignment}.ipynb").write_text(
@@ -202,6 +221,7 @@ def graded(request, tmp_path_factory):
                 str(base / "gradebook.sqlite"),
                 "--root",
                 str(REPO),
+                *LIMITS,
             ]
         )
     assert status == 0
@@ -262,6 +282,23 @@ def test_each_mistake_is_named_and_costs_only_its_question(graded):
                 mistake = student_code.mistake_of(variant)
                 assert mistake in graded_question["mistakes"], (student, graded_question)
                 assert graded_question["score"] < question.points
+
+
+def test_no_correct_style_and_no_mistake_is_flagged(graded):
+    """No false flags (issue 29): every variant the test suite knows goes through the real
+    grader and none is flagged for review. A mistake is not tampering, and a flag an
+    instructor learns to ignore protects nothing."""
+    assignment, results = graded
+    planned = every_variant(assignment)
+    if not planned:
+        pytest.skip(f"{assignment} has no graded questions")
+    assert set(planned) <= set(results)
+    flagged = {
+        student: (variants, [n for n in results[student]["notes"] if "Flagged" in n])
+        for student, variants in planned.items()
+        if any("Flagged" in n for n in results[student]["notes"])
+    }
+    assert flagged == {}
 
 
 def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_planner_is_not(
