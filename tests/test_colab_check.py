@@ -7,6 +7,7 @@ The check itself (a torch download, every notebook) is run by hand before a term
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -257,3 +258,82 @@ def test_the_runner_runs_an_exercise_in_the_named_kernel_without_strict_checks(
     runner.run_one("00_welcome", tmp_path, {}, 5)
     assert "COURSEKIT_STRICT_CHECKS" not in seen[0]
     assert seen[1]["COURSEKIT_STRICT_CHECKS"] == "1"
+
+
+def stub_the_environment(monkeypatch, tmp_path, outcome):
+    """Everything but the orchestration stubbed: an environment that is ready, a set-up cell
+    with ``outcome``, and a notebook run that fails for exercises/01."""
+    monkeypatch.setattr(interpreter, "find", lambda wanted, explicit=None: found((3, 13, 0))[0])
+    monkeypatch.setattr(environment.ColabEnvironment, "ready", property(lambda self: True))
+    monkeypatch.setattr(environment, "build", lambda *a, **k: pytest.fail("rebuilt"))
+    monkeypatch.setattr(environment, "torch_summary", lambda env: "Installed: torch (stub)")
+    monkeypatch.setattr(install, "run_setup_cell", lambda env, notebook, repo: outcome)
+    monkeypatch.setattr(colab_check.subprocess, "run", lambda *a, **k: _Done())
+    runs = []
+
+    def run_one(module, out_dir, parameters, timeout_s, *, folder, kernel, strict):
+        runs.append((folder, module, kernel, strict))
+        failed = (folder, module) == ("exercises", "01_accumulation")
+        error = "m01-7: NameError: name 'x' is not defined" if failed else ""
+        return runner.NotebookRun(module, not failed, 1.0, error)
+
+    monkeypatch.setattr(runner, "run_one", run_one)
+    # run_check sets and removes these for its kernels: put back as they were after the test
+    names = ("JUPYTER_PATH", "OMP_NUM_THREADS", *colab_check.KERNEL_ENVIRONMENT)
+    for name in (*names, *colab_check.NOT_FOR_KERNELS):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
+    return runs
+
+
+class _Done:
+    stdout = "/cache/venv/lib/python3.13/site-packages/coursekit/__init__.py\n"
+
+
+def test_a_failed_notebook_gets_its_line_and_the_exit_status_is_1(tmp_path, monkeypatch, capsys):
+    runs = stub_the_environment(monkeypatch, tmp_path, install.Outcome("0.1.0", [], []))
+    only = ["00_welcome", "01_accumulation"]
+    assert colab_check.run_check(modules=only, cache=tmp_path, torch_build="cpu") == 1
+    assert runs == [
+        ("solutions", "00_welcome", "colab-check", True),
+        ("solutions", "01_accumulation", "colab-check", True),
+        ("exercises", "00_welcome", "colab-check", False),
+        ("exercises", "01_accumulation", "colab-check", False),
+    ]
+    printed = capsys.readouterr().out.splitlines()
+    failed = [line for line in printed if "FAILED" in line]
+    error = "m01-7: NameError: name 'x' is not defined"
+    assert failed == [colab_check.line("exercises/01_accumulation.ipynb", False, 1.0, error)]
+    assert failed[0].split()[:2] == ["exercises/01_accumulation.ipynb", "FAILED"]
+    assert "4 notebooks in" in printed[-1] and "1 failed" in printed[-1]
+    assert os.environ["HF_HUB_OFFLINE"] == "1"  # what the kernels inherit
+    assert os.environ["JUPYTER_PATH"].split(os.pathsep)[0].endswith("jupyter")
+
+
+def test_a_set_up_cell_that_replaced_colabs_torch_fails_the_run(tmp_path, monkeypatch, capsys):
+    outcome = install.Outcome("0.1.0", ["torch 2.11.0 -> 2.13.0"], ["segno 1.6.1"])
+    stub_the_environment(monkeypatch, tmp_path, outcome)
+    only = ["00_welcome"]
+    assert colab_check.run_check(modules=only, cache=tmp_path, torch_build="cpu") == 1
+    printed = capsys.readouterr().out
+    assert "FAILED: it changed Colab's own packages: torch 2.11.0 -> 2.13.0" in printed
+    assert "it also installed (Colab would too): segno 1.6.1" in printed
+
+
+def test_a_set_up_cell_that_failed_runs_no_notebook(tmp_path, monkeypatch, capsys):
+    runs = stub_the_environment(
+        monkeypatch, tmp_path, install.Outcome("", [], [], "ERROR: No matching distribution")
+    )
+    assert colab_check.run_check(modules=["00_welcome"], cache=tmp_path, torch_build="cpu") == 1
+    assert runs == []
+    assert "Set-up cell: FAILED: ERROR: No matching distribution" in capsys.readouterr().out
+
+
+def test_a_run_where_everything_passed_exits_0(tmp_path, monkeypatch, capsys):
+    stub_the_environment(monkeypatch, tmp_path, install.Outcome("0.1.0", [], []))
+    assert colab_check.run_check(modules=["00_welcome"], cache=tmp_path, torch_build="cpu") == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[-3].split()[:2] == ["solutions/00_welcome.ipynb", "ok"]
+    assert "2 notebooks in" in printed[-1] and "every one ran" in printed[-1]

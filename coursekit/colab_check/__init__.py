@@ -36,6 +36,10 @@ KERNEL_ENVIRONMENT = {
     "COLAB_RELEASE_TAG": "colab-check",
 }
 
+#: Not passed on to the kernels: the checkout on the path, this venv's Matplotlib backend, and
+#: strict checks (run_one sets them for solutions only).
+NOT_FOR_KERNELS = ("PYTHONPATH", "PYTHONHOME", "MPLBACKEND", "COURSEKIT_STRICT_CHECKS")
+
 
 @dataclass(frozen=True)
 class Planned:
@@ -118,7 +122,7 @@ def run_check(
     os.environ["JUPYTER_PATH"] = os.pathsep.join(
         [str(env.kernels), *filter(None, [os.environ.get("JUPYTER_PATH")])]
     )
-    for leak in ("PYTHONPATH", "PYTHONHOME", "MPLBACKEND", "COURSEKIT_STRICT_CHECKS"):
+    for leak in NOT_FOR_KERNELS:
         os.environ.pop(leak, None)
     if not outcome.coursekit:
         return FAILED_EXIT
