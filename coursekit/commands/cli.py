@@ -16,12 +16,19 @@ from coursekit.commands.command_line.dispatch import run
 from coursekit.commands.command_line.grading_options import GRADE_EXAMPLES
 from coursekit.commands.command_line.main_parser import parser, unknown_command
 from coursekit.commands.command_line.version import source_version as _source_version  # noqa: F401
+from coursekit.commands.real_python import start_again_at_the_real_path
 
 __all__ = ["GRADE_EXAMPLES", "find_course_root", "main", "parser"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``coursekit`` with ``argv`` (default: the process's arguments); the exit status."""
+    """Run ``coursekit`` with ``argv`` (default: the process's arguments); the exit status.
+
+    Run as a program (no ``argv``) through a link to the course's ``.venv``, it starts again
+    from the real path first: the grader's sandbox finds Python's modules only there
+    (:mod:`coursekit.commands.real_python`)."""
+    if argv is None:
+        start_again_at_the_real_path("coursekit.commands.cli", sys.argv[1:])
     argv = list(sys.argv[1:] if argv is None else argv)
     main_parser = parser()
     message = unknown_command(argv, main_parser)

@@ -52,6 +52,10 @@ from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
 
+from coursekit.commands.real_python import (  # noqa: F401  (python_at_its_real_path: tests)
+    python_at_its_real_path,
+    start_again_at_the_real_path,
+)
 from coursekit.grading.records.exports import points
 from coursekit.grading.sandbox.driver import Limits
 
@@ -493,32 +497,9 @@ def run_autograder(root: Path) -> dict | None:
     return results
 
 
-def python_at_its_real_path() -> Path | None:
-    """This Python, started again from its environment's real folder, where it was started
-    through a link to that folder (``$AUTOGRADER_ROOT/venv`` linked to a course's ``.venv``,
-    the easy way to stand in for ``setup.sh`` locally); None where it was not.
-
-    Why: the sandbox gives a hand-in the host's Python folders at their real paths (its own
-    root file system binds them there), while a Python started through a link keeps the
-    link's paths on ``sys.path``. Whatever the warm process had imported still worked, and
-    the first module it had not (``IPython.core.oinspect``) was not found: every submission
-    failed before its ``Mode:`` line."""
-    prefix = Path(sys.prefix)
-    real = Path(os.path.realpath(prefix))
-    if real == prefix:
-        return None
-    try:
-        return real / Path(sys.executable).relative_to(prefix)
-    except ValueError:  # the interpreter lives outside its prefix: nothing to start again
-        return None
-
-
 def main() -> int:
     """``python -m coursekit.commands.gradescope``: what ``run_autograder`` runs."""
-    python = python_at_its_real_path()
-    if python is not None and os.access(python, os.X_OK):
-        sys.stdout.flush()
-        os.execv(python, [str(python), "-m", "coursekit.commands.gradescope"])
+    start_again_at_the_real_path("coursekit.commands.gradescope", [])
     root = Path(os.environ.get("AUTOGRADER_ROOT") or "/autograder")
     results = run_autograder(root)
     if results is None:  # the grader failed: Gradescope shows it as not graded
