@@ -64,10 +64,41 @@ def shot(tab, name: str) -> None:
     tab.screenshot(path=str(ARTIFACTS / f"site-{name}.png"))
 
 
+PHONE = {"width": 390, "height": 844}
+#: Text that pokes past the right edge of the window, outside any box that scrolls sideways
+#: on its own (a code cell, a displayed equation): the page scrolls sideways, which hides text.
+SIDEWAYS = """() => {
+  const width = document.documentElement.clientWidth, out = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const range = document.createRange();
+    range.selectNodeContents(node);
+    const box = range.getBoundingClientRect();
+    if (box.width === 0 || box.right <= width + 0.5) continue;
+    let scrolls = false;
+    for (let up = node.parentElement; up && up !== document.body; up = up.parentElement)
+      if (getComputedStyle(up).overflowX !== "visible") { scrolls = true; break; }
+    if (!scrolls) out.push(node.textContent.trim().slice(0, 80));
+  }
+  return {wider: document.documentElement.scrollWidth > width, text: out.slice(0, 5)};
+}"""
+#: The "on this page" links that lead to no heading when followed (the browser's own reading
+#: of the fragment, which an id with quotes or a "?" in it puts to the test).
+DEAD_HEADINGS = """() => Array.from(document.querySelectorAll(".toc-narrow a")).filter(link => {
+  location.hash = link.getAttribute("href");
+  const target = document.querySelector(":target");
+  return !target || !/^H[23]$/.test(target.tagName);
+}).map(link => link.getAttribute("href"))"""
+
+
 def test_every_page_renders_with_its_title_launch_links_and_no_console_error(tab):
+    """Checked on a phone's screen (390 px wide): every page fits it, nothing scrolls the
+    page sideways; the layout is the narrow one, where "on this page" is a folded list."""
     site, typeset = built_site(), 0
+    tab.set_viewport_size(PHONE)
     for module in course.MODULES:
         open_page(tab, f"{module.name}.html")
+        assert tab.evaluate(SIDEWAYS) == {"wider": False, "text": []}, module.name
         assert tab.title() == f"{module.name[:2]} {module.title} · {course.TITLE}"
         assert tab.locator("main .cell").count() > 5
         colab = tab.get_attribute("a.launch-button.colab", "href")
@@ -76,12 +107,17 @@ def test_every_page_renders_with_its_title_launch_links_and_no_console_error(tab
             HUB, module.name
         )
         assert tab.locator(".on-this-page a").count() >= 3
+        assert tab.evaluate(DEAD_HEADINGS) == [], module.name
         typeset += tab.locator(".katex").count()
         assert tab.locator(".katex-error").all_inner_texts() == [], module.name  # math typesets
     for name in ("index.html", "faq.html", "pitfalls.html", "verify.html"):
         open_page(tab, name)
         assert tab.locator("h1").count() >= 1, name
+        assert tab.evaluate(SIDEWAYS) == {"wider": False, "text": []}, name
     assert tab.errors == [] and typeset > 50
+    open_page(tab, "02_loss_scaling.html")
+    shot(tab, "module-phone")
+    tab.set_viewport_size(VIEWPORT)
     open_page(tab, "01_accumulation.html")
     shot(tab, "module")
 
