@@ -72,6 +72,7 @@ SLOW_FILES = {
     "test_browser.py",
     "test_certificate_page_browser.py",
     "test_frameworks.py",
+    "test_gradescope.py",
     "test_gradescope_docker_like.py",
     "test_grading_batch.py",
     "test_grading_corpus.py",

@@ -200,6 +200,7 @@ def test_a_card_that_fits_the_window_leaves_both_alike():
     assert comparison.trainer.effective_batch == comparison.tuner.effective_batch == 64
 
 
+@pytest.mark.slow  # a real HF Trainer run, seconds: the full suite runs it
 @pytest.mark.frameworks
 def test_the_real_trainer_shrinks_the_same_way():
     comparison = auto_batch_comparison(mechanism="trainer")
