@@ -27,7 +27,7 @@ from coursekit.grading.records import baking, certificates, credentials, revocat
 from coursekit.grading.records.keys import b64url
 from coursekit.quizzes import QUIZZES
 from tests.helpers.lab_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, missing_browser_reason
-from tests.helpers.site_build import HUB, badge, built_site
+from tests.helpers.site_build import HUB, badge, built_site, issue
 
 REASON = missing_browser_reason()
 pytestmark = [
@@ -184,6 +184,13 @@ def test_the_certificate_page_says_genuine_revoked_or_not_genuine(tab, tmp_path)
     assert _paste(tab, _changed(site.genuine.token, middle))[0] == "Not genuine"
     shot(tab, "verify-forged")
     assert _paste(tab, site.revoked.token)[0] == "Revoked"
+    # a name is shown as text, never run or parsed as HTML
+    name = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
+    for signed in (issue(site.key, name).token, issue(site.key, name).summary):
+        word, fields = _paste(tab, signed)
+        assert (word, fields["name"]) == ("Genuine", name)
+        assert tab.locator("#verdict img, #verdict script").count() == 0
+        assert tab.evaluate("window.pwned") is None
     for name, token, word in (
         ("badge.png", site.genuine.token, "Genuine"),
         ("forged.png", _changed(site.genuine.token, middle), "Not genuine"),
@@ -294,9 +301,24 @@ def _tokens(site) -> dict[str, str]:
         "some HTML": "<p>hello</p>",
     }  # fmt: skip
     # the signature's last character with its unused bits set: same bytes, another text
-    last = signature[-1]
     alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-    cases["non-canonical signature"] = token[:-1] + alphabet[alphabet.index(last) | 1]
+    for name, signed in (("", token), ("summary, ", site.genuine.summary)):
+        last = signed[-1]
+        cases[f"{name}non-canonical signature"] = signed[:-1] + alphabet[alphabet.index(last) | 1]
+    # the QR code's text edited, and signed with another algorithm's name
+    summary_header, summary_payload = site.genuine.summary.split(".")[:2]
+    cases["summary, changed payload"] = _changed(site.genuine.summary, len(summary_header) + 30)
+    cases["summary, alg none"] = ".".join(
+        [b64url(b'{"alg":"none","typ":"coursekit-summary+jwt"}'), summary_payload, ""]
+    )
+    cases["summary, revoked"] = site.revoked.summary
+    cases["alg HS256"] = _signed(key, {**header, "alg": "HS256"}, payload)
+    # a revoked certificate whose ID is written another way that names the same UUID
+    revoked = json.loads(credentials.b64url_decode(site.revoked.token.split(".")[1]))
+    other_spelling = "urn:uuid:" + revoked["id"][len("urn:uuid:") :].upper().replace("-", "")
+    cases["revoked, ID spelt otherwise"] = _signed(
+        key, header, {**revoked, "id": other_spelling, "jti": other_spelling}
+    )
     for part, start in (("header", 5), ("payload", len(header_part) + 40),
                         ("signature", len(token) - 20)):  # fmt: skip
         cases[f"changed {part}"] = _changed(token, start)
@@ -347,6 +369,7 @@ def test_the_page_and_coursekit_verify_agree_on_every_token(tab, tmp_path):
     got = dict(zip(cases, _page_words(tab, list(cases.values())), strict=True))
     assert got == expected
     assert expected["genuine"] == "genuine" and expected["revoked"] == "revoked"
+    assert expected["summary, revoked"] == expected["revoked, ID spelt otherwise"] == "revoked"
     assert sum(word == "genuine" for word in expected.values()) >= 5  # odd but signed forms
     assert tab.errors == []
 
