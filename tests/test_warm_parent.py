@@ -250,3 +250,52 @@ def test_a_parent_that_dies_while_one_hand_in_alone_runs_costs_that_hand_in_not_
     # what the killed parent left (its font cache) is removed by the grader, which outlived it
     assert scratch.folders_of(os.getpid(), killed) == []
     assert len(scratch.folders_of(os.getpid(), warm.process.pid)) == 1  # the new parent's: in use
+
+
+def _counted_forks(warm, monkeypatch) -> list:
+    forked = []
+    real = warm.fork
+
+    def fork(fds):
+        child = real(fds)
+        forked.append(child.pid)
+        return child
+
+    monkeypatch.setattr(warm, "fork", fork)
+    return forked
+
+
+def test_a_batch_thread_starts_the_next_runner_while_it_ends_the_last(warm, monkeypatch):
+    forked = _counted_forks(warm, monkeypatch)
+    before = runners_left()
+    sandbox.keep_spares(True)
+    try:
+        _printed(run_hand_in(["print('one')"], [], LIMITS, warm=warm))
+        assert len(forked) == 2  # its runner, then the next one's, forked as it ended
+        spare = sandbox._SPARES.runner[0]
+        assert spare.process.pid == forked[1]
+        assert "two" in _printed(run_hand_in(["print('two')"], [], LIMITS, warm=warm))
+        assert len(forked) == 3  # the second ran in the spare; a third is the next spare
+        assert not os.path.exists(f"/proc/{forked[0]}")  # each hand-in's ended with it
+    finally:
+        sandbox.keep_spares(False)  # the last spare, never used, is closed
+    assert not os.path.exists(f"/proc/{forked[2]}")
+    assert not os.path.exists(spare.scratch)
+    assert runners_left() == before
+
+
+def test_a_spare_from_a_parent_since_replaced_is_not_used(warm, monkeypatch):
+    forked = _counted_forks(warm, monkeypatch)
+    sandbox.keep_spares(True)
+    try:
+        _printed(run_hand_in(["print('one')"], [], LIMITS, warm=warm))
+        spare = sandbox._SPARES.runner[0]
+        spare.process.generation -= 1  # as if forked by a parent that has died since
+        sandbox.keep_spares(False)  # (no next spare: this one is the test's)
+        sandbox._SPARES.runner = (spare, (Options(), LIMITS))
+        assert "two" in _printed(run_hand_in(["print('two')"], [], LIMITS, warm=warm))
+    finally:
+        sandbox.keep_spares(False)
+    assert len(forked) == 3  # the spare was closed and the hand-in got a fresh runner
+    assert not os.path.exists(f"/proc/{spare.process.pid}")
+    assert not os.path.exists(spare.scratch)

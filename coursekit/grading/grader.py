@@ -42,6 +42,7 @@ from coursekit.grading.sandbox.driver import (
     Options,
     SandboxSetupError,
     WarmParent,
+    keep_spares,
     run_hand_in,
 )
 from coursekit.grading.sandbox.errors import GraderFault, RunnerSetupError
@@ -503,16 +504,21 @@ def grade_all(
     done: queue.Queue = queue.Queue()
 
     def work() -> None:  # a grading thread: its hand-ins run in processes of their own
-        while not warm.stopped.is_set():
-            try:
-                path, student = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                done.put(grade_with_retries(path, student, plan, warm))
-            except BaseException as error:  # noqa: BLE001 - stopped: told to the waiting side
-                done.put(error)
-                return
+        # the next hand-in's runner is started while the last one is ended and judged
+        keep_spares(lambda: not todo.empty())
+        try:
+            while not warm.stopped.is_set():
+                try:
+                    path, student = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    done.put(grade_with_retries(path, student, plan, warm))
+                except BaseException as error:  # noqa: BLE001 - stopped: told to the waiting side
+                    done.put(error)
+                    return
+        finally:
+            keep_spares(False)
 
     threads = [
         threading.Thread(target=work, name=f"grading-{n}", daemon=True)

@@ -181,6 +181,53 @@ class _Runner:
 
 _SWEEPING = threading.Lock()
 
+# A grading thread that grades hand-in after hand-in keeps one spare runner: forked, sent its
+# job and building its sandbox (on another core) while the thread ends the last hand-in's
+# process and judges it. No hand-in code runs in a spare before it is taken for the next
+# hand-in (:func:`_spare_for`), so it is that hand-in's runner as if forked then.
+_SPARES = threading.local()
+
+
+def keep_spares(on: bool | Callable[[], bool]) -> None:
+    """Whether the calling thread, after each hand-in that ran to its end, starts the runner
+    of its next one at once (a batch's grading thread; a callable says whether a next one is
+    to come); off, it closes any spare it holds."""
+    _SPARES.on = on
+    if not on:
+        spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
+        if spare is not None:
+            spare[0].close(wait_s=0, orphans_possible=False)
+
+
+def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
+    on = getattr(_SPARES, "on", False)
+    if getattr(_SPARES, "runner", None) is not None or not (on() if callable(on) else on):
+        return
+    try:
+        runner = _Runner(options, limits, warm)
+    except (Exception, SystemExit):  # noqa: BLE001 - no spare: the next hand-in forks its own
+        return
+    try:
+        channel.send_by(runner.to_runner, runner.job, time.monotonic() + 5)
+    except (channel.TimedOut, OSError):
+        runner.close(wait_s=0, orphans_possible=False)
+        return
+    _SPARES.runner = (runner, (options, limits))
+
+
+def _spare_for(options: Options, limits: Limits, warm: WarmParent) -> _Runner | None:
+    """The calling thread's spare runner, taken into use (its job already sent), or None
+    (none, another job's, or its warm parent died since: then it is closed)."""
+    spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
+    if spare is None:
+        return None
+    runner, job = spare
+    if job != (options, limits) or warm.stopped.is_set() or not warm.adopt(runner.process):
+        runner.close(wait_s=0, orphans_possible=False)
+        return None
+    runner.before = children()  # what is the grader's now: as if it were forked now
+    return runner
+
 
 def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s, warm):
     if warm.stopped.is_set():
@@ -191,13 +238,17 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     stop = {signal.SIGTERM, signal.SIGINT}  # a worker stops only after cleaning up
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     runner = tail = None
+    death_judged = False
     try:
-        runner = _Runner(options, limits, warm)
+        runner = _spare_for(options, limits, warm)
+        job_sent = runner is not None
+        runner = runner or _Runner(options, limits, warm)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
         tail = Tail(runner.output)
         reader = channel.FrameReader(runner.from_runner)
         session = Session(runner.process, runner.to_runner, reader, tail, attempt)
-        session.send(runner.job, notebook_deadline)
+        if not job_sent:
+            session.send(runner.job, notebook_deadline)
         ready_by = min(notebook_deadline, started + READY_TIMEOUT_S)
         try:
             attempt.applied = session.expect("ready", ready_by).get("applied") or {}
@@ -252,6 +303,12 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         attempt.position = ("end",)
         with contextlib.suppress(Ended):
             session.send({"kind": "end"}, time.monotonic() + 5)
+        # judged before a spare is forked (a fork since makes any death no longer this one's)
+        attempt.parent_died, death_judged = warm.died_during(runner.process), True
+        if not attempt.parent_died:
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+            _start_spare(options, limits, warm)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     except Ended as ended:
         attempt.ended = ended
         if ended.why == "timeout" and time.monotonic() >= notebook_deadline:
@@ -259,8 +316,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
         if runner is not None:
-            if runner.process is not None and warm.died_during(runner.process):
-                attempt.parent_died = True
+            if runner.process is not None and not death_judged:
+                attempt.parent_died = warm.died_during(runner.process)
             exited = attempt.ended is not None and attempt.ended.why == "exit"
             namespaces = attempt.applied.get("namespaces") or []
             attempt.returncode = runner.close(

@@ -257,6 +257,19 @@ class WarmParent:
         self._live[child.pid] = child
         return child
 
+    def adopt(self, child: Child) -> bool:
+        """Take a runner forked ahead of its hand-in (a spare) into use, as if forked now:
+        whether it may be. Not when the parent that forked it has died or been replaced
+        since (a death no hand-in of its own was there to cause). Its ``alone`` and
+        ``sequence`` are those of now, for :meth:`died_during`."""
+        with self._lock:
+            alive = self.process is not None and self.process.poll() is None
+            if not alive or child.generation != self.generation or child.pid not in self._live:
+                return False
+            child.alone = set(self._live) == {child.pid}
+            child.sequence = self._sequence
+            return True
+
     def forget(self, child: Child) -> None:
         with self._lock:
             self._live.pop(child.pid, None)
