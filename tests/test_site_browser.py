@@ -147,6 +147,35 @@ def test_search_finds_a_section_of_another_module(tab):
                links.evaluate_all("links => links.map(a => a.getAttribute('href'))"))  # fmt: skip
 
 
+def test_served_over_http_as_a_web_host_serves_it(tab):
+    """Over http (as GitHub Pages serves it, on a loopback address, which browsers hold as
+    secure as https), a page loads with no failed request (a browser asks a server for
+    /favicon.ico of its own accord) and the certificate check runs."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    site = built_site()
+    handler = functools.partial(Quiet, directory=str(site.out))
+    with ThreadingHTTPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            base = f"http://127.0.0.1:{server.server_address[1]}/"
+            for name in ("index.html", "01_accumulation.html", "verify.html"):
+                tab.goto(base + name)
+                tab.wait_for_load_state("load")
+            tab.fill("#certificate-text", site.genuine.token)
+            tab.click("#verify-button")
+            assert _verdict(tab)[0] == "Genuine"
+        finally:
+            server.shutdown()
+    assert tab.errors == []
+
+
 def _verdict(tab) -> tuple[str, dict]:
     tab.wait_for_selector("#verdict:not([hidden])")
     fields = {
