@@ -196,7 +196,7 @@ def keep_spares(on: bool | Callable[[], bool]) -> None:
     if not on:
         spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
         if spare is not None:
-            spare[0].close(wait_s=0, orphans_possible=False)
+            spare[0].close(wait_s=0, orphans_possible=True)
 
 
 def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
@@ -210,7 +210,7 @@ def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
     try:
         channel.send_by(runner.to_runner, runner.job, time.monotonic() + 5)
     except (channel.TimedOut, OSError):
-        runner.close(wait_s=0, orphans_possible=False)
+        runner.close(wait_s=0, orphans_possible=True)
         return
     _SPARES.runner = (runner, (options, limits))
 
@@ -223,7 +223,8 @@ def _spare_for(options: Options, limits: Limits, warm: WarmParent) -> _Runner | 
         return None
     runner, job = spare
     if job != (options, limits) or warm.stopped.is_set() or not warm.adopt(runner.process):
-        runner.close(wait_s=0, orphans_possible=False)
+        # (its sandbox may be built: without a PID namespace, its processes are swept)
+        runner.close(wait_s=0, orphans_possible=True)
         return None
     runner.before = children()  # what is the grader's now: as if it were forked now
     return runner

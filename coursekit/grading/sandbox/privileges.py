@@ -150,36 +150,43 @@ def end_processes_of(uid: int, seconds: float = 10.0) -> bool:
 
 
 # How long :func:`end_processes_of` waits for processes it killed one by one to end before it
-# sends the helper that reaches every process of the user at once.
+# sends the helper that reaches every process of the user at once, and for how many at most.
 ENDING_S = 0.5
+MOST_ONE_BY_ONE = 64
 
 
 def _end_each(pids: list[int], uid: int, seconds: float) -> bool:
     """SIGKILL each of ``pids`` that is still ``uid``'s (held by a pidfd while its user is
     read, as in :func:`_kill_if_of`) and wait up to ``seconds`` for those to end; whether they
-    did (False before Linux 5.3, without pidfds: the caller's helper does it all)."""
-    if not hasattr(os, "pidfd_open"):
+    did. False, leaving it all to the caller's helper, where pidfds are missing (before Linux
+    5.3), cannot be opened, or more than :data:`MOST_ONE_BY_ONE` processes are left."""
+    if not hasattr(os, "pidfd_open") or len(pids) > MOST_ONE_BY_ONE:
         return False
     handles: list[int] = []
-    waiting: list[int] = []
+    waiting = select.poll()
+    left = 0
     try:
         for pid in pids:
             try:
                 handle = os.pidfd_open(pid)
-            except OSError:  # ended already
+            except ProcessLookupError:  # ended already
                 continue
+            except OSError:  # out of descriptors, or not allowed: the helper does it
+                return False
             handles.append(handle)
             if reaping.uid_of(pid) == uid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     signal.pidfd_send_signal(handle, signal.SIGKILL)
-                waiting.append(handle)
+                waiting.register(handle, select.POLLIN)
+                left += 1
         deadline = time.monotonic() + seconds
-        while waiting:  # a pidfd is readable once its process has ended
-            left = deadline - time.monotonic()
-            if left <= 0:
+        while left:  # a pidfd is readable once its process has ended
+            wait_ms = int((deadline - time.monotonic()) * 1000)
+            if wait_ms <= 0:
                 return False
-            ended, _, _ = select.select(waiting, [], [], left)
-            waiting = [handle for handle in waiting if handle not in ended]
+            for handle, _ in waiting.poll(wait_ms):
+                waiting.unregister(handle)
+                left -= 1
         return True
     finally:
         for handle in handles:
