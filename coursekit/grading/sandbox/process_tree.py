@@ -8,6 +8,8 @@ new PID namespace, which builds the hand-in's own root file system
 there is none, and forks the hand-in's process (:func:`coursekit.grading.sandbox.runner.serve`),
 which confines itself and then does what the grader asks. Process 1 reaps, watches the scratch
 folder's size where no tmpfs caps it, and ends with the hand-in; the runner ends as it ended.
+Where no PID namespace can be made (Docker, Gradescope), the runner does process 1's work
+itself: a fork of the warm parent less per hand-in.
 """
 
 from __future__ import annotations
