@@ -21,11 +21,13 @@ COLAB_IPYWIDGETS = REPO / ".venv" / "colab-ipywidgets7"  # made by scripts/setup
 
 
 def colab_packages() -> dict[str, Version]:
-    packages = {}
-    for line in (Path(__file__).parent / "corpora" / "colab_runtime.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, version = line.split("==")
-            packages[name.lower()] = Version(version)
+    """Colab's runtime as scripts/colab-check builds it (coursekit/colab_check/pins.py, with
+    its date and source): one list, so this check and that run never disagree."""
+    from coursekit.colab_check import pins
+
+    packages = {pin.key: Version(pin.version) for pin in pins.colab_pins()}
+    packages["torch"] = Version(pins.colab_torch())
+    packages["python"] = Version(pins.PYTHON)
     return packages
 
 
