@@ -44,6 +44,22 @@ def options(commands: argparse._SubParsersAction) -> None:
     )
 
 
+def placeholder_note(repository: str) -> str | None:
+    """Why the site's launch buttons would open the course template instead of this course
+    (its REPOSITORY still the template's, and no GitHub remote origin), or None."""
+    from coursekit.authoring.publication import placeholder_repository
+
+    placeholder = placeholder_repository()
+    if placeholder is None or repository.lower() != placeholder.lower():
+        return None
+    return (
+        f"warning: the launch buttons open github.com/{repository}, the course template's "
+        "placeholder (REPOSITORY in coursekit/course.py), not your course: set REPOSITORY "
+        "there to your course's GitHub owner/name (or add it as the git remote origin), then "
+        "build the site again."
+    )
+
+
 def run_site(
     *,
     out: Path,
@@ -86,6 +102,9 @@ def run_site(
         return 2
     pages = len(report.pages)
     say(f"wrote {pages} pages to {out}; certificates checked with {report.certificates}.")
+    note = placeholder_note(report.repository)
+    if note:
+        say(note)
     if report.missing_outputs:
         say(
             f"{report.missing_outputs} demonstrations have no output yet (their pages say so): "

@@ -44,6 +44,7 @@ class SiteReport:
     failed: list[str] = field(default_factory=list)  # of those, the ones that stopped early
     missing_outputs: int = 0  # demonstrations shown without their output
     certificates: str = ""
+    repository: str = ""  # the GitHub owner/name the Colab and Binder buttons open
 
 
 def _script_json(data) -> str:
@@ -105,7 +106,7 @@ def build_site(
     publication = publication or resolve(root)
     cache = OutputCache(cache_dir or default_cache_dir())
     modules = read_modules(root, publication)
-    report = SiteReport()
+    report = SiteReport(repository=publication.repository)
     for source in modules:
         keys = cell_keys(source.name, source.exercise).values()
         if refresh or (run_notebooks and cache.missing(keys)):
