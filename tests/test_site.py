@@ -21,7 +21,7 @@ from coursekit.authoring.build import read_source, render
 from coursekit.commands.cli import main
 from coursekit.commands.hub_links import nbgitpuller_link
 from coursekit.site.build import MARKER, build_site
-from coursekit.site.cells import Written, outputs_html
+from coursekit.site.cells import Written, code_html, outputs_html
 from coursekit.site.launch import launch_links
 from coursekit.site.outputs import OutputCache, cell_keys, execute
 from tests.helpers.site_build import HUB, REPO, SEEDED_MODULE, SEEDED_TEXT, built_site
@@ -30,12 +30,29 @@ pytestmark = pytest.mark.authoring
 PACKAGE_ASSETS = REPO / "coursekit" / "site" / "assets"
 
 
+#: Elements that start a new block of text; inline ones (a highlighted code's <span>s) run on.
+_BLOCKS = frozenset(
+    "address article aside blockquote br dd details div dl dt figcaption figure footer form "
+    "h1 h2 h3 h4 h5 h6 header hr li main nav ol p pre script section summary table td th "
+    "tr ul".split()
+)
+
+
 class _Text(HTMLParser):
-    """The text a reader sees (and a script may hold) on a page."""
+    """The text a reader sees (and a script may hold) on a page, as the browser lays it out:
+    ``loss.backward()`` highlighted as five <span>s reads as ``loss.backward()``, not as
+    ``loss . backward ( )``; blocks are apart."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.parts: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _BLOCKS:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        self.handle_starttag(tag, [])
 
     def handle_data(self, data):
         self.parts.append(data)
@@ -54,7 +71,7 @@ def site_text(out: Path) -> str:
         if path.suffix == ".html":
             parser = _Text()
             parser.feed(path.read_text(encoding="utf-8"))
-            texts.append(" ".join(parser.parts))
+            texts.append("".join(parser.parts))
         elif path.name == "search-index.js":
             raw = path.read_text(encoding="utf-8")
             texts.append(raw)
@@ -116,14 +133,24 @@ def test_no_answer_line_of_any_solution_appears_anywhere_in_the_site():
 
 
 def test_the_leak_check_finds_answers_where_they_are(tmp_path):
-    """The same reading finds every answer in a site page that holds a solution: the test
-    above can fail."""
+    """The same reading finds every answer in a site page that holds a solution, shown as
+    the site shows code (highlighted) or as plain text: the test above can fail."""
     module = course.MODULES[1].name
     answers = answer_lines(module, course_shown())
     code = "\n".join(cell.source for cell in generated(module, "solutions").cells)
-    (tmp_path / "page.html").write_text(f"<pre>{html.escape(code)}</pre>", encoding="utf-8")
-    text = site_text(tmp_path)
-    assert answers and all(line in text for line in answers)
+    for page in (code_html(code), f"<pre>{html.escape(code)}</pre>"):
+        (tmp_path / "page.html").write_text(page, encoding="utf-8")
+        text = site_text(tmp_path)
+        assert answers and all(line in text for line in answers)
+    shown = [  # code cells the page shows (not the set-up cell, not the quiz's widget)
+        cell.source
+        for cell in generated(module, "exercises").cells
+        if cell.cell_type == "code"
+        and cell.id != "coursekit-setup"
+        and ".show()" not in cell.source
+    ]
+    text = site_text(built_site().out)
+    assert len(shown) > 5 and all(normal(source) in text for source in shown)  # real pages
 
 
 def test_every_module_has_a_page_with_its_title_launch_buttons_and_quiz():
