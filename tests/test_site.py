@@ -200,6 +200,9 @@ def test_the_verify_page_embeds_the_published_key_and_revocation_list():
                                   page, re.S)[1])  # fmt: skip
     assert issuer["fingerprint"] == site.genuine.statement.fingerprint
     assert list(issuer["revoked"]) == [site.revoked.statement.id]
+    # the file picker offers every kind the page checks (a phone's picker hides the rest)
+    accepted = re.search(r'id="certificate-file" accept="([^"]*)"', page)[1].split(",")
+    assert {".png", ".jwt", ".json", ".txt"} <= set(accepted)
 
 
 def test_cell_keys_change_from_the_edited_cell_on():
