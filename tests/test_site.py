@@ -205,6 +205,23 @@ def test_the_verify_page_embeds_the_published_key_and_revocation_list():
     assert {".png", ".jwt", ".json", ".txt"} <= set(accepted)
 
 
+def test_the_search_index_holds_code_as_written():
+    """A code cell is searched for as it reads (``torch.amp.GradScaler(``), not as the
+    highlighter's tokens spaced apart (``torch . amp . GradScaler (``)."""
+    raw = (built_site().out / "search-index.js").read_text(encoding="utf-8")
+    entries = json.loads(raw.split("=", 1)[1].rstrip().rstrip(";"))
+    text = normal(" ".join(e["text"] for e in entries if e["page"] == f"{SEEDED_MODULE}.html"))
+    cells = [
+        cell.source
+        for cell in generated(SEEDED_MODULE, "exercises").cells
+        if cell.cell_type == "code"
+        and "(" in cell.source
+        and cell.id != "coursekit-setup"
+        and ".show()" not in cell.source  # the quiz's widget: the page shows the quiz itself
+    ]
+    assert len(cells) > 5 and [normal(s) for s in cells if normal(s) not in text] == []
+
+
 def test_cell_keys_change_from_the_edited_cell_on():
     cells = [nbformat.v4.new_code_cell(s) for s in ("a = 1", "b = 2", "c = 3")]
     notebook = nbformat.v4.new_notebook(cells=cells)

@@ -20,6 +20,14 @@ WORDS_PER_MINUTE = 200
 _QUIZ_CELL = re.compile(r"""coursekit\.quiz\(\s*["'](\w+)["']\s*\)\.show\(\)""")
 _HEADING = re.compile(r'<h([23]) id="([^"]+)">(.*?)</h\1>', re.S)
 _TAG = re.compile(r"<[^>]+>")
+#: Tags that end a run of text (blocks); other tags (a highlighted code's <span>s) do not:
+#: ``loss.backward()`` in a code cell is searched for as written, not as ``loss . backward ( )``.
+_BLOCK_TAG = re.compile(
+    r"</?(?:address|article|aside|blockquote|br|button|dd|details|div|dl|dt|figcaption|figure|"
+    r"footer|form|h[1-6]|header|hr|img|li|main|nav|ol|p|pre|section|summary|table|td|th|tr|ul)"
+    r"\b[^>]*>",
+    re.I,
+)
 _SETUP_CELL = "coursekit-setup"
 
 
@@ -42,7 +50,9 @@ class ModulePage:
 
 
 def plain_text(fragment: str) -> str:
-    return " ".join(html.unescape(_TAG.sub(" ", fragment)).replace("\u00b6", " ").split())
+    """The words of an HTML fragment, as a reader sees them (for search and headings)."""
+    text = _TAG.sub("", _BLOCK_TAG.sub(" ", fragment))
+    return " ".join(html.unescape(text).replace("\u00b6", " ").split())
 
 
 def _inline(text: str) -> str:
