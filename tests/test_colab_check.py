@@ -281,10 +281,14 @@ def stub_the_environment(monkeypatch, tmp_path, outcome):
     # run_check sets and removes these for its kernels: put back as they were after the test
     names = ("JUPYTER_PATH", "OMP_NUM_THREADS", *colab_check.KERNEL_ENVIRONMENT)
     for name in (*names, *colab_check.NOT_FOR_KERNELS):
-        if name in os.environ:
-            monkeypatch.setenv(name, os.environ[name])
-        else:
-            monkeypatch.delenv(name, raising=False)
+        # setenv records the variable's state before (its value, or its absence) for the
+        # undo; delenv alone records nothing for a variable that is absent, and then a
+        # COLAB_RELEASE_TAG set by run_check outlived the test (every later kernel in this
+        # process believed it ran on Colab)
+        present = name in os.environ
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        if not present:
+            monkeypatch.delenv(name)
     return runs
 
 
@@ -337,3 +341,12 @@ def test_a_run_where_everything_passed_exits_0(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out.splitlines()
     assert printed[-3].split()[:2] == ["solutions/00_welcome.ipynb", "ok"]
     assert "2 notebooks in" in printed[-1] and "every one ran" in printed[-1]
+
+
+def test_a_run_s_colab_marker_does_not_outlive_the_test():
+    """The test above ran run_check, which marks the kernels' environment as Colab's: the
+    marker is gone again, or every later kernel of this test process (coursekit.submit, in
+    tests/test_submit.py) would take itself for Colab."""
+    assert (
+        os.environ.get("COLAB_RELEASE_TAG") != colab_check.KERNEL_ENVIRONMENT["COLAB_RELEASE_TAG"]
+    )

@@ -197,7 +197,9 @@ def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkey
         _write(tmp_path / "hand-ins" / f"{name}.ipynb")
     gradebook = tmp_path / "gradebook.sqlite"
     assert _grade([tmp_path / "hand-ins"], gradebook, "--workers", "2") == 0
-    assert calls == {"start": 1, "fork": 4}  # no second cold start: reference + 3 hand-ins
+    # no second cold start: one fork for the reference and each of the 3 hand-ins, and at most
+    # one spare per grading thread (forked ahead while a hand-in was queued, then unused)
+    assert calls["start"] == 1 and 4 <= calls["fork"] <= 4 + 2, calls
     with Gradebook(gradebook) as book:
         assert [g.score for g in book.current_grades()] == [10.0] * 3
 

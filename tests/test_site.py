@@ -259,15 +259,19 @@ def test_launch_links_add_the_hub_only_when_named():
     assert links[1].url.endswith("?labpath=exercises%2F01_accumulation.ipynb")
 
 
+# a template address of the test's own (the real one is written only in course.py)
+TEMPLATE = "template-owner/template-course"
+
+
 def test_the_command_warns_when_the_buttons_open_the_template(monkeypatch):
     from coursekit.commands.site import placeholder_note
 
-    monkeypatch.setattr(course, "PLACEHOLDER_REPOSITORY", "coursekit/coursekit")
-    assert "template's placeholder" in placeholder_note("CourseKit/CourseKit")
+    monkeypatch.setattr(course, "PLACEHOLDER_REPOSITORY", TEMPLATE)
+    assert "template's placeholder" in placeholder_note(TEMPLATE.swapcase())
     assert placeholder_note("ada-lab/grad-accum") is None
     assert built_site().report.repository == built_site().publication.repository
     monkeypatch.setattr(course, "PLACEHOLDER_REPOSITORY", None)  # a course with none declared
-    assert placeholder_note("coursekit/coursekit") is None
+    assert placeholder_note(TEMPLATE) is None
 
 
 def test_the_site_never_replaces_a_folder_it_did_not_build(tmp_path):

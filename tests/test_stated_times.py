@@ -9,8 +9,8 @@ A_TIME = re.compile(r"\b\d+(?:[.,½]\d*)?\s*(?:minutes?|mins?|seconds?|hours?)\b
 
 
 def statements_of_the_suite_s_time(text: str) -> list[str]:
-    """Paragraphs (or comment lines) that name ``scripts/test`` and give a time."""
-    pieces = re.split(r"\n\s*\n|\n(?=\S*\s*\./scripts/)", text)
+    """Sentences (or commented command lines) that name ``scripts/test`` and give a time."""
+    pieces = re.split(r"(?<=[.!?])\s+|\n\s*\n|\n(?=\S*\s*\./scripts/)", text)
     return [p.strip() for p in pieces if "scripts/test" in p and A_TIME.search(p)]
 
 
@@ -30,3 +30,5 @@ def test_a_time_beside_the_command_is_found():
     old = "./scripts/test            # runs everything CI runs (about 16 minutes on 2 cores)"
     assert statements_of_the_suite_s_time(old)
     assert not statements_of_the_suite_s_time("./scripts/test   # its time: the README")
+    other = "It takes 25 minutes. It is not part of `./scripts/test` or CI."
+    assert not statements_of_the_suite_s_time(other)  # another command's time, beside it
