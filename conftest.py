@@ -90,36 +90,38 @@ SLOW_FILES = {
 }
 
 
-# Seconds each of the longest files took in one run on 2 cores with 2 test processes
-# (``--junitxml``'s times summed per file), roughly.
+# Seconds each of the longest files took in one run on 2 busy cores with 2 test processes
+# (``--junitxml``'s times summed per file, 2026-12-05), roughly: only their order matters.
 # With test processes side by side (scripts/test: pytest-xdist, whole files to one process),
 # the longest files start first, so no process is left alone with one at the end. Only the
 # order of whole files changes; the tests of a file (a notebook's cells) keep theirs.
 LONGEST_FILES = {
-    "test_mutation.py": 230,
-    "test_notebooks.py": 160,
-    "test_browser.py": 155,
-    "test_notebook_parameters.py": 150,
-    "test_grading_harness.py": 80,
-    "test_grading_corpus.py": 70,
-    "test_sandbox_parts.py": 65,
-    "05_capstone.ipynb": 40,
-    "test_distributed.py": 40,
-    "test_gradescope_docker_like.py": 35,
-    "test_read_shield_docker_like.py": 25,
-    "04_distributed.ipynb": 35,
-    "test_grading_modules.py": 100,
-    "test_warm_parent.py": 25,
-    "test_hub_workshop.py": 25,
-    "test_grading_batch.py": 25,
-    "test_gradescope.py": 25,
-    "07_real_model.ipynb": 60,
-    "06_batch_size.ipynb": 17,
+    "test_browser.py": 450,
+    "test_mutation.py": 335,
+    "test_notebook_parameters.py": 225,
+    "test_grading_modules.py": 215,
+    "test_grading_harness.py": 175,
+    "test_grading_corpus.py": 105,
+    "test_notebooks.py": 95,
+    "test_sandbox_parts.py": 95,
+    "05_capstone.ipynb": 70,
+    "test_gradescope_docker_like.py": 55,
+    "07_real_model.ipynb": 50,
+    "04_distributed.ipynb": 50,
+    "test_gradescope.py": 40,
+    "test_hub_workshop.py": 35,
+    "test_grading_batch.py": 35,
+    "test_ending_a_users_processes.py": 30,
+    "test_warm_parent.py": 30,
+    "test_distributed.py": 25,
+    "06_batch_size.ipynb": 20,
+    "test_gradebook_and_exports.py": 20,
     "test_seccomp_allow_list.py": 15,
-    "test_gradebook_and_exports.py": 15,
-    "test_certificates.py": 15,
-    "test_real_model.py": 15,
+    "03_batch_dependence.ipynb": 15,
+    "test_grading_resume.py": 15,
     "test_launch.py": 15,
+    "test_read_shield_docker_like.py": 15,
+    "test_site_browser.py": 15,
 }
 
 
