@@ -109,10 +109,13 @@ def test_a_user_that_keeps_making_processes_is_ended(helpers, monkeypatch, wait_
     os.close(write)
     _started(read, 1)
     os.close(read)
+    # a few are enough to be refilling what is killed; waiting for all 12 could take the whole
+    # backstop where the user's limit counts processes that are already ending
     deadline = time.monotonic() + 30
-    while len(privileges.processes_of(uid)) < 12 and time.monotonic() < deadline:
+    while len(privileges.processes_of(uid)) < 4 and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
+        assert len(privileges.processes_of(uid)) >= 2, "the user's processes never multiplied"
         assert privileges.end_processes_of(uid)
         assert privileges.processes_of(uid) == []
         if wait_s == 0:
