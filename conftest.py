@@ -86,6 +86,7 @@ SLOW_FILES = {
     "test_notebooks.py",
     "test_read_shield_docker_like.py",
     "test_sandbox_parts.py",
+    "test_site_browser.py",
     "test_warm_parent.py",
 }
 
