@@ -116,3 +116,56 @@ def test_each_change_is_named_and_nothing_once_undone(sealed, change, undo, name
     finally:
         exec(undo, scope)  # noqa: S102
     assert _names(seal) == set()
+
+
+def _blind(how: str) -> dict:
+    """Rebind what the comparison calls, as a notebook could; what was there, to put back."""
+    import builtins
+    import operator
+
+    saved = {}
+    if how == "its module":
+        for name in ("_entries_unchanged", "_functions_unchanged", "_differs", "_foreign_code"):
+            saved[(harness_seal, name)] = getattr(harness_seal, name)
+        harness_seal._entries_unchanged = lambda quick: True
+        harness_seal._functions_unchanged = lambda quick: True
+        harness_seal._differs = lambda now, then: False
+        harness_seal._foreign_code = lambda name, provenance: []
+    elif how == "operator":
+        saved[(operator, "is_not")] = operator.is_not
+        operator.is_not = lambda a, b: False
+    elif how == "builtins":
+        saved[(builtins, "any")] = builtins.any
+        builtins.any = lambda items: False
+    return saved
+
+
+@pytest.mark.parametrize("how", ["its module", "operator", "builtins"])
+def test_the_private_copy_the_runner_uses_is_not_blinded_by_rebinding_what_it_calls(sealed, how):
+    """runner.py takes the comparison as a private copy before any hand-in code runs: a
+    notebook that then rebinds the names the comparison calls still has its change named."""
+    from coursekit.grading.sandbox import tampering
+
+    module, seal = sealed
+    private = tampering.private_copy(harness_seal)  # as the runner does, before the notebook
+    saved = _blind(how)
+    module.LIMIT = 2
+    try:
+        named = set(private.changes(seal))
+        blinded_shared = set(harness_seal.changes(seal))
+    finally:
+        module.LIMIT = 1
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
+    assert f"{PROBE}.LIMIT" in named
+    if how != "operator":  # (operator.is_not is bound as the module is imported)
+        assert f"{PROBE}.LIMIT" not in blinded_shared  # what the shared module misses
+    assert _names(seal) == set()
+
+
+def test_the_runner_compares_with_a_private_copy():
+    import inspect
+
+    from coursekit.grading.sandbox import runner
+
+    assert "private_copy(harness_seal).changes" in inspect.getsource(runner.serve)

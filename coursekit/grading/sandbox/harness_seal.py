@@ -104,10 +104,18 @@ class _Quick:
     """The seal's entries and functions as flat tuples, so that :func:`changes` can tell that
     none differs in a few C-level passes (``map`` and ``operator.is_not``) rather than one
     Python step per entry: the check runs after the cells and after each question's tests,
-    over some 16,000 entries and 3,000 functions, in every hand-in's process. It decides only
-    "all identical"; any difference is named by the full comparison, as before."""
+    over some 16,000 entries in some 800 namespaces and 3,000 functions, in every hand-in's
+    process. It decides only "all identical"; any difference is named by the full
+    comparison, as before.
 
-    groups: tuple  # (namespace, keys, values): the entries, by the namespace holding them
+    Entries held in plain dicts (modules' globals, registries) and in classes' mapping
+    proxies are read in one pass each, through ``dict.get`` and ``MappingProxyType.get``
+    themselves (the storage, whatever a subclass would override); entries of any other
+    mapping, by the namespace's own ``get``, one pass per namespace."""
+
+    dicts: tuple  # (namespaces, keys, values): one item per entry held in a plain dict
+    proxies: tuple  # ... in a mapping proxy (a class's members)
+    groups: tuple  # (namespace, keys, values) for each namespace of another type
     functions: tuple  # the sealed functions
     codes: tuple  # ... their code, defaults and keyword defaults, in the same order
     defaults: tuple
@@ -117,12 +125,22 @@ class _Quick:
     others: tuple  # (function, contents) of those with a cell empty when sealed
 
 
+def _flat(entries: list) -> tuple:
+    """(namespaces, keys, values) of ``(namespace, key, value)`` entries, as three tuples."""
+    return tuple(tuple(column) for column in zip(*entries, strict=True)) or ((), (), ())
+
+
 def _quick(found: Seal) -> _Quick:
-    by_namespace: dict[int, tuple] = {}
+    dicts, proxies, by_namespace = [], [], {}
     for _, namespace, key, value, _ in found.entries:
-        group = by_namespace.setdefault(id(namespace), (namespace, [], []))
-        group[1].append(key)
-        group[2].append(value)
+        if type(namespace) is dict:
+            dicts.append((namespace, key, value))
+        elif type(namespace) is types.MappingProxyType:
+            proxies.append((namespace, key, value))
+        else:
+            group = by_namespace.setdefault(id(namespace), (namespace, [], []))
+            group[1].append(key)
+            group[2].append(value)
     full_cells, contents, others = [], [], []
     for _, function, _, _, _, cells in found.functions:
         closure = function.__closure__ or ()
@@ -133,6 +151,8 @@ def _quick(found: Seal) -> _Quick:
             contents += cells
     functions = [entry[1] for entry in found.functions]
     return _Quick(
+        dicts=_flat(dicts),
+        proxies=_flat(proxies),
         groups=tuple(
             (ns, tuple(keys), tuple(values)) for ns, keys, values in by_namespace.values()
         ),
@@ -146,6 +166,17 @@ def _quick(found: Seal) -> _Quick:
     )
 
 
+# What the comparison calls, bound here as the module is imported (in the warm parent, before
+# any hand-in exists): the hand-in's process runs :func:`changes` from a private copy of this
+# module's globals and of the builtins (runner.py), so a notebook that later replaces
+# ``operator.is_not``, ``itertools.repeat``, ``types.CodeType``, ``sys.modules`` or a name
+# in this module does not change what the check compares with.
+_IS_NOT = operator.is_not
+_REPEAT = repeat
+_DICT_GET = dict.get
+_PROXY_GET = types.MappingProxyType.get
+_CODE_TYPE = types.CodeType
+_MODULES = sys.modules
 _CODE = operator.attrgetter("__code__")
 _DEFAULTS = operator.attrgetter("__defaults__")
 _KWDEFAULTS = operator.attrgetter("__kwdefaults__")
@@ -154,13 +185,19 @@ _CONTENTS = operator.attrgetter("cell_contents")
 
 def _differs(now, then) -> bool:
     """Whether any item of ``now`` is not the very object at its place in ``then``."""
-    return any(map(operator.is_not, now, then))
+    return any(map(_IS_NOT, now, then))
 
 
 def _entries_unchanged(quick: _Quick) -> bool:
     """Whether every sealed entry still holds the very object it held when sealed."""
+    for get, (namespaces, keys, values) in (
+        (_DICT_GET, quick.dicts),
+        (_PROXY_GET, quick.proxies),
+    ):
+        if _differs(map(get, namespaces, keys, _REPEAT(_MISSING)), values):
+            return False
     for namespace, keys, values in quick.groups:
-        if _differs(map(namespace.get, keys, repeat(_MISSING)), values):
+        if _differs(map(namespace.get, keys, _REPEAT(_MISSING)), values):
             return False
     return True
 
@@ -185,8 +222,8 @@ def _functions_unchanged(quick: _Quick) -> bool:
 
 
 def watched_names() -> list[str]:
-    ours = [n for n in sys.modules if n == "coursekit" or n.startswith("coursekit.")]
-    return sorted({*ours, *(m for m in WATCHED_MODULES if m in sys.modules)})
+    ours = [n for n in _MODULES if n == "coursekit" or n.startswith("coursekit.")]
+    return sorted({*ours, *(m for m in WATCHED_MODULES if m in _MODULES)})
 
 
 def seal() -> Seal:
@@ -366,7 +403,7 @@ def _expected_addition(namespace, name) -> bool:
         return all(isinstance(item, str) for item in value)
     exports = namespace.get("_EXPORTS") if "__path__" in namespace else None
     if isinstance(exports, dict) and isinstance(exports.get(name), str):
-        source = sys.modules.get(exports[name])
+        source = _MODULES.get(exports[name])
         return source is not None and vars(source).get(name, _MISSING) is value
     return False
 
@@ -378,12 +415,12 @@ def _foreign_code(module_name: str, provenance) -> list[str]:
     that way, with no file to check them against. (Such a module is no part of the harness,
     which is sealed whole; this only names a notebook's code planted in coursekit.)"""
     found = []
-    for name, value in list(vars(sys.modules[module_name]).items()):
+    for name, value in list(vars(_MODULES[module_name]).items()):
         members = list(vars(value).items()) if isinstance(value, type) else []
         for label, item in [(name, value), *((f"{name}.{m}", v) for m, v in members)]:
             code = getattr(item, "__code__", None)
             if (
-                isinstance(code, types.CodeType)
+                isinstance(code, _CODE_TYPE)
                 and code.co_filename != "<string>"
                 and not provenance.is_library(code)
             ):
