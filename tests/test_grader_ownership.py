@@ -109,6 +109,15 @@ class _Warm:
     def __exit__(self, *exc):
         return None
 
+    def launch(self):  # grade launches it, prepare() waits for it, and it is closed
+        return None
+
+    def start(self):
+        return None
+
+    def close(self):
+        return None
+
     def stop(self):
         self.stopped.set()
 

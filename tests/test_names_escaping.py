@@ -6,7 +6,6 @@ the terminal, and names that would read the same once escaped are said to."""
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 from pathlib import Path
@@ -224,13 +223,23 @@ def _no_reference(root, assignment, limits, seed=None, options=None, warm=None):
     return Plan(assignment, {}, {}, Limits(), seed=seed)
 
 
+class _NoWarmParent:
+    """A warm parent that starts nothing (prepare() is replaced: nothing runs)."""
+
+    def launch(self):
+        return None
+
+    def close(self):
+        return None
+
+
 def test_grading_hand_ins_with_odd_file_names_prints_them_escaped(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "hand-ins"
     for name in ODD_NAMES:
         _write_notebook(folder / f"{name}.ipynb")
     monkeypatch.setattr(command, "grade_all", _grade_in_order)  # nothing is run
     monkeypatch.setattr(command, "prepare", _no_reference)
-    monkeypatch.setattr(command, "WarmParent", contextlib.nullcontext)
+    monkeypatch.setattr(command, "WarmParent", _NoWarmParent)
     monkeypatch.setattr(command, "describe_confinement", lambda applied: (["test"], []))
     gradebook = tmp_path / "g.sqlite"
     status = command.run_grade(REPO, [str(folder)], ASSIGNMENT, gradebook, 1, False, Limits())

@@ -11,6 +11,7 @@ no score; the command names each one and exits 1: run it again, and it grades on
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -131,8 +132,11 @@ def _grade_new(
     if todo:
         print(f"Running the reference solution of {assignment}...", file=sys.stderr)
         try:
-            # one warm parent for the whole run: the reference and every hand-in fork from it
-            with warm or WarmParent() as warm:
+            # one warm parent for the whole run: the reference and every hand-in fork from it.
+            # Launched, not waited for: prepare() waits once coursekit's answers are computed.
+            warm = warm or WarmParent()
+            warm.launch()
+            with contextlib.closing(warm):
                 plan = prepare(root, assignment, limits, seed=seed, options=options, warm=warm)
                 plan.closed += close_to_hand_ins(hand_in_items, plan.confinement)
                 _say_how_it_runs(plan)
