@@ -174,3 +174,28 @@ def pytest_collection_finish(session):
             and item.callspec.params.get("name") in browser
         ):
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+_TIMELINE = os.environ.get("COURSEKIT_TEST_TIMELINE")
+
+
+if _TIMELINE:
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """With COURSEKIT_TEST_TIMELINE=FILE, each test process appends a line per test
+        (process, start, end, CPU seconds of this process and its children, test id), so
+        benchmarks/suite_timeline.py can show where a whole run's wall time goes."""
+
+        import time
+
+        def cpu():
+            t = os.times()
+            return t.user + t.system + t.children_user + t.children_system
+
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        start, cpu_start = time.time(), cpu()
+        yield
+        line = f"{worker}\t{start:.3f}\t{time.time():.3f}\t{cpu() - cpu_start:.3f}"
+        with open(_TIMELINE, "a") as out:
+            out.write(f"{line}\t{item.nodeid}\n")
