@@ -337,7 +337,11 @@ if {allowed}:
     ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
     ddp(torch.randn(2, 4)).sum().backward()
     dist.destroy_process_group()
-    print("gloo group ran", total.tolist())
+    print("gloo group ran", total.tolist(), flush=True)
+    # ended as a hand-in's process ends (runner.py: os._exit, no interpreter teardown). On a
+    # loaded machine, teardown after gloo sometimes aborts in torch's C++ ("terminate called
+    # without an active exception", SIGABRT), after the group ran: not the filter's doing.
+    os._exit(0)
 else:
     try:
         socket.socket(socket.AF_INET)
