@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import types
 
 import pytest
 import torch
@@ -34,6 +33,7 @@ from tests.corpora.instrument_attacks import (
     ISSUE_ATTACK,
     SCALER_COUNTS_FORGED,
 )
+from tests.helpers.reachable import reachable as _reachable
 
 MICRO, N = 6, 4
 
@@ -66,29 +66,6 @@ def _hooks_of(*owners):
                 hooks = getattr(item, name, None)
                 if hooks:
                     yield hooks
-
-
-def _reachable(root, depth=6, seen=None):
-    """Everything an attacker reaches from ``root`` by ``__self__``, ``__closure__``,
-    ``__dict__``, ``__defaults__`` and containers (no frames, no gc)."""
-    seen = set() if seen is None else seen
-    if id(root) in seen or depth == 0 or isinstance(root, types.ModuleType):
-        return  # a module (a builtin's __self__) is the interpreter's, not an instrument
-    seen.add(id(root))
-    yield root
-    children = []
-    for name in ("__self__", "__func__", "__wrapped__", "__defaults__"):
-        children.append(getattr(root, name, None))
-    children += [c.cell_contents for c in getattr(root, "__closure__", None) or ()]
-    if isinstance(root, (list, tuple, set)):
-        children += list(root)
-    if isinstance(root, dict):
-        children += list(root.values())
-    if not isinstance(root, (type, torch.Tensor)) and hasattr(root, "__dict__"):
-        children += list(vars(root).values())
-    for child in children:
-        if child is not None:
-            yield from _reachable(child, depth - 1, seen)
 
 
 def _rewrite_everything(*owners):

@@ -31,8 +31,10 @@ from coursekit.checks.module07.common import (
     probe_budget,
     surely_fits,
 )
+from coursekit.checks.module07.sealed_card import sealed_card
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
+from coursekit.checks.tamper_evident import watched
 from coursekit.real_model.simulated_device import ProbingDidNotStop
 from coursekit.real_model.tuning import autotune
 
@@ -216,19 +218,21 @@ class Autotune(Question):
         return specs
 
     def run(self, fn, spec):
-        device = card(spec)
+        sink, try_step, free_memory = sealed_card(spec)
+        device = sink.device  # read after the call: the tuner reaches it through no argument
         args = (
-            device.try_step,
-            device.free_memory,
+            try_step,
+            free_memory,
             spec["max_memory_gb"],
             spec["target"],
             spec["world"],
             spec["margin"],
         )
+        del try_step, free_memory
         outputs: dict = {}
         if _refusal(spec) is not None:
             try:
-                returned = fn(*args)
+                returned = watched((sink,), fn, *args)
             except NotImplementedError:  # the stub as handed out: not attempted
                 raise
             except ProbingDidNotStop:
@@ -243,7 +247,7 @@ class Autotune(Question):
                 outputs = {"returned": repr(returned)[:200], "largest_fit": read.get("largest_fit")}
         else:
             try:
-                returned = fn(*args)
+                returned = watched((sink,), fn, *args)
             except ProbingDidNotStop:
                 outputs = {"stopped": False}
             except Exception as error:
@@ -350,10 +354,12 @@ def _called_again(fn, spec) -> dict | None:
     }
     try:
         for other in (roomy, spec):
-            device = card(other)
-            returned = fn(
-                device.try_step,
-                device.free_memory,
+            sink, try_step, free_memory = sealed_card(other)
+            returned = watched(
+                (sink,),
+                fn,
+                try_step,
+                free_memory,
                 other["max_memory_gb"],
                 other["target"],
                 other["world"],
