@@ -295,6 +295,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     question=task["question"],
                     spec=task["spec"],
                     last=last,
+                    final=index + 1 == len(tasks),
                 )
                 if reply.get("status") != "timeout":
                     break

@@ -17,7 +17,7 @@ def prepare() -> None:
     """Make the instruments (in the warm parent, after every import: their code is the
     libraries' own, and the seal records all of it)."""
     from coursekit.checks import QUESTIONS
-    from coursekit.grading.sandbox import harness_seal, tampering
+    from coursekit.grading.sandbox import harness_seal, tampering, torch_registrations
     from coursekit.grading.sandbox.provenance import Provenance
 
     reporter: list = []  # the hand-in's report function, added when it starts
@@ -26,10 +26,12 @@ def prepare() -> None:
     provenance = Provenance()
     provenance.seal()  # after the tripwires: their code is coursekit's own
     tripwire_provenance.share_known(provenance)
-    _MADE.append((provenance, tripwire_provenance, reporter, arm, harness_seal.seal()))
+    dispatcher = torch_registrations.dispatcher_snapshot()
+    _MADE.append((provenance, tripwire_provenance, reporter, arm, harness_seal.seal(), dispatcher))
 
 
 def take() -> tuple:
-    """(provenance, tripwire provenance, reporter, arm tripwires, seal), taken out of this
+    """(provenance, tripwire provenance, reporter, arm tripwires, seal, the dispatcher's
+    registrations), taken out of this
     module: called once, in the hand-in's process, before any hand-in code runs."""
     return _MADE.pop()

@@ -177,15 +177,17 @@ def serve(
     from coursekit.grading.sandbox import global_state as shared_global_state
     from coursekit.grading.sandbox import harness_seal, instruments
     from coursekit.grading.sandbox import tampering as shared_tampering
+    from coursekit.grading.sandbox import torch_registrations as shared_registrations
 
     # What speaks to the grader, and the instruments, run on objects taken now and on private
     # copies of their modules' globals: a notebook that rebinds names in those modules, in
     # os or in builtins, does not reach them.
     tampering = shared_tampering.private_copy(shared_tampering)
-    own, wire, state = (
+    own, wire, state, registrations = (
         shared_tampering.private_copy(sys.modules[__name__]),
         shared_tampering.private_copy(channel),
         shared_tampering.private_copy(shared_global_state),
+        shared_tampering.private_copy(shared_registrations),
     )
     encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
@@ -233,10 +235,12 @@ def serve(
 
     # The instruments the warm parent made before any hand-in existed, taken out of their
     # module now, so that no hand-in code finds them by name.
-    provenance, tripwire_provenance, reporter, arm_tripwires, sealed = instruments.take()
+    taken = instruments.take()
+    provenance, tripwire_provenance, reporter, arm_tripwires, sealed, dispatcher = taken
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
-        for copy in (tampering.private_copy, own.run_task, wire.receive, state.restore):
+        copies = (tampering.private_copy, own.run_task, wire.receive, state.restore)
+        for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
 
@@ -260,6 +264,18 @@ def serve(
     # torch's and the interpreter's state as no hand-in code has left it, put back before
     # and after each test (modes, global hooks, settings, tracing: see global_state.py)
     baseline, restore = state.take(), state.restore
+
+    dispatcher_changes = registrations.dispatcher_changes
+
+    def dispatcher_read() -> None:
+        """Torch's dispatcher against its snapshot: a kernel registered by any way, the
+        wrappers' included (after the cells, and after the last test: about 50 ms)."""
+        try:
+            found = dispatcher_changes(dispatcher)
+        except Exception as error:  # noqa: BLE001 - a notebook's objects, raising when read
+            found = [f"it left torch's dispatcher unreadable ({type(error).__name__})"]
+        for what in found:
+            report(what)
 
     def put_back() -> None:
         try:
@@ -293,10 +309,13 @@ def serve(
                 shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
             )
             put_back()  # what the test itself left on
+            if command.get("final"):
+                dispatcher_read()
             if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
-            put_back()  # what the cells left on
+            put_back()  # what the cells left on (their torch.library registrations taken back)
+            dispatcher_read()
             reply = {}
         else:
             sys.stdout.flush()

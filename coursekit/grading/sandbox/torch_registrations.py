@@ -7,8 +7,16 @@ replaced. Torch registers kernels too, lazily, as its modules are imported. :fun
 (in the warm parent, before any hand-in code) wraps torch's ways in and records, for each
 registration, the stack that made it; :func:`by_notebook` says whether the notebook's code
 did; :func:`take_back` undoes it. :mod:`coursekit.grading.sandbox.global_state` calls both
-before each test. A registration made through a handle the library itself made earlier (a
-``Library``'s own ``.m``) is not seen: a limit, documented.
+before each test.
+
+Those wrappers see the ways in that torch's Python API offers. A kernel can also be
+registered through a handle torch itself made (a ``Library``'s own ``.m``), or through the
+registration function taken back out of a wrapper; neither passes a wrapper. So the
+dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent, after every
+import) keeps each operator's registrations as torch prints them, with the backend
+fallbacks, and :func:`dispatcher_changes` names every operator that existed then whose
+kernels differ now, however the change was made. Operators added since (a library imported
+later defines its own) are not compared: nothing the tests run calls them.
 """
 
 from __future__ import annotations
@@ -95,3 +103,57 @@ def take_back(owner) -> None:
             reset(owner)
     except Exception:  # noqa: BLE001 - already destroyed, or a handle of another kind: flagged
         return
+
+
+def dispatcher_snapshot() -> tuple:
+    """Every operator's registrations and the backend fallbacks as they are now, with the
+    torch functions that read them, bound now (a hand-in that rebinds them later changes
+    nothing :func:`dispatcher_changes` calls). About 50 ms: taken once, in the warm parent."""
+    import torch
+
+    C = torch._C
+    names_of, dump = C._dispatch_get_all_op_names, C._dispatch_dump
+    has_fallback, keys = C._dispatch_has_backend_fallback, tuple(C.DispatchKey.__members__.values())
+    names = names_of()
+    # a digest each (Python's keyed string hash: a change cannot be made to collide unseen)
+    kernels = dict(zip(names, map(hash, map(dump, names)), strict=True))
+    return names_of, dump, has_fallback, keys, kernels, _fallbacks(has_fallback, keys)
+
+
+def _fallbacks(has_fallback, keys) -> frozenset:
+    found = set()
+    for key in keys:
+        try:
+            if has_fallback(key):
+                found.add(key)
+        except Exception:  # noqa: BLE001 - an alias key, which holds no fallback of its own
+            continue
+    return frozenset(found)
+
+
+def dispatcher_changes(snapshot: tuple) -> list[str]:
+    """The operators of ``snapshot`` whose kernels differ now, or that are gone, and the
+    dispatch keys that gained a backend fallback, as flag texts (empty when none). About
+    50 ms: the runner calls it after the cells and after the last test."""
+    names_of, dump, has_fallback, keys, kernels, fallbacks = snapshot
+    now = names_of()
+    digests = zip(now, map(hash, map(dump, now)), strict=True)
+    changed = [name for name, digest in digests if kernels.get(name, digest) != digest]
+    changed += sorted(kernels.keys() - set(now))
+    found = []
+    if changed:
+        more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
+        shown = ", ".join(changed[:3]) + more
+        found.append(
+            f"it changed the kernels torch runs for {shown} by a way torch.library's "
+            "functions did not see (this cannot be taken back: the tests after it ran with "
+            "them)"
+        )
+    added = _fallbacks(has_fallback, keys) - fallbacks
+    if added:
+        shown = ", ".join(sorted(str(key).rsplit(".", 1)[-1] for key in added)[:3])
+        found.append(
+            f"it registered a fallback kernel for every operator at {shown} by a way "
+            "torch.library's functions did not see (this cannot be taken back)"
+        )
+    return found
