@@ -43,9 +43,7 @@ def test_nothing_is_named_when_nothing_changed(snapshot):
     assert torch_registrations.dispatcher_changes(snapshot) == []
 
 
-def test_a_kernel_registered_through_a_raw_handle_is_named_then_gone_when_undone(
-    snapshot, handle
-):
+def test_a_kernel_registered_through_a_raw_handle_is_named_then_gone_when_undone(snapshot, handle):
     _, aten = handle
     aten.impl("mul.Tensor", C.DispatchKey.CPU, lambda a, b: a)
     found = torch_registrations.dispatcher_changes(snapshot)
