@@ -201,3 +201,71 @@ def _frames_of(traceback) -> list[str]:
         names.append(traceback.tb_frame.f_code.co_name)
         traceback = traceback.tb_next
     return names
+
+
+class _Probe(Exception):
+    pass
+
+
+class _Peak(int):
+    """What a spy's product becomes: compared with the card's capacity, it reports both."""
+
+    def __add__(self, other):
+        return _Peak(int(self) + int(other))
+
+    __radd__ = __add__
+
+    def __gt__(self, capacity):
+        raise _Probe(int(self), int(capacity))
+
+
+class _Spy(int):
+    """A size whose arithmetic runs inside the card (the reviewer's attack)."""
+
+    def __mul__(self, per_sample):
+        return _Peak(int(self) * int(per_sample))
+
+    __rmul__ = __mul__
+
+
+def spying(try_step, free_memory, max_memory_gb, target_batch, world_size=1, margin=0.1):
+    """Counting down with free probes: an int subclass learns whether a size fits from the
+    card's own comparison, raising before the card logs the call."""
+    share, limit = target_batch // world_size, max_memory_gb * 2**30 * (1 - margin)
+    for size in range(share, 0, -1):
+        try:
+            try_step(_Spy(size))
+        except _Probe as probe:
+            peak, capacity = probe.args
+            if peak <= capacity and peak <= limit:
+                break
+        except TypeError:
+            break  # the card refused the spy: fall back to counting down for real
+    return _counting_down(try_step, free_memory, max_memory_gb, target_batch, world_size, margin)
+
+
+def test_a_size_that_runs_code_inside_the_card_is_refused_and_logged():
+    honest = _hidden_verdicts(_counting_down_tuner)
+    assert _hidden_verdicts(spying) == honest
+    sink, try_step, free_memory = sealed_card(QUESTION.public_specs()[0])
+    with pytest.raises(TypeError, match="an int"):
+        watched((sink,), try_step, _Spy(4))
+    assert sink.device.log == [{"event": "bad", "size": "_Spy"}]
+
+
+def test_the_failed_try_s_memory_is_the_error_s_whatever_attribute_is_removed():
+    """Memory a failed try holds is tied to the error object itself: deleting an attribute
+    of the error inside the except block frees nothing."""
+    spec = {**QUESTION.public_specs()[1], "held_fraction": 1.0}
+    sink, try_step, free_memory = sealed_card(spec)
+
+    def tuner(try_step, free_memory, *_):
+        try:
+            try_step(10**6)
+        except torch.OutOfMemoryError as error:
+            for name in list(vars(error)):
+                delattr(error, name)
+            free_memory()
+            return sink.device.held_bytes
+
+    assert watched((sink,), tuner, try_step, free_memory) > 0

@@ -88,9 +88,12 @@ class SimulatedDevice:
             raise ProbingDidNotStop(
                 f"try_step was called {self.max_calls} times; a search needs far fewer."
             )
-        if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int):
-            self.log.append({"event": "bad", "size": repr(micro_batch_size)[:40]})
-            raise TypeError(f"a micro-batch size is a whole number, not {micro_batch_size!r}")
+        if type(micro_batch_size) is not int:
+            # a plain int only: a subclass's methods would run inside the card, with its
+            # capacity in hand, and could raise before the call is logged
+            what = type(micro_batch_size).__name__
+            self.log.append({"event": "bad", "size": what[:40]})
+            raise TypeError(f"a micro-batch size is a whole number (an int), not a {what}")
         size = micro_batch_size
         if size < 1:
             self.log.append({"event": "bad", "size": size})
@@ -121,15 +124,14 @@ class SimulatedDevice:
             "earlier failed tries (simulated)"
         )
         kept = int(wanted * self.held_fraction)
-        if kept:
-            error.failed_step_tensors = _Tensors()  # alive exactly as long as the error
-            self._held.append((weakref.ref(error.failed_step_tensors), kept))
+        if kept:  # the failed step's tensors live exactly as long as the error
+            self._held.append((weakref.ref(error), kept))
         return error
 
     def free_memory(self) -> None:
         """What ``gc.collect(); torch.cuda.empty_cache()`` does after a failed try: returns
         the memory of every failed try whose exception no longer exists."""
-        handled = getattr(sys.exc_info()[1], "failed_step_tensors", None)  # alive for sure
+        handled = sys.exc_info()[1]  # alive for sure
         if any(ref() is not None and ref() is not handled for ref, _ in self._held):
             gc.collect()  # only then: a full collection costs milliseconds with torch loaded
         before = self.held_bytes
@@ -139,12 +141,10 @@ class SimulatedDevice:
         )
 
 
-class _Tensors:
-    """Stands for the tensors a failed step allocated before it ran out of memory."""
-
-
 def _plain(value):
-    return value if isinstance(value, int) and not isinstance(value, bool) else repr(value)[:40]
+    """A size as the log keeps it: an int, or the name of what was passed (never its repr,
+    which would run the caller's code)."""
+    return value if type(value) is int else type(value).__name__[:40]
 
 
 def _gib(n_bytes: int) -> str:
