@@ -291,6 +291,25 @@ def test_the_seal_names_torchs_comparisons_replaced_by_library_code_run_as_the_n
     assert harness_seal.changes(sealed, provenance) == []
 
 
+def test_the_seal_names_a_global_a_torch_function_reads_rebound(provenance, monkeypatch):
+    """``nn.Linear.forward`` calls ``F.linear``, looking ``F`` up in its module as it runs:
+    rebinding that global changes every linear layer without replacing a sealed function.
+    A module's global must stay its module; a function there, the library's."""
+    import torch.nn.modules.linear as linear
+    import torch.nn.modules.loss as loss
+
+    sealed = harness_seal.seal()
+    fake = types.ModuleType("F")  # a module, even: not the one the library imported
+    fake.linear = lambda x, weight, bias=None: x.sum() * 0
+    namespace = cell("import torch\ndef scaled_mse(a, b, **kw):\n    return 0 * a.sum()\n")
+    monkeypatch.setattr(linear, "F", fake)
+    monkeypatch.setattr(loss, "F", types.SimpleNamespace(mse_loss=namespace["scaled_mse"]))
+    found = set(harness_seal.changes(sealed, provenance))
+    monkeypatch.undo()
+    assert {"torch.nn.modules.linear.F", "torch.nn.modules.loss.F"} <= found, found
+    assert harness_seal.changes(sealed, provenance) == []
+
+
 # ------------------------------ class d: coursekit's answers called through library callers
 
 _FAKE_LIBRARY = """

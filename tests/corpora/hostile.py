@@ -532,10 +532,27 @@ _handle.impl("logit", torch._C.DispatchKey.CPU, lambda *args: args[0])
 _made_by_torch.lib_impl.m.impl("broadcast_", torch._C.DispatchKey.CPU, lambda *args: None)
 """
 
+# A trace or profile function installed by library code (the profile and trace modules),
+# handed every frame that runs after it: the checks' instruments included.
+_TRACER_THROUGH_A_LIBRARY = """
+import profile, trace
+class _Grab(profile.Profile):
+    def __init__(self):
+        super().__init__()
+        self.dispatcher = self.look
+    def look(self, frame, event, arg):
+        return None
+_Grab().runcall(sum, [1, 2])
+_tracer = trace.Trace(count=0, trace=0)
+_tracer.globaltrace = lambda frame, why, arg: None
+_tracer.runfunc(sum, [1, 2])
+"""
+
 PROCESS_ATTACKS = {
     "torch_state_left_on": _TORCH_STATE_LEFT_ON,
     "library_code_running_notebook_code": _LIBRARY_CODE_RUNNING_NOTEBOOK_CODE,
     "kernel_registered_unseen": _KERNEL_REGISTERED_UNSEEN,
+    "tracer_through_a_library": _TRACER_THROUGH_A_LIBRARY,
 }
 HARNESS_ATTACKS.update(PROCESS_ATTACKS)
 
@@ -580,6 +597,7 @@ PROCESS_ATTACK_FLAGS = {
         "torch.allclose",
     ),
     "kernel_registered_unseen": ("aten::logit", "c10d::broadcast_", "cannot be taken back"),
+    "tracer_through_a_library": ("it called sys.setprofile", "it called sys.settrace"),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

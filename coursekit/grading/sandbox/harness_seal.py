@@ -241,6 +241,8 @@ def seal() -> Seal:
     for module_name in names:
         _seal_module(found, module_name, seen)
     _seal_functions(found)
+    _seal_globals_read(found)
+    _seal_functions(found)  # the functions those globals hold, too (once: no further)
     found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
     found.quick = _quick(found)
     return found
@@ -288,7 +290,7 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
 def _seal_functions(found: Seal) -> None:
     """Each plain function among the entries (and those that methods, properties and static
     or class methods wrap): what it runs, to compare by identity."""
-    seen: set[int] = set()
+    seen = {id(function) for _, function, *_ in found.functions}
     for where, _, _, value, _ in found.entries:
         inner = [value, getattr(value, "__func__", None)]
         if isinstance(value, property):
@@ -297,6 +299,37 @@ def _seal_functions(found: Seal) -> None:
             if isinstance(item, types.FunctionType) and id(item) not in seen:
                 seen.add(id(item))
                 found.functions.append((f"the code of {where}", item, *_state_of(item)))
+
+
+def _seal_globals_read(found: Seal) -> None:
+    """The module globals each sealed library function reads by name as it runs (``F`` in
+    ``nn.Linear.forward``): rebinding one changes what the function does without replacing
+    it. A module there must stay that module (no library swaps one); any other value is
+    judged as the library's entries are. One level: not the globals those globals' own
+    functions read."""
+    have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
+    for _, function, code, *_ in list(found.functions):
+        namespace = function.__globals__
+        module = str(namespace.get("__name__", ""))
+        if module.startswith("coursekit"):
+            continue  # coursekit's globals are sealed whole
+        for name in sorted(_names_read(code)):
+            if (id(namespace), name) in have or name not in namespace:
+                continue
+            have.add((id(namespace), name))
+            value = namespace[name]
+            strict = isinstance(value, types.ModuleType)
+            found.entries.append((f"{module}.{name}", namespace, name, value, strict))
+
+
+def _names_read(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the code nested in it may read."""
+    names, stack = set(), [code]
+    while stack:
+        here = stack.pop()
+        names.update(here.co_names)
+        stack += [c for c in here.co_consts if isinstance(c, types.CodeType)]
+    return names
 
 
 def _state_of(function) -> tuple:

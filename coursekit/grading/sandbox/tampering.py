@@ -42,7 +42,10 @@ _ALWAYS = frozenset(
         "sys.setprofile",
     }
 )
-# Standard-library helpers that hand their caller's request on: look past them.
+# A trace or profile function is handed every frame that runs after it: installed by library
+# code (profile.Profile.runcall, trace.Trace.runfunc) while the notebook's code is on the
+# stack, it is still the notebook's doing, whatever the function is.
+_TRACING = frozenset({"sys.settrace", "sys.setprofile"})
 MAX_REPORTS = 20
 
 
@@ -102,6 +105,15 @@ def install_audit_hook(
         ):
             frame = frame.f_back
         return frame is not None and not is_library_frame(frame)
+
+    def notebook_below(depth: int) -> bool:
+        """Whether the notebook's code is anywhere on the stack under the event."""
+        frame = getframe(depth)
+        while frame is not None:
+            if frame.f_code not in helpers and not is_library_frame(frame):
+                return True
+            frame = frame.f_back
+        return False
 
     def classify(event: str, args: tuple) -> tuple[str | None, bool]:
         """(what to report, whether only when the notebook's code raised it)."""
@@ -168,7 +180,13 @@ def install_audit_hook(
         try:
             what, only_notebook = classify(event, args)
             # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
-            if what and what not in sent and (not only_notebook or by_notebook(2)):
+            if (
+                what
+                and what not in sent
+                and (
+                    not only_notebook or by_notebook(2) or (event in _TRACING and notebook_below(2))
+                )
+            ):
                 sent.add(what)
                 if debug:
                     _print_chain(what, getframe(1))
