@@ -543,7 +543,7 @@ class _Grab(profile.Profile):
     def look(self, frame, event, arg):
         return None
 _Grab().runcall(sum, [1, 2])
-_tracer = trace.Trace(count=0, trace=0)
+_tracer = trace.Trace(count=0, trace=1)  # (with neither, it traces nothing)
 _tracer.globaltrace = lambda frame, why, arg: None
 _tracer.runfunc(sum, [1, 2])
 """

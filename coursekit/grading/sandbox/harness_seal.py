@@ -304,9 +304,10 @@ def _seal_functions(found: Seal) -> None:
 def _seal_globals_read(found: Seal) -> None:
     """The module globals each sealed library function reads by name as it runs (``F`` in
     ``nn.Linear.forward``): rebinding one changes what the function does without replacing
-    it. A module there must stay that module (no library swaps one); any other value is
-    judged as the library's entries are. One level: not the globals those globals' own
-    functions read."""
+    it. A module there must stay that module (no library swaps one); a function or class
+    there is judged as the library's entries are. Other values are the library's state
+    (locks, caches, counters: ``threading`` makes new ones after a fork), not sealed. One
+    level: not the globals those globals' own functions read."""
     have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
     for _, function, code, *_ in list(found.functions):
         namespace = function.__globals__
@@ -319,7 +320,8 @@ def _seal_globals_read(found: Seal) -> None:
             have.add((id(namespace), name))
             value = namespace[name]
             strict = isinstance(value, types.ModuleType)
-            found.entries.append((f"{module}.{name}", namespace, name, value, strict))
+            if strict or callable(value):
+                found.entries.append((f"{module}.{name}", namespace, name, value, strict))
 
 
 def _names_read(code: types.CodeType) -> set[str]:
