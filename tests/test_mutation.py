@@ -23,10 +23,29 @@ SEEDS = range(int(os.environ.get("COURSEKIT_MUTATION_SEEDS", "20")))
 GRADED = sorted(QUESTIONS)
 
 
+class _Later:
+    """A question's score, computed in this process when a test first asks for it."""
+
+    def __init__(self, name: str):
+        self.name, self._score = name, None
+
+    def result(self):
+        if self._score is None:
+            self._score = mutation.score(self.name, SEEDS)
+        return self._score
+
+
 @pytest.fixture(scope="module")
-def scores():
+def scores(request):
     """Every question's score, computed on all the cores there are (each question's work is
-    independent; results come back as each test asks for its own)."""
+    independent; results come back as each test asks for its own). In the suite's own test
+    processes (pytest-xdist, whole files to one process as scripts/test sends them), which
+    already keep every core busy, each is computed in the test's process instead: worker
+    processes would only add their imports (some 10 s of CPU)."""
+    controller = " ".join(getattr(request.config, "workerinput", {}).get("mainargv", []))
+    if "loadfile" in controller or "loadscope" in controller:  # a test process of scripts/test
+        yield {name: _Later(name) for name in GRADED}
+        return
     workers = max(1, min(len(GRADED), os.cpu_count() or 1))
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         yield {name: pool.submit(mutation.score, name, SEEDS) for name in GRADED}
