@@ -168,8 +168,7 @@ def _call_or_keep(try_step, errors):
 def test_a_failed_try_s_memory_is_held_as_long_as_its_error_lives():
     """The sealed functions keep the card's rule: free_memory() inside the except block frees
     nothing, after it frees all; no frame of the check keeps the error alive."""
-    spec = {**QUESTION.public_specs()[1], "held_fraction": 1.0}
-    sink, try_step, free_memory = sealed_card(spec)
+    sink, try_step, free_memory = _card_whose_failures_hold_all()
 
     def tuner(try_step, free_memory, *_):
         try:
@@ -256,8 +255,7 @@ def test_a_size_that_runs_code_inside_the_card_is_refused_and_logged():
 def test_the_failed_try_s_memory_is_the_error_s_whatever_attribute_is_removed():
     """Memory a failed try holds is tied to the error object itself: deleting an attribute
     of the error inside the except block frees nothing."""
-    spec = {**QUESTION.public_specs()[1], "held_fraction": 1.0}
-    sink, try_step, free_memory = sealed_card(spec)
+    sink, try_step, free_memory = _card_whose_failures_hold_all()
 
     def tuner(try_step, free_memory, *_):
         try:
@@ -269,3 +267,8 @@ def test_the_failed_try_s_memory_is_the_error_s_whatever_attribute_is_removed():
             return sink.device.held_bytes
 
     assert watched((sink,), tuner, try_step, free_memory) > 0
+
+
+def _card_whose_failures_hold_all():
+    """A sealed card on which a failed try keeps all it asked for until freed."""
+    return sealed_card({**QUESTION.public_specs()[1], "held_fraction": 1.0})
