@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from coursekit.checks import QUESTIONS, Failure, Status, evaluate
-from coursekit.checks.module07.sealed_card import CardSink, sealed_card
+from coursekit.checks.module07.sealed_card import CardSink, new_sealed_card
 from coursekit.checks.tamper_evident import watched
 from coursekit.real_model.simulated_device import SimulatedDevice
 from coursekit.real_model.tuning import autotune as reference
@@ -113,7 +113,7 @@ def _counting_down_tuner(try_step, free_memory, max_memory_gb, target, world_siz
 
 
 def test_no_card_and_no_log_is_reachable_from_the_functions_the_tuner_is_handed():
-    sink, try_step, free_memory = sealed_card(QUESTION.public_specs()[0])
+    sink, try_step, free_memory = new_sealed_card(QUESTION.public_specs()[0])
     watched((sink,), reference, try_step, free_memory, 8, 256, 1, 0.1)
     assert sink.device.log, "the search was recorded"
     found = [obj for root in (try_step, free_memory) for obj in reachable(root, depth=10)]
@@ -140,7 +140,7 @@ def test_a_tuner_that_takes_the_card_from_try_step_finds_none():
 
 def test_the_card_answers_only_inside_the_check_s_call():
     spec = QUESTION.public_specs()[0]
-    sink, try_step, free_memory = sealed_card(spec)
+    sink, try_step, free_memory = new_sealed_card(spec)
     with pytest.raises(RuntimeError, match="only while the check runs your function"):
         try_step(4)  # no watched() frame: nothing reaches the card
     kept = {}
@@ -246,7 +246,7 @@ def spying(try_step, free_memory, max_memory_gb, target_batch, world_size=1, mar
 def test_a_size_that_runs_code_inside_the_card_is_refused_and_logged():
     honest = _hidden_verdicts(_counting_down_tuner)
     assert _hidden_verdicts(spying) == honest
-    sink, try_step, free_memory = sealed_card(QUESTION.public_specs()[0])
+    sink, try_step, free_memory = new_sealed_card(QUESTION.public_specs()[0])
     with pytest.raises(TypeError, match="an int"):
         watched((sink,), try_step, _Spy(4))
     assert sink.device.log == [{"event": "bad", "size": "_Spy"}]
@@ -271,4 +271,4 @@ def test_the_failed_try_s_memory_is_the_error_s_whatever_attribute_is_removed():
 
 def _card_whose_failures_hold_all():
     """A sealed card on which a failed try keeps all it asked for until freed."""
-    return sealed_card({**QUESTION.public_specs()[1], "held_fraction": 1.0})
+    return new_sealed_card({**QUESTION.public_specs()[1], "held_fraction": 1.0})

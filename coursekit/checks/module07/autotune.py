@@ -31,7 +31,7 @@ from coursekit.checks.module07.common import (
     probe_budget,
     surely_fits,
 )
-from coursekit.checks.module07.sealed_card import sealed_card
+from coursekit.checks.module07.sealed_card import new_sealed_card
 from coursekit.checks.question import Failure, Question, Rule
 from coursekit.checks.registry import register
 from coursekit.checks.tamper_evident import watched
@@ -218,7 +218,7 @@ class Autotune(Question):
         return specs
 
     def run(self, fn, spec):
-        sink, try_step, free_memory = sealed_card(spec)
+        sink, try_step, free_memory = new_sealed_card(spec)
         device = sink.device  # read after the call: the tuner reaches it through no argument
         args = (
             try_step,
@@ -354,7 +354,7 @@ def _called_again(fn, spec) -> dict | None:
     }
     try:
         for other in (roomy, spec):
-            sink, try_step, free_memory = sealed_card(other)
+            sink, try_step, free_memory = new_sealed_card(other)
             returned = watched(
                 (sink,),
                 fn,

@@ -74,7 +74,7 @@ def sealed_functions(sink: CardSink) -> tuple:
     return try_step, free_memory
 
 
-def sealed_card(spec: dict) -> tuple:
+def new_sealed_card(spec: dict) -> tuple:
     """A fresh card of ``spec``: ``(sink, try_step, free_memory)``. Call the tuner through
     ``watched((sink,), fn, try_step, free_memory, ...)``, then read ``sink.device``."""
     sink = CardSink(card(spec))
