@@ -548,11 +548,39 @@ _tracer.globaltrace = lambda frame, why, arg: None
 _tracer.runfunc(sum, [1, 2])
 """
 
+# Frames handed back by library code: asyncio's Task.get_stack() and IPython's traceback
+# records; and a frame-evaluation callback of torch._dynamo's, left on to be handed every
+# frame of the tests (the checks' instruments included) as it starts.
+_FRAMES_FROM_LIBRARIES = """
+import asyncio, sys
+from IPython.core.ultratb import VerboseTB
+async def _stack():
+    return asyncio.current_task().get_stack()
+_frames = asyncio.run(_stack())
+try:
+    raise ValueError("for its traceback")
+except ValueError as _error:
+    _records = VerboseTB().get_records(_error.__traceback__, 1, 0)
+"""
+_FRAME_HOOK_LEFT_ON = """
+import torch._C._dynamo.eval_frame as _eval_frame
+from torch._dynamo.types import ConvertFrameReturn, FrameAction, FrameExecStrategy
+_default = ConvertFrameReturn(
+    frame_exec_strategy=FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT),
+    apply_to_code=False,
+)
+def _every_frame(frame, *rest):
+    return _default
+_eval_frame.set_eval_frame(_every_frame)
+"""
+
 PROCESS_ATTACKS = {
     "torch_state_left_on": _TORCH_STATE_LEFT_ON,
     "library_code_running_notebook_code": _LIBRARY_CODE_RUNNING_NOTEBOOK_CODE,
     "kernel_registered_unseen": _KERNEL_REGISTERED_UNSEEN,
     "tracer_through_a_library": _TRACER_THROUGH_A_LIBRARY,
+    "frames_from_libraries": _FRAMES_FROM_LIBRARIES,
+    "frame_hook_left_on": _FRAME_HOOK_LEFT_ON,
 }
 HARNESS_ATTACKS.update(PROCESS_ATTACKS)
 
@@ -598,6 +626,8 @@ PROCESS_ATTACK_FLAGS = {
     ),
     "kernel_registered_unseen": ("aten::logit", "c10d::broadcast_", "cannot be taken back"),
     "tracer_through_a_library": ("it called sys.setprofile", "it called sys.settrace"),
+    "frames_from_libraries": ("it read a cr_frame", "it read a tb_frame"),
+    "frame_hook_left_on": ("a frame-evaluation callback",),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

@@ -75,6 +75,7 @@ class Baseline:
     transforms: int = 0  # torch.func's transform levels (vmap, grad, jvp) entered
     saved_tensor_hooks: object = None
     tracing: tuple = ()  # sys trace, sys profile, threading trace, threading profile
+    frame_hooks: list = field(default_factory=list)  # (what, getter, setter, value): dynamo's
     threads: frozenset = frozenset()
     gc_callbacks: list = field(default_factory=list)
     gc_list: list = field(default_factory=list)
@@ -184,6 +185,7 @@ def take() -> Baseline:
     base.transforms = C._functorch.get_dynamic_layer_stack_depth()
     base.saved_tensor_hooks = autograd._top_saved_tensors_default_hooks(True)
     base.tracing = (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
+    base.frame_hooks = _frame_hooks()
     base.threads = frozenset(sys._current_frames())
     base.gc_list = gc.callbacks
     base.gc_callbacks = list(gc.callbacks)
@@ -398,7 +400,39 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
         callbacks[:] = base.gc_callbacks
 
 
+def _frame_hooks() -> list:
+    """torch._dynamo's hooks on frame evaluation, each handed every frame as it starts (its
+    locals and globals): (what, getter, setter, value now), where this torch has them."""
+    try:
+        from torch._C._dynamo import eval_frame
+    except ImportError:  # a torch without dynamo: nothing to put back
+        return []
+    hooks = []
+    for what, get, put in (
+        (
+            "a frame-evaluation callback (torch._dynamo's set_eval_frame)",
+            "get_eval_frame_callback",
+            "set_eval_frame",
+        ),
+        (
+            "a bytecode debugger callback (torch._dynamo's)",
+            "get_bytecode_debugger_callback",
+            "set_bytecode_debugger_callback",
+        ),
+    ):
+        getter, setter = getattr(eval_frame, get, None), getattr(eval_frame, put, None)
+        if callable(getter) and callable(setter):
+            hooks.append((what, getter, setter, getter()))
+    return hooks
+
+
 def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
+    for what, get, put, value in base.frame_hooks:  # first: they see every frame after this
+        now = get()
+        if now is not value:
+            if now is not None and not library_code(now):
+                found.append(f"it left {what} on, which is handed every frame")
+            put(value)
     tools = base.tools
     trace, profile, thread_trace, thread_profile = base.tracing
     for what, get, put, value in (

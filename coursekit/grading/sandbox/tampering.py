@@ -42,10 +42,6 @@ _ALWAYS = frozenset(
         "sys.setprofile",
     }
 )
-# A trace or profile function is handed every frame that runs after it: installed by library
-# code (profile.Profile.runcall, trace.Trace.runfunc) while the notebook's code is on the
-# stack, it is still the notebook's doing, whatever the function is.
-_TRACING = frozenset({"sys.settrace", "sys.setprofile"})
 MAX_REPORTS = 20
 
 
@@ -105,15 +101,6 @@ def install_audit_hook(
         ):
             frame = frame.f_back
         return frame is not None and not is_library_frame(frame)
-
-    def notebook_below(depth: int) -> bool:
-        """Whether the notebook's code is anywhere on the stack under the event."""
-        frame = getframe(depth)
-        while frame is not None:
-            if frame.f_code not in helpers and not is_library_frame(frame):
-                return True
-            frame = frame.f_back
-        return False
 
     def classify(event: str, args: tuple) -> tuple[str | None, bool]:
         """(what to report, whether only when the notebook's code raised it)."""
@@ -180,13 +167,7 @@ def install_audit_hook(
         try:
             what, only_notebook = classify(event, args)
             # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
-            if (
-                what
-                and what not in sent
-                and (
-                    not only_notebook or by_notebook(2) or (event in _TRACING and notebook_below(2))
-                )
-            ):
+            if what and what not in sent and (not only_notebook or by_notebook(2)):
                 sent.add(what)
                 if debug:
                     _print_chain(what, getframe(1))
@@ -217,6 +198,11 @@ HELPER_MODULES = (
     "importlib.machinery",
     "pdb",
     "bdb",
+    "profile",  # Profile.runcall installs its caller's dispatcher as the profile function
+    "cProfile",
+    "trace",  # Trace.runfunc installs its caller's globaltrace as the trace function
+    "asyncio.base_tasks",  # Task.get_stack() hands back the coroutines' frames
+    "IPython.core.ultratb",  # its records hand back a traceback's frames
     "cgitb",
     "faulthandler",
     "tracemalloc",
