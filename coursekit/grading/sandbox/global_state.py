@@ -22,7 +22,8 @@ can and names what it found:
   relies on a setting made in a cell (``torch.zeros`` in float64) runs its tests without it;
 - *code that runs inside later computation* (modes on torch's function and dispatch stacks,
   global module and optimizer hooks, default saved-tensor hooks, dispatch keys included or
-  excluded, ``torch.func`` transform levels, trace and profile functions, gc callbacks) is
+  excluded, ``torch.func`` transform levels, trace and profile functions, ``torch._dynamo``'s
+  frame-evaluation and bytecode-debugger callbacks, gc callbacks) is
   put back too, and flagged unless all its code is the libraries' own
   (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable`);
 - ``torch.library`` registrations the notebook's code made are flagged and taken back (its
