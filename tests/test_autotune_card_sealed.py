@@ -21,7 +21,7 @@ from coursekit.checks.tamper_evident import watched
 from coursekit.real_model.simulated_device import SimulatedDevice
 from coursekit.real_model.tuning import autotune as reference
 from tests.corpora import student_code
-from tests.helpers.reachable import reachable
+from tests.helpers.reachable import reachable_from
 
 QUESTION = QUESTIONS["autotune"]
 
@@ -48,7 +48,7 @@ def _counting_down(try_step, free_memory, max_memory_gb, target, world, margin, 
 def _rewrite_every_card(roots) -> None:
     """The attack, generalised: every log emptied and every limit lifted that the tuner can
     reach from what it was handed."""
-    for found in [obj for root in roots for obj in reachable(root, depth=8)]:
+    for found in [obj for root in roots for obj in reachable_from(root, depth=8)]:
         if isinstance(found, list) and found and isinstance(found[0], dict):
             found.clear()
         for name in ("max_calls", "log", "calls"):
@@ -116,7 +116,7 @@ def test_no_card_and_no_log_is_reachable_from_the_functions_the_tuner_is_handed(
     sink, try_step, free_memory = new_sealed_card(QUESTION.public_specs()[0])
     watched((sink,), reference, try_step, free_memory, 8, 256, 1, 0.1)
     assert sink.device.log, "the search was recorded"
-    found = [obj for root in (try_step, free_memory) for obj in reachable(root, depth=10)]
+    found = [obj for root in (try_step, free_memory) for obj in reachable_from(root, depth=10)]
     assert not any(isinstance(obj, (CardSink, SimulatedDevice)) for obj in found)
     assert all(obj is not sink.device.log for obj in found)
 

@@ -33,7 +33,7 @@ from tests.corpora.instrument_attacks import (
     ISSUE_ATTACK,
     SCALER_COUNTS_FORGED,
 )
-from tests.helpers.reachable import reachable as _reachable
+from tests.helpers.reachable import reachable_from as _reachable
 
 MICRO, N = 6, 4
 

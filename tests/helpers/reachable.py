@@ -12,7 +12,7 @@ import types
 import torch
 
 
-def reachable(root, depth=6, seen=None):
+def reachable_from(root, depth=6, seen=None):
     """Everything an attacker reaches from ``root`` by ``__self__``, ``__closure__``,
     ``__dict__``, ``__defaults__`` and containers (no frames, no gc)."""
     seen = set() if seen is None else seen
@@ -32,4 +32,4 @@ def reachable(root, depth=6, seen=None):
         children += list(vars(root).values())
     for child in children:
         if child is not None:
-            yield from reachable(child, depth - 1, seen)
+            yield from reachable_from(child, depth - 1, seen)
