@@ -276,6 +276,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             attempt.cells[index] = {"index": index, **cell_record(reply)}
         attempt.position = ("check",)
         session.command("check", min(notebook_deadline, time.monotonic() + 30))
+        # the dispatcher is read again after the last test that runs
+        final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
         for index, task in enumerate(tasks):
             if index in crashed:
                 attempt.tasks[index] = crashed_record(task, crashed[index])
@@ -295,7 +297,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     question=task["question"],
                     spec=task["spec"],
                     last=last,
-                    final=index + 1 == len(tasks),
+                    final=index == final,
                 )
                 if reply.get("status") != "timeout":
                     break
