@@ -310,6 +310,81 @@ def test_the_seal_names_a_global_a_torch_function_reads_rebound(provenance, monk
     assert harness_seal.changes(sealed, provenance) == []
 
 
+def test_a_library_function_of_another_name_put_in_place_is_named(provenance, monkeypatch):
+    """All of it is library code, yet ``torch.equal = torch.is_same_size`` makes every
+    comparison pass: a library's own replacement wraps the original or has its name."""
+    import torch.nn.functional as F
+
+    sealed = harness_seal.seal()
+    monkeypatch.setattr(torch, "equal", torch.is_same_size)
+    monkeypatch.setattr(F, "mse_loss", F.l1_loss)
+    monkeypatch.setattr(torch.Tensor, "__eq__", torch.Tensor.__ne__, raising=False)
+    found = set(harness_seal.changes(sealed, provenance))
+    monkeypatch.undo()
+    assert {"torch.equal", "torch.nn.functional.mse_loss", "torch.Tensor.__eq__"} <= found, found
+    # what libraries do: wrap the original (functools.wraps), as Lightning wraps compile
+    monkeypatch.setattr(torch, "equal", torch.no_grad()(torch.equal))
+    monkeypatch.setattr(F, "mse_loss", functools.lru_cache(F.mse_loss))
+    assert harness_seal.changes(sealed, provenance) == []
+
+
+class _FakeEngine:
+    def run_backward(self, *args, **kwargs):
+        return ()
+
+
+@pytest.mark.parametrize(
+    "owner, name, reached_by",
+    [
+        # read by torch.optim.sgd.sgd, which SGD.step calls: two levels below the seal's
+        ("torch.optim.sgd", "_single_tensor_sgd", "a global of a global"),
+        # F.mse_loss calls torch._C._nn.mse_loss: an attribute chain, not a global
+        ("torch._C._nn", "mse_loss", "an attribute chain"),
+        ("torch._C._VariableFunctions", None, "torch._VF.vf"),
+        ("torch._VF", "norm", "a name added where torch.norm looks it up"),
+        # dunders of torch's Python classes, beyond __init__/__call__/__torch_function__
+        ("torch.Tensor", "__deepcopy__", "a dunder copy.deepcopy calls"),
+        ("torch.Tensor", "__rsub__", "a reflected operator"),
+        ("torch.nn.Module", "__setstate__", "a dunder of Module"),
+        ("torch.nn.Parameter", "__deepcopy__", "a dunder of Parameter"),
+        # an object of torch's that torch.autograd.backward calls into
+        ("torch.autograd.Variable", "_execution_engine", "torch's autograd engine"),
+    ],
+)
+def test_the_seal_names_what_torch_reaches_through_more_than_one_step(
+    provenance, owner, name, reached_by
+):
+    """Each of these changes what torch computes while every function the harness names
+    stays the same: a global read two levels down, an attribute of a compiled module, a
+    dunder, an object torch calls into. Each is named; a hand-in's own code, or torch's
+    own function of another name, in its place."""
+    import torch.autograd.variable  # noqa: F401
+    import torch.optim.sgd  # noqa: F401
+
+    sealed = harness_seal.seal()
+    namespace = cell("def fake(*args, **kwargs):\n    return 0\n")
+    if owner == "torch._C._VariableFunctions":
+        holder, name = torch._VF, "vf"
+        where = "torch._VF.vf"
+        replacement = types.SimpleNamespace(norm=namespace["fake"])
+    else:
+        holder = sys.modules.get(owner) or functools.reduce(getattr, owner.split(".")[1:], torch)
+        where = f"{owner}.{name}"
+        replacement = _FakeEngine() if name == "_execution_engine" else namespace["fake"]
+    missing = object()
+    before = vars(holder).get(name, missing)
+    setattr(holder, name, replacement)
+    try:
+        found = harness_seal.changes(sealed, provenance)
+    finally:
+        if before is missing:
+            delattr(holder, name)
+        else:
+            setattr(holder, name, before)
+    assert any(f.endswith(f".{name}") for f in found), (reached_by, where, found)
+    assert harness_seal.changes(sealed, provenance) == []
+
+
 # ------------------------------ class d: coursekit's answers called through library callers
 
 _FAKE_LIBRARY = """

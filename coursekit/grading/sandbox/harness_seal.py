@@ -7,13 +7,16 @@ parent (once, before any hand-in is forked), every object the harness can reach 
 coursekit's modules (every global), their classes (every member), the question registry and
 each question's state and class; torch's main modules, numpy and a few standard modules
 (builtins, json, math...) with their public functions and classes' methods; for each plain
-function among those, its code, defaults, keyword defaults and closure's contents; and the
-import hooks (``sys.meta_path``, ``sys.path_hooks``). :func:`changes` names each difference:
+function among those, its code, defaults, keyword defaults and closure's contents; what
+those functions read as they run (:func:`_seal_reads`: globals and attribute chains, through
+torch to the end); every callable of torch's compiled modules (:data:`COMPILED_MODULES`);
+and the import hooks (``sys.meta_path``, ``sys.path_hooks``). :func:`changes` names each difference:
 a function replaced, its ``__code__`` or defaults swapped, a method or a question's class
 replaced, a name added where it shadows one, an import hook added. In coursekit and the
 builtins every change counts; in torch, numpy and the standard library a replacement counts
 unless its code is all library code (:mod:`coursekit.grading.sandbox.provenance`: decided from code
-objects and file text, never from a file name a hand-in chose), since libraries patch torch
+objects and file text, never from a file name a hand-in chose) and it stands for what it
+replaced (it wraps it, or has its name: :func:`library_value`), since libraries patch torch
 too. Python's own additions (a module's warning registry, a class's ``__slotnames__`` that
 ``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every
 object it recorded, so no replacement can take a recorded one's address.
@@ -72,15 +75,41 @@ WATCHED_MODULES = (
     "torch.utils._python_dispatch",
     "torch._tensor",
 )
-_DUNDERS = (
-    "__init__",
-    "__call__",
-    "__getattr__",
-    "__getattribute__",
-    "__setattr__",
-    "__torch_function__",  # torch.Tensor's: every tensor operation goes through it
-    "__torch_dispatch__",
+# torch's compiled modules, which its Python functions call by attribute
+# (``torch._C._nn.mse_loss`` in ``F.mse_loss``, ``_VF.norm`` in ``torch.norm``): every
+# callable there is sealed, private ones too, and a name added there is judged (it shadows)
+COMPILED_MODULES = (
+    "torch._C",
+    "torch._C._nn",
+    "torch._C._linalg",
+    "torch._C._special",
+    "torch._C._fft",
+    "torch._C._nested",
+    "torch._C._sparse",
+    "torch._C._autograd",
+    "torch._C._functorch",
+    "torch._VF",
 )
+# the libraries whose functions' reads are followed to the end (see _seal_reads), but for
+# torch's compiler stack, which no check computes with in the hand-in's process
+_FOLLOWED = ("torch",)
+_NOT_FOLLOWED = (
+    "torch._dynamo",
+    "torch._inductor",
+    "torch._functorch",
+    "torch.fx",
+    "torch.export",
+    "torch._export",
+    "torch._subclasses",
+    "torch._guards",
+    "torch._numpy",
+    "torch.onnx",
+    "torch._higher_order_ops",
+    "torch._prims",
+    "torch._refs",
+    "torch._decomp",
+)
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no member can be set or added
 _DESCRIPTORS = (staticmethod, classmethod, property)
 _MISSING = object()
 
@@ -227,7 +256,8 @@ def _functions_unchanged(quick: _Quick) -> bool:
 
 def watched_names() -> list[str]:
     ours = [n for n in _MODULES if n == "coursekit" or n.startswith("coursekit.")]
-    return sorted({*ours, *(m for m in WATCHED_MODULES if m in _MODULES)})
+    theirs = (m for m in (*WATCHED_MODULES, *COMPILED_MODULES) if m in _MODULES)
+    return sorted({*ours, *theirs})
 
 
 def seal() -> Seal:
@@ -241,8 +271,7 @@ def seal() -> Seal:
     for module_name in names:
         _seal_module(found, module_name, seen)
     _seal_functions(found)
-    _seal_globals_read(found)
-    _seal_functions(found)  # the functions those globals hold, too (once: no further)
+    _seal_reads(found, seen)
     found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
     found.quick = _quick(found)
     return found
@@ -251,27 +280,16 @@ def seal() -> Seal:
 def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
     namespace = vars(sys.modules[module_name])
     ours = module_name.startswith("coursekit")
+    compiled = module_name in COMPILED_MODULES
     strict = ours or module_name == "builtins"
-    if ours:  # a new global there shadows a builtin for coursekit's own code
-        found.names.append((module_name, namespace, frozenset(namespace), True))
+    if ours or compiled:  # a new global there shadows a builtin, or torch's own function
+        found.names.append((module_name, namespace, frozenset(namespace), ours))
     for name, value in list(namespace.items()):
-        if not ours and (name.startswith("_") or not callable(value)):
+        if not (ours or _library_member(name, value, compiled)):
             continue
         found.entries.append((f"{module_name}.{name}", namespace, name, value, strict))
-        if not (isinstance(value, type) and _same_package(value, module_name)):
-            continue
-        if id(value) in seen:
-            continue
-        seen.add(id(value))
-        members = vars(value)
-        found.names.append((f"{module_name}.{name}", members, frozenset(members), ours))
-        for attribute, member in list(members.items()):
-            if ours or (
-                (callable(member) or isinstance(member, _DESCRIPTORS))
-                and (not attribute.startswith("__") or attribute in _DUNDERS)
-            ):
-                where = f"{module_name}.{name}.{attribute}"
-                found.entries.append((where, members, attribute, member, ours))
+        if isinstance(value, type) and _same_package(value, module_name):
+            _seal_class(found, f"{module_name}.{name}", value, ours, seen)
     registry = namespace.get("QUESTIONS") if ours else None
     if isinstance(registry, dict) and id(registry) not in seen:
         seen.add(id(registry))
@@ -287,41 +305,119 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
                 found.entries.append((where, state, attribute, member, True))
 
 
+def _library_member(name: str, value, compiled: bool) -> bool:
+    """Whether a library module's global is sealed: its public callables; in torch's
+    compiled modules, private ones and torch's own objects too (``_VF.vf``)."""
+    if not compiled:
+        return not name.startswith("_") and callable(value)
+    return not name.startswith("__") and (callable(value) or _torch_object(value))
+
+
+def _torch_object(value) -> bool:
+    """An instance of one of torch's classes (``Variable._execution_engine``, an
+    ``_EngineBase``): state the library's code calls into, so it must stay the very object."""
+    return not isinstance(value, type) and str(type(value).__module__).startswith("torch")
+
+
+def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) -> None:
+    """Every member of a class: all of coursekit's; of a library's, every callable and
+    descriptor, dunders included (``Tensor.__rsub__``, ``__deepcopy__``), and the objects of
+    torch's it holds (``Variable._execution_engine``)."""
+    if id(cls) in seen or cls.__flags__ & _IMMUTABLE_TYPE:
+        return  # an immutable type: a compiled one of torch's, say (Tensor's base)
+    seen.add(id(cls))
+    members = vars(cls)
+    found.names.append((where, members, frozenset(members), ours))
+    for attribute, member in list(members.items()):
+        if (
+            ours
+            or callable(member)
+            or isinstance(member, _DESCRIPTORS)
+            or (_torch_object(member) and attribute != "__dict__")
+        ):
+            found.entries.append((f"{where}.{attribute}", members, attribute, member, ours))
+
+
 def _seal_functions(found: Seal) -> None:
     """Each plain function among the entries (and those that methods, properties and static
-    or class methods wrap): what it runs, to compare by identity."""
+    or class methods wrap, and a decorator's closure holds: ``SGD.step``'s own code is in
+    the closure of ``_use_grad``'s wrapper): what it runs, to compare by identity."""
     seen = {id(function) for _, function, *_ in found.functions}
     for where, _, _, value, _ in found.entries:
-        inner = [value, getattr(value, "__func__", None)]
+        inner = [(where, value), (where, getattr(value, "__func__", None))]
         if isinstance(value, property):
-            inner += [value.fget, value.fset, value.fdel]
-        for item in inner:
-            if isinstance(item, types.FunctionType) and id(item) not in seen:
-                seen.add(id(item))
-                found.functions.append((f"the code of {where}", item, *_state_of(item)))
-
-
-def _seal_globals_read(found: Seal) -> None:
-    """The module globals each sealed library function reads by name as it runs (``F`` in
-    ``nn.Linear.forward``): rebinding one changes what the function does without replacing
-    it. A module there must stay that module (no library swaps one); a function or class
-    there is judged as the library's entries are. Other values are the library's state
-    (locks, caches, counters: ``threading`` makes new ones after a fork), not sealed. One
-    level: not the globals those globals' own functions read."""
-    have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
-    for _, function, code, *_ in list(found.functions):
-        namespace = function.__globals__
-        module = str(namespace.get("__name__", ""))
-        if module.startswith("coursekit"):
-            continue  # coursekit's globals are sealed whole
-        for name in sorted(_names_read(code)):
-            if (id(namespace), name) in have or name not in namespace:
+            inner += [(where, value.fget), (where, value.fset), (where, value.fdel)]
+        while inner:
+            label, item = inner.pop()
+            if not isinstance(item, types.FunctionType) or id(item) in seen:
                 continue
-            have.add((id(namespace), name))
-            value = namespace[name]
-            strict = isinstance(value, types.ModuleType)
-            if strict or callable(value):
-                found.entries.append((f"{module}.{name}", namespace, name, value, strict))
+            seen.add(id(item))
+            state = _state_of(item)
+            found.functions.append((f"the code of {label}", item, *state))
+            if not str(item.__globals__.get("__name__", "")).startswith("coursekit"):
+                inner += [(f"{label} (what it wraps)", cell) for cell in state[3]]
+
+
+def _seal_reads(found: Seal, seen: set[int]) -> None:
+    """What each sealed library function reads by name as it runs, and what those read in
+    turn: rebinding a module global (``F`` in ``nn.Linear.forward``), or an attribute reached
+    through one (``torch._C._nn.mse_loss`` in ``F.mse_loss``), changes what the function does
+    without replacing it. A module there must stay that module (no library swaps one); a
+    function, class or torch object there is judged as the library's entries are, and the
+    members of a torch class read so are sealed like those of an exported one. Other values
+    are the library's state (locks, caches, counters: ``threading`` makes new ones after a
+    fork), not sealed. Torch's functions are followed to the end
+    (``SGD.step`` -> ``sgd`` -> ``_single_tensor_sgd``); other libraries' one level deep."""
+    have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
+    scanned: set[int] = set()
+    first = True
+    while True:
+        fresh = [entry for entry in found.functions if id(entry[1]) not in scanned]
+        for _, function, code, *_ in fresh:
+            scanned.add(id(function))
+            namespace = function.__globals__
+            module = str(namespace.get("__name__", ""))
+            if module.startswith("coursekit") or not (first or _followed(module)):
+                continue  # coursekit's globals are sealed whole
+            names = sorted(_names_read(code))
+            _seal_names_read(found, namespace, module, names, have, seen)
+        before = len(found.functions)
+        _seal_functions(found)
+        first = False
+        if len(found.functions) == before:
+            return
+
+
+def _followed(module: str) -> bool:
+    return module.split(".")[0] in _FOLLOWED and not any(
+        module == name or module.startswith(name + ".") for name in _NOT_FOLLOWED
+    )
+
+
+def _seal_names_read(found, namespace, where, names, have, seen) -> None:
+    """The globals among ``names`` in ``namespace``, and the attributes among ``names`` of the
+    torch modules reached so (an attribute chain, whichever order the names come in). Not
+    of other modules: ``sys.excepthook`` or ``os.environ`` are the process's settings, which
+    libraries change (torch.distributed sets its own excepthook)."""
+    holders, followed = [(namespace, where)], {id(namespace)}
+    while holders:
+        holder, label = holders.pop()
+        for name in names:
+            value = holder.get(name, _MISSING)
+            if value is _MISSING:
+                continue
+            module = isinstance(value, types.ModuleType)
+            if module and str(value.__name__).startswith("coursekit"):
+                continue  # sealed whole
+            if (id(holder), name) not in have:
+                have.add((id(holder), name))
+                if module or callable(value) or _torch_object(value):
+                    found.entries.append((f"{label}.{name}", holder, name, value, module))
+                if isinstance(value, type) and _same_package(value, where):
+                    _seal_class(found, f"{label}.{name}", value, False, seen)
+            if module and id(vars(value)) not in followed and _followed(value.__name__):
+                followed.add(id(vars(value)))
+                holders.append((vars(value), value.__name__))
 
 
 def _names_read(code: types.CodeType) -> set[str]:
@@ -356,7 +452,7 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     if not _entries_unchanged(quick):
         for where, namespace, key, value, strict in sealed.entries:
             now = namespace.get(key, _MISSING)
-            if now is not value and (strict or not library_value(now, provenance)):
+            if now is not value and (strict or not library_value(now, provenance, key, value)):
                 found.append(where)
     if not _functions_unchanged(quick):
         for where, function, code, defaults, kwdefaults, cells in sealed.functions:
@@ -377,7 +473,7 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             now = namespace.get(added)
             if _expected_addition(namespace, added):
                 continue
-            if strict or not library_value(now, provenance):
+            if strict or not library_value(now, provenance, added):
                 found.append(f"{where}.{added}")
     for key, hooks in sealed.hooks.items():
         now = tuple(getattr(sys, key))
@@ -406,19 +502,48 @@ def _changed_cells(function, cells: tuple) -> bool:
     return False
 
 
-def library_value(value, provenance) -> bool:
-    """Could this replacement in torch or the standard library be a library's own doing?
-    Libraries patch torch too (Lightning wraps ``torch.compile`` on import), so a value all
-    of whose code is the libraries' own passes, a module too: judged by
-    :meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable` (code,
-    globals, closure, defaults, a partial's arguments, a bound ``__self__``, wrapped
-    callables), strictly: a library function with other defaults, or a ``partial`` with
-    arguments bound, is not the library's. Data where there was a function is not either."""
+def library_value(value, provenance, key=None, original=_MISSING) -> bool:
+    """Could this replacement (of ``original``, under ``key``) in torch or the standard
+    library be a library's own doing? Libraries patch torch too (Lightning wraps
+    ``torch.compile`` on import), so a value all of whose code is the libraries' own can pass,
+    a module too: judged by :meth:`coursekit.grading.sandbox.provenance.Provenance
+    .is_library_callable` (code, globals, closure, defaults, a partial's arguments, a bound
+    ``__self__``, wrapped callables), strictly: a library function with other defaults, or a
+    ``partial`` with arguments bound, is not the library's. Data where there was a function
+    is not either. Nor is another library function put in its place
+    (``torch.equal = torch.is_same_size``): a library's replacement wraps the original
+    (``__wrapped__``, as ``functools.wraps`` leaves it), or has the name it replaces, from
+    the same library (see :func:`_stands_for`)."""
     if isinstance(value, type(sys)):
         return True
     if provenance is None:
         return True
-    return callable(value) and provenance.is_library_callable(value, strict=True)
+    return (  # its provenance first: only then are its attributes read (no notebook code runs)
+        callable(value)
+        and provenance.is_library_callable(value, strict=True)
+        and _stands_for(value, key, original)
+    )
+
+
+def _stands_for(value, key, original) -> bool:
+    """Whether ``value`` can stand for ``original`` under ``key``: it wraps it, or it has the
+    key's name and comes from the library the original came from (its top package)."""
+    inner = value
+    for _ in range(8):  # a wrapper's chain of __wrapped__ (Lightning's around compile)
+        if original is not _MISSING and inner is original:
+            return True
+        inner = getattr(inner, "__wrapped__", _MISSING)
+        if inner is _MISSING:
+            break
+    if key is None or getattr(value, "__name__", None) != key:
+        return False
+    if original is _MISSING:
+        return True  # a name added: its own name, at least
+    return _package(value) == _package(original)
+
+
+def _package(value) -> str:
+    return str(getattr(value, "__module__", None) or "").split(".")[0]
 
 
 def library_hook(value, provenance) -> bool:

@@ -22,12 +22,13 @@ def preload() -> None:
     import coursekit.grading.sandbox.privileges  # noqa: F401
     import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
     import coursekit.grading.sandbox.seccomp  # noqa: F401
-    from coursekit.grading.sandbox import tampering, torch_registrations
+    from coursekit.grading.sandbox import frame_hook_guard, tampering, torch_registrations
 
     _import_lazy_ones()
     _register_lazy_kernels()
     tampering.warm_up()
     torch_registrations.watch()  # before the seal: its wrappers are what the seal records
+    frame_hook_guard.guard()  # so too the guarded setters of torch._dynamo's frame hooks
 
 
 # What a hand-in's process would otherwise import itself, every time: IPython's shell imports

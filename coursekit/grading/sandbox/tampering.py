@@ -29,6 +29,8 @@ import sys
 import types
 from collections.abc import Callable
 
+from coursekit.grading.sandbox import frame_hook_guard
+
 _FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 _CODE_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _ALWAYS = frozenset(
@@ -134,6 +136,8 @@ def install_audit_hook(
             if _from_a_trusted_pyc(getframe(2), args, trusted_file):  # 0 classify, 1 hook
                 return None, True
             return f"it made code from bytes ({event})", True
+        if event == _FRAME_HOOK and len(args) == 2:
+            return _frame_hook(args[0], args[1], provenance)
         if event == "os.exec":
             return "it replaced its process with another program (os.exec)", True
         if event == "open" and args and _reopens_a_descriptor(args[0]):
@@ -210,6 +214,7 @@ HELPER_MODULES = (
     "IPython.core.debugger",
     "stack_data",
     "executing",
+    "coursekit.grading.sandbox.frame_hook_guard",  # judged by whoever set the frame hook
 )
 
 
@@ -288,6 +293,7 @@ def _print_chain(what: str, frame) -> None:
 
 
 _WATCHED_PACKAGES = ("coursekit", "torch", "numpy")
+_FRAME_HOOK = frame_hook_guard.EVENT
 _CODE_FROM_BYTES = frozenset({"marshal.loads", "marshal.load"})
 _EVENTS = frozenset(
     {
@@ -301,8 +307,21 @@ _EVENTS = frozenset(
         "open",
         "exec",
         "sys.addaudithook",
+        _FRAME_HOOK,
     }
 )
+
+
+def _frame_hook(setter: str, callback, provenance) -> tuple[str | None, bool]:
+    """torch._dynamo's frame hook being set (:mod:`coursekit.grading.sandbox.frame_hook_guard`):
+    a callback not all the libraries' own counts whoever sets it; any callback set by the
+    notebook's own code counts too (torch.compile sets its own from torch's code)."""
+    if not callable(callback):
+        return None, True  # None or False: the hook turned off, or set to run only
+    what = f"it set torch._dynamo's {setter} callback, which is handed every frame"
+    if not provenance.is_library_callable(callback):
+        return f"{what}, to code of its own", False
+    return what, True
 
 
 def warm_up() -> None:
