@@ -312,20 +312,80 @@ def test_the_seal_names_a_global_a_torch_function_reads_rebound(provenance, monk
 
 def test_a_library_function_of_another_name_put_in_place_is_named(provenance, monkeypatch):
     """All of it is library code, yet ``torch.equal = torch.is_same_size`` makes every
-    comparison pass: a library's own replacement wraps the original or has its name."""
+    comparison pass. A library's own replacement wraps the original (its closure holds it,
+    and ``functools.wraps`` named it) or is a function of the same name from the same
+    library; what a caller can set (``__wrapped__`` on a partial, ``__name__``) proves
+    nothing, nor does a combinator of the standard library's or torch's transforms that
+    holds the original and computes something else."""
+    import contextlib
+
     import torch.nn.functional as F
 
     sealed = harness_seal.seal()
-    monkeypatch.setattr(torch, "equal", torch.is_same_size)
-    monkeypatch.setattr(F, "mse_loss", F.l1_loss)
-    monkeypatch.setattr(torch.Tensor, "__eq__", torch.Tensor.__ne__, raising=False)
+    forged = functools.partial(torch.is_same_size)
+    forged.__wrapped__ = torch.equal
+    dispatched = functools.singledispatch(torch.allclose)
+    dispatched.register(torch.Tensor, lambda *args, **kwargs: True)
+    replacements = {
+        "torch.equal": (torch, "equal", forged),
+        "torch.allclose": (torch, "allclose", dispatched),
+        "torch.isclose": (torch, "isclose", contextlib.contextmanager(torch.isclose)),
+        "torch.nn.functional.mse_loss": (F, "mse_loss", F.l1_loss),
+        "torch.nn.functional.l1_loss": (F, "l1_loss", torch.func.grad(F.l1_loss)),
+        "torch.Tensor.__eq__": (torch.Tensor, "__eq__", torch.Tensor.__ne__),
+    }
+    for owner, name, value in replacements.values():
+        monkeypatch.setattr(owner, name, value, raising=False)
     found = set(harness_seal.changes(sealed, provenance))
     monkeypatch.undo()
-    assert {"torch.equal", "torch.nn.functional.mse_loss", "torch.Tensor.__eq__"} <= found, found
-    # what libraries do: wrap the original (functools.wraps), as Lightning wraps compile
+    assert set(replacements) <= found, set(replacements) - found
+    # what libraries do: wrap the original in a decorator of their own (as Lightning wraps
+    # torch.compile); torch's own decorators too
     monkeypatch.setattr(torch, "equal", torch.no_grad()(torch.equal))
-    monkeypatch.setattr(F, "mse_loss", functools.lru_cache(F.mse_loss))
+    monkeypatch.setattr(F, "mse_loss", torch._dynamo.disable(F.mse_loss))
     assert harness_seal.changes(sealed, provenance) == []
+
+
+@pytest.mark.parametrize(
+    "table, key, value",
+    [
+        # copy.deepcopy(model) would share the weights it should copy
+        ("copy._deepcopy_dispatch", "torch.nn.Parameter", "copy._deepcopy_atomic"),
+        # torch.testing.assert_close would pass anything in float32
+        ("torch.testing._comparison._DTYPE_PRECISIONS", "torch.float32", (1e9, 1e9)),
+    ],
+)
+def test_a_table_a_library_function_consults_is_sealed(provenance, table, key, value):
+    import copy
+
+    import torch.testing._comparison  # noqa: F401
+
+    def resolve(path):
+        module, _, name = path.rpartition(".")
+        return getattr(sys.modules[module], name) if module in sys.modules else resolve_attr(path)
+
+    def resolve_attr(path):
+        return functools.reduce(getattr, path.split(".")[1:], torch)
+
+    sealed = harness_seal.seal()
+    held, entry = resolve(table), resolve(key)
+    value = resolve(value) if isinstance(value, str) else value
+    before = held.get(entry, copy)
+    held[entry] = value
+    try:
+        found = harness_seal.changes(sealed, provenance)
+    finally:
+        if before is copy:
+            del held[entry]
+        else:
+            held[entry] = before
+    assert any(f.startswith(table) for f in found), found
+    # a library adding its own class (copyreg.pickle on import, say) is not a change
+    held[types.SimpleNamespace] = held.get(object, copy.copy)
+    try:
+        assert harness_seal.changes(sealed, provenance) == []
+    finally:
+        del held[types.SimpleNamespace]
 
 
 class _FakeEngine:
@@ -349,6 +409,12 @@ class _FakeEngine:
         ("torch.nn.Parameter", "__deepcopy__", "a dunder of Parameter"),
         # an object of torch's that torch.autograd.backward calls into
         ("torch.autograd.Variable", "_execution_engine", "torch's autograd engine"),
+        # what followed code calls in torch's compiler stack, through a module it imports
+        # itself (SGD.step's wrapper: import torch._dynamo; torch._dynamo.graph_break())
+        ("torch._dynamo", "graph_break", "a module a function imports itself"),
+        ("torch._functorch.utils", "unwrap_dead_wrappers", "autograd.Function.apply's call"),
+        # a torch class coursekit's own code uses
+        ("torch.utils.flop_counter.FlopCounterMode", "get_total_flops", "coursekit's class"),
     ],
 )
 def test_the_seal_names_what_torch_reaches_through_more_than_one_step(
@@ -361,6 +427,8 @@ def test_the_seal_names_what_torch_reaches_through_more_than_one_step(
     import torch.autograd.variable  # noqa: F401
     import torch.optim.sgd  # noqa: F401
 
+    import coursekit.checkpointing  # noqa: F401  (uses FlopCounterMode)
+
     sealed = harness_seal.seal()
     namespace = cell("def fake(*args, **kwargs):\n    return 0\n")
     if owner == "torch._C._VariableFunctions":
@@ -368,7 +436,11 @@ def test_the_seal_names_what_torch_reaches_through_more_than_one_step(
         where = "torch._VF.vf"
         replacement = types.SimpleNamespace(norm=namespace["fake"])
     else:
-        holder = sys.modules.get(owner) or functools.reduce(getattr, owner.split(".")[1:], torch)
+        module = owner
+        while module not in sys.modules:
+            module = module.rpartition(".")[0]
+        rest = owner[len(module) + 1 :].split(".") if owner != module else []
+        holder = functools.reduce(getattr, rest, sys.modules[module])
         where = f"{owner}.{name}"
         replacement = _FakeEngine() if name == "_execution_engine" else namespace["fake"]
     missing = object()
@@ -592,3 +664,82 @@ def test_a_new_audit_hook_from_the_notebook_is_refused_and_named():
     assert done.returncode == 0, done.stderr[-2000:]
     reports, seen = __import__("json").loads(done.stdout.splitlines()[-1])
     assert reports == ["it added an audit hook (refused)"] and seen == 0
+
+
+_A_LIBRARY = """
+import types
+
+
+def target(x, scale=1):
+    return x * scale
+
+
+def other(x, scale=1):
+    return x + scale
+
+
+def set_defaults(function, defaults):
+    function.__defaults__ = defaults
+
+
+def copy_with_defaults(function, defaults):
+    copy = types.FunctionType(function.__code__, function.__globals__, function.__name__)
+    copy.__defaults__ = defaults
+    return copy
+
+
+def compile_generated(filename):
+    return compile("x = 1", filename, "exec")
+"""
+
+
+def test_defaults_changed_and_code_compiled_are_named_only_where_they_matter(tmp_path):
+    """A library function that existed before the hand-in has its defaults changed: named,
+    even through a library helper. A copy a library makes since, with defaults of its own
+    (transformers and networkx do so as they run): not named, unless the notebook's own code
+    changes it. Code compiled under a name in a library's folder that is no file (inductor's
+    generated code): not named; under a library file's own name with other text: named."""
+    import subprocess
+
+    library = tmp_path / "lib"
+    library.mkdir()
+    (library / "zz_library.py").write_text(_A_LIBRARY)
+    script = (
+        "import json, os, sys\n"
+        f"sys.path.insert(0, {str(library)!r})\n"
+        "import zz_library\n"
+        "from coursekit.grading.sandbox import tampering\n"
+        "from coursekit.grading.sandbox.provenance import Provenance\n"
+        f"folders = (os.path.dirname(os.__file__) + '/', {str(library) + '/'!r})\n"
+        "record = Provenance(folders)\n"
+        "record.seal()\n"
+        "reports = []\n"
+        "tampering.install_audit_hook(reports.append, folders, record)\n"
+        "def cell(source):\n"
+        "    exec(compile(source, '<cell>', 'exec'), {'zz_library': zz_library})\n"
+        "    return list(reports)\n"
+        "steps = [\n"
+        "    cell('copy = zz_library.copy_with_defaults(zz_library.target, (2,))'),\n"
+        "    cell('zz_library.compile_generated(zz_library.__file__ + \":codegen(f)\")'),\n"
+        "    cell('copy = zz_library.copy_with_defaults(zz_library.other, (2,))\\n'\n"
+        "         'copy.__defaults__ = (4,)'),\n"
+        "    cell('zz_library.set_defaults(zz_library.target, (3,))'),\n"
+        "    cell('zz_library.compile_generated(zz_library.__file__)'),\n"
+        "]\n"
+        "print(json.dumps(steps))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    steps = __import__("json").loads(done.stdout.splitlines()[-1])
+    assert steps[0] == [] and steps[1] == [], steps  # a library's own copy; no file
+    other, target = (f"it changed __defaults__ of zz_library.{f}" for f in ("other", "target"))
+    assert steps[2] == [other], steps  # the notebook's own change to a library's copy
+    assert steps[3] == [other, target], steps  # through a library helper: whoever does it
+    compiled = f"it compiled code under a library's file name ({library}/zz_library.py)"
+    assert steps[4] == [other, target, compiled], steps

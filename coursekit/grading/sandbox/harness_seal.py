@@ -126,6 +126,8 @@ class Seal:
     functions: list = field(default_factory=list)
     # (where, object, class)
     classes: list = field(default_factory=list)
+    # (where, table, its contents): dicts keyed by classes or dtypes that functions consult
+    tables: list = field(default_factory=list)
     hooks: dict = field(default_factory=dict)  # "meta_path" / "path_hooks" -> tuple
     modules: frozenset = frozenset()  # coursekit's modules sealed
     # the same entries and functions, laid out for :func:`_unchanged` (made by :func:`seal`)
@@ -290,6 +292,10 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
         found.entries.append((f"{module_name}.{name}", namespace, name, value, strict))
         if isinstance(value, type) and _same_package(value, module_name):
             _seal_class(found, f"{module_name}.{name}", value, ours, seen)
+        elif ours and isinstance(value, type) and _in_library(value):
+            # a torch class coursekit's code uses (FlopCounterMode, DataLoader): its members
+            # as torch's own module would have them sealed
+            _seal_class(found, f"{value.__module__}.{value.__qualname__}", value, False, seen)
     registry = namespace.get("QUESTIONS") if ours else None
     if isinstance(registry, dict) and id(registry) not in seen:
         seen.add(id(registry))
@@ -396,10 +402,22 @@ def _followed(module: str) -> bool:
 
 def _seal_names_read(found, namespace, where, names, have, seen) -> None:
     """The globals among ``names`` in ``namespace``, and the attributes among ``names`` of the
-    torch modules reached so (an attribute chain, whichever order the names come in). Not
-    of other modules: ``sys.excepthook`` or ``os.environ`` are the process's settings, which
-    libraries change (torch.distributed sets its own excepthook)."""
+    torch modules reached so (an attribute chain, whichever order the names come in; from a
+    module a function imports itself, too: ``import torch._dynamo`` in ``SGD.step``'s
+    wrapper). Not of other modules: ``sys.excepthook`` or ``os.environ`` are the process's
+    settings, which libraries change (torch.distributed sets its own excepthook). Tables a
+    function consults (a dict keyed by classes or dtypes: ``copy._deepcopy_dispatch``,
+    ``torch.testing``'s tolerances) are recorded too (:func:`_table`)."""
     holders, followed = [(namespace, where)], {id(namespace)}
+    for name in names:  # IMPORT_NAME's dotted names: a local bound to the root module
+        root = _MODULES.get(name.split(".")[0]) if "." in name else None
+        if (
+            isinstance(root, types.ModuleType)
+            and _in_torch(root)
+            and id(vars(root)) not in followed
+        ):
+            followed.add(id(vars(root)))
+            holders.append((vars(root), root.__name__))
     while holders:
         holder, label = holders.pop()
         for name in names:
@@ -413,11 +431,24 @@ def _seal_names_read(found, namespace, where, names, have, seen) -> None:
                 have.add((id(holder), name))
                 if module or callable(value) or _torch_object(value):
                     found.entries.append((f"{label}.{name}", holder, name, value, module))
+                elif _table(value):
+                    found.tables.append((f"{label}.{name}", value, dict(value)))
                 if isinstance(value, type) and _same_package(value, where):
                     _seal_class(found, f"{label}.{name}", value, False, seen)
-            if module and id(vars(value)) not in followed and _followed(value.__name__):
-                followed.add(id(vars(value)))
+            if module and id(vars(value)) not in followed and _in_torch(value):
+                followed.add(id(vars(value)))  # torch's compiler stack too: one step
                 holders.append((vars(value), value.__name__))
+
+
+def _in_torch(module) -> bool:
+    return str(module.__name__).split(".")[0] in _FOLLOWED
+
+
+def _table(value) -> bool:
+    """A dispatch or constants table: a plain dict whose keys are all classes or dtypes."""
+    if type(value) is not dict or not value:
+        return False
+    return all(isinstance(key, type) or type(key).__name__ == "dtype" for key in value)
 
 
 def _names_read(code: types.CodeType) -> set[str]:
@@ -439,6 +470,10 @@ def _state_of(function) -> tuple:
         except ValueError:  # an empty cell
             cells.append(_MISSING)
     return function.__code__, function.__defaults__, function.__kwdefaults__, tuple(cells)
+
+
+def _in_library(cls: type) -> bool:
+    return str(getattr(cls, "__module__", "")).split(".")[0] in ("torch", "numpy")
 
 
 def _same_package(cls: type, module_name: str) -> bool:
@@ -466,6 +501,8 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     for where, holder, cls in sealed.classes:
         if type(holder) is not cls:
             found.append(where)
+    for where, table, contents in sealed.tables:
+        found += _table_changes(where, table, contents)
     for where, namespace, names, strict in sealed.names:
         if len(namespace) == len(names) and namespace.keys() == names:
             continue
@@ -473,7 +510,7 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             now = namespace.get(added)
             if _expected_addition(namespace, added):
                 continue
-            if strict or not library_value(now, provenance, added):
+            if strict or not library_value(now, provenance, added, where=where):
                 found.append(f"{where}.{added}")
     for key, hooks in sealed.hooks.items():
         now = tuple(getattr(sys, key))
@@ -486,6 +523,37 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             if name.startswith("coursekit") and name not in sealed.modules:
                 found += _foreign_code(name, provenance)
     return found
+
+
+def _table_changes(where: str, table: dict, contents: dict) -> list[str]:
+    """An entry of a table replaced or removed, or one added for a class or dtype of torch's,
+    numpy's or coursekit's (``copy._deepcopy_dispatch[nn.Parameter] = ...``: what copying a
+    model does). A library may add its own classes (``copyreg.pickle`` on import). An added
+    key's class is read past any metaclass of the notebook's (no notebook code runs here)."""
+    if len(table) == len(contents) and all(
+        map(_same_entry, _REPEAT(table), contents.keys(), contents.values())
+    ):
+        return []
+    found = [
+        f"{where}[{key!r}]" for key, value in contents.items() if not _same_entry(table, key, value)
+    ]
+    known = {id(key) for key in contents}
+    for key in list(table):  # by identity: a key of the notebook's is never hashed here
+        if id(key) in known:
+            continue
+        owner = key if isinstance(key, type) else type(key)
+        module = str(_TYPE_ATTRIBUTE(owner, "__module__"))
+        if module.split(".")[0] in _GRADED_PACKAGES:
+            found.append(f"{where}[{module}.{_TYPE_ATTRIBUTE(owner, '__qualname__')}]")
+    return found
+
+
+def _same_entry(table: dict, key, value) -> bool:
+    return _DICT_GET(table, key, _MISSING) is value
+
+
+_TYPE_ATTRIBUTE = type.__getattribute__
+_GRADED_PACKAGES = ("torch", "numpy", "coursekit")
 
 
 def _changed_cells(function, cells: tuple) -> bool:
@@ -502,18 +570,16 @@ def _changed_cells(function, cells: tuple) -> bool:
     return False
 
 
-def library_value(value, provenance, key=None, original=_MISSING) -> bool:
-    """Could this replacement (of ``original``, under ``key``) in torch or the standard
-    library be a library's own doing? Libraries patch torch too (Lightning wraps
+def library_value(value, provenance, key=None, original=_MISSING, where="") -> bool:
+    """Could this replacement (of ``original``, under ``key``, at ``where``) in torch or the
+    standard library be a library's own doing? Libraries patch torch too (Lightning wraps
     ``torch.compile`` on import), so a value all of whose code is the libraries' own can pass,
     a module too: judged by :meth:`coursekit.grading.sandbox.provenance.Provenance
     .is_library_callable` (code, globals, closure, defaults, a partial's arguments, a bound
     ``__self__``, wrapped callables), strictly: a library function with other defaults, or a
     ``partial`` with arguments bound, is not the library's. Data where there was a function
     is not either. Nor is another library function put in its place
-    (``torch.equal = torch.is_same_size``): a library's replacement wraps the original
-    (``__wrapped__``, as ``functools.wraps`` leaves it), or has the name it replaces, from
-    the same library (see :func:`_stands_for`)."""
+    (``torch.equal = torch.is_same_size``): see :func:`_stands_for`."""
     if isinstance(value, type(sys)):
         return True
     if provenance is None:
@@ -521,29 +587,67 @@ def library_value(value, provenance, key=None, original=_MISSING) -> bool:
     return (  # its provenance first: only then are its attributes read (no notebook code runs)
         callable(value)
         and provenance.is_library_callable(value, strict=True)
-        and _stands_for(value, key, original)
+        and _stands_for(value, key, original, where.split(".")[0])
     )
 
 
-def _stands_for(value, key, original) -> bool:
-    """Whether ``value`` can stand for ``original`` under ``key``: it wraps it, or it has the
-    key's name and comes from the library the original came from (its top package)."""
-    inner = value
-    for _ in range(8):  # a wrapper's chain of __wrapped__ (Lightning's around compile)
-        if original is not _MISSING and inner is original:
-            return True
-        inner = getattr(inner, "__wrapped__", _MISSING)
-        if inner is _MISSING:
-            break
-    if key is None or getattr(value, "__name__", None) != key:
+def _stands_for(value, key, original, package: str) -> bool:
+    """Whether library code ``value`` can stand for ``original`` under ``key`` in
+    ``package``: a function that wraps it (``functools.wraps`` gave it ``__wrapped__``, and its
+    own closure holds it), made by a library's own decorator rather than by a combinator of
+    the standard library's or torch's function transforms (``contextlib.contextmanager`` or
+    ``torch.func.grad`` hold a function and compute something else); or a function whose
+    own code has the key's name, from the package's own files. Only what a caller cannot set
+    is read: the code object and the closure, not ``__name__`` or ``__module__``."""
+    if not isinstance(value, types.FunctionType):
+        return False  # a builtin's __module__ can be set; a partial's or a class's __name__
+    code = value.__code__
+    if (
+        original is not _MISSING
+        and _FUNCTION_DICT(value).get("__wrapped__") is original
+        and any(_holds(cell, original) for cell in value.__closure__ or ())
+        and not _combinator(code.co_filename)
+    ):
+        return True
+    home = _MODULES.get(package)
+    folder = _dirname(str(getattr(home, "__file__", None) or "")) + "/"
+    return key is not None and code.co_name == key and code.co_filename.startswith(folder)
+
+
+def _holds(cell, value) -> bool:
+    try:
+        return cell.cell_contents is value
+    except ValueError:  # an empty cell
         return False
-    if original is _MISSING:
-        return True  # a name added: its own name, at least
-    return _package(value) == _package(original)
 
 
-def _package(value) -> str:
-    return str(getattr(value, "__module__", None) or "").split(".")[0]
+def _combinators() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the standard library's folder, its site-packages): the functions of the first, less
+    the second, hold a function and may compute something else with it (see
+    :func:`_combinator`)."""
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    return (paths["stdlib"] + "/",), (paths["purelib"] + "/", paths["platlib"] + "/")
+
+
+def _combinator(filename: str) -> bool:
+    """Whether code of ``filename`` is the standard library's or one of torch's function
+    transforms (``torch.func``, ``torch._functorch``)."""
+    stdlib, sites = _COMBINATORS
+    if filename.startswith(stdlib) and not filename.startswith(sites):
+        return True
+    torch = _MODULES.get("torch")
+    home = _dirname(str(getattr(torch, "__file__", None) or ""))
+    return bool(home) and filename.startswith((home + "/_functorch/", home + "/func/"))
+
+
+_FUNCTION_DICT = types.FunctionType.__dict__["__dict__"].__get__
+_COMBINATORS = _combinators()
+
+
+def _dirname(path: str) -> str:
+    return path.rpartition("/")[0]
 
 
 def library_hook(value, provenance) -> bool:

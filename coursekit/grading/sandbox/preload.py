@@ -26,6 +26,7 @@ def preload() -> None:
 
     _import_lazy_ones()
     _register_lazy_kernels()
+    _patch_modules_as_dynamo_does()
     tampering.warm_up()
     torch_registrations.watch()  # before the seal: its wrappers are what the seal records
     frame_hook_guard.guard()  # so too the guarded setters of torch._dynamo's frame hooks
@@ -58,6 +59,18 @@ def _register_lazy_kernels() -> None:
     except ImportError:  # another release of torch: whatever it does lazily is compared
         return
     lazy_load_decompositions()
+
+
+def _patch_modules_as_dynamo_does() -> None:
+    """``torch.compile`` replaces ``nn.Module.__init__`` and ``__setstate__`` with wrappers
+    that tag each module (torch._dynamo's generation tagging) the first time it runs. Done
+    here, the wrappers are what the seal records, so a hand-in that compiles changes
+    nothing it compares."""
+    try:
+        from torch._dynamo.mutation_guard import install_generation_tagging_init
+    except ImportError:  # another release of torch: whatever it patches is compared
+        return
+    install_generation_tagging_init()
 
 
 def _import_lazy_ones() -> None:

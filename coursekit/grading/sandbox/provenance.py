@@ -73,11 +73,15 @@ class Provenance:
         self._globals: dict[int, dict] = {}  # library namespaces, by identity
         self._pending: dict[int, tuple] = {}  # namespace id -> (namespace, code) to verify
         self._defaults: dict[int, list] = {}  # code id -> [(defaults, kwdefaults)] at seal
+        self._functions: list = []  # every function at seal
+        self._function_ids: frozenset = frozenset()
 
     def seal(self) -> int:
         """Record every code object now reachable from a function (nested code included),
         before any hand-in code runs; returns how many. They are held, so no id is reused."""
         functions = [obj for obj in gc.get_objects() if type(obj) is types.FunctionType]
+        self._functions = functions  # held: no id of theirs is reused
+        self._function_ids = frozenset(map(id, functions))
         for function in functions:
             key = id(function.__code__)
             variants = self._defaults.setdefault(key, [])
@@ -91,6 +95,11 @@ class Provenance:
                 self._known[id(code)] = code
                 stack += [c for c in code.co_consts if type(c) is _CODE]
         return len(self._known)
+
+    def existed_at_seal(self, function) -> bool:
+        """Whether ``function`` existed when :meth:`seal` ran (before any hand-in code): one
+        the import of a library makes later, or a copy a library makes of another, did not."""
+        return id(function) in self._function_ids
 
     def share_known(self, other: Provenance) -> None:
         """Take a copy of ``other``'s record (two instruments, neither reaching the other's)."""

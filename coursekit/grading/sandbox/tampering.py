@@ -86,6 +86,8 @@ def install_audit_hook(
     noters = tuple(p.note_exec for p in (provenance, *mirrors))
     trusted_file = provenance.is_trusted_file
     source_matches = provenance.source_matches
+    existed_at_seal = provenance.existed_at_seal
+    is_a_file = os.path.isfile
     helpers = _helper_codes()
     busy: set[int] = set()
     sent: set[str] = set()
@@ -115,9 +117,13 @@ def install_audit_hook(
             target, name = args[0], args[1]
             if name in _CODE_ATTRIBUTES and is_library(getattr(target, "__code__", None)):
                 module = getattr(target, "__module__", "?")
+                # a function of the libraries' that existed before any hand-in code: whoever
+                # changes it (a library helper the notebook calls, too); one a library made
+                # since (networkx's argmap compiles its own, transformers copies its
+                # methods and sets their defaults): only the notebook's own change counts
                 return (
                     f"it changed {name} of {module}.{getattr(target, '__qualname__', '?')}",
-                    False,
+                    not existed_at_seal(target),
                 )
             module = str(getattr(target, "__module__", ""))
             if isinstance(target, type) and module.startswith(_WATCHED_PACKAGES):
@@ -127,7 +133,9 @@ def install_audit_hook(
                 return f"it changed the class of a {owner.__module__}.{owner.__qualname__}", True
             return None, True
         if event == "compile" and len(args) == 2 and trusted_file(args[1]):
-            if not source_matches(args[0], args[1]):
+            # a name that is no file (inductor's "...codegen.py:codegen(...)") makes no code
+            # the libraries': Provenance has no text to match it with
+            if not source_matches(args[0], args[1]) and is_a_file(args[1]):
                 return f"it compiled code under a library's file name ({args[1]})", False
             return None, True
         if event == "code.__new__" and len(args) >= 2 and trusted_file(args[1]):
