@@ -313,10 +313,10 @@ def test_the_seal_names_a_global_a_torch_function_reads_rebound(provenance, monk
 def test_a_library_function_of_another_name_put_in_place_is_named(provenance, monkeypatch):
     """All of it is library code, yet ``torch.equal = torch.is_same_size`` makes every
     comparison pass. A library's own replacement wraps the original (its closure holds it,
-    and ``functools.wraps`` named it) or is a function of the same name from the same
-    library; what a caller can set (``__wrapped__`` on a partial, ``__name__``) proves
-    nothing, nor does a combinator of the standard library's or torch's transforms that
-    holds the original and computes something else."""
+    and ``functools.wraps`` named it). What a caller can set (``__wrapped__`` on a partial,
+    ``__name__``) proves nothing; nor does a combinator of the standard library's or of
+    torch's transforms, which holds the original and computes something else; nor another
+    function of the same name (every module's method is ``forward``)."""
     import contextlib
 
     import torch.nn.functional as F
@@ -331,6 +331,8 @@ def test_a_library_function_of_another_name_put_in_place_is_named(provenance, mo
         "torch.allclose": (torch, "allclose", dispatched),
         "torch.isclose": (torch, "isclose", contextlib.contextmanager(torch.isclose)),
         "torch.nn.functional.mse_loss": (F, "mse_loss", F.l1_loss),
+        # of the same name, from the same library
+        "torch.nn.MSELoss.forward": (torch.nn.MSELoss, "forward", torch.nn.L1Loss.forward),
         "torch.nn.functional.l1_loss": (F, "l1_loss", torch.func.grad(F.l1_loss)),
         "torch.Tensor.__eq__": (torch.Tensor, "__eq__", torch.Tensor.__ne__),
     }

@@ -130,6 +130,8 @@ class Seal:
     tables: list = field(default_factory=list)
     hooks: dict = field(default_factory=dict)  # "meta_path" / "path_hooks" -> tuple
     modules: frozenset = frozenset()  # coursekit's modules sealed
+    functions_seen: set = field(default_factory=set)  # their ids, while the seal is made
+    members: dict = field(default_factory=dict)  # (id of a class, name) -> member, as sealed
     # the same entries and functions, laid out for :func:`_unchanged` (made by :func:`seal`)
     quick: _Quick | None = None
 
@@ -285,7 +287,7 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
     compiled = module_name in COMPILED_MODULES
     strict = ours or module_name == "builtins"
     if ours or compiled:  # a new global there shadows a builtin, or torch's own function
-        found.names.append((module_name, namespace, frozenset(namespace), ours))
+        found.names.append((module_name, namespace, frozenset(namespace), ours, None))
     for name, value in list(namespace.items()):
         if not (ours or _library_member(name, value, compiled)):
             continue
@@ -304,7 +306,7 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
                 (f"{module_name}.QUESTIONS[{key!r}]", registry, key, question, True)
             )
             state = vars(question)
-            found.names.append((f"QUESTIONS[{key!r}]", state, frozenset(state), True))
+            found.names.append((f"QUESTIONS[{key!r}]", state, frozenset(state), True, None))
             found.classes.append((f"QUESTIONS[{key!r}].__class__", question, type(question)))
             for attribute, member in list(state.items()):
                 where = f"QUESTIONS[{key!r}].{attribute}"
@@ -333,7 +335,7 @@ def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) 
         return  # an immutable type: a compiled one of torch's, say (Tensor's base)
     seen.add(id(cls))
     members = vars(cls)
-    found.names.append((where, members, frozenset(members), ours))
+    found.names.append((where, members, frozenset(members), ours, cls))
     for attribute, member in list(members.items()):
         if (
             ours
@@ -342,14 +344,16 @@ def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) 
             or (_torch_object(member) and attribute != "__dict__")
         ):
             found.entries.append((f"{where}.{attribute}", members, attribute, member, ours))
+            found.members[(id(cls), attribute)] = member
 
 
-def _seal_functions(found: Seal) -> None:
-    """Each plain function among the entries (and those that methods, properties and static
-    or class methods wrap, and a decorator's closure holds: ``SGD.step``'s own code is in
-    the closure of ``_use_grad``'s wrapper): what it runs, to compare by identity."""
-    seen = {id(function) for _, function, *_ in found.functions}
-    for where, _, _, value, _ in found.entries:
+def _seal_functions(found: Seal, start: int = 0) -> None:
+    """Each plain function among the entries from ``start`` on (and those that methods,
+    properties and static or class methods wrap, and a decorator's closure holds:
+    ``SGD.step``'s own code is in the closure of ``_use_grad``'s wrapper): what it runs, to
+    compare by identity."""
+    seen = found.functions_seen
+    for where, _, _, value, _ in found.entries[start:]:
         inner = [(where, value), (where, getattr(value, "__func__", None))]
         if isinstance(value, property):
             inner += [(where, value.fget), (where, value.fset), (where, value.fdel)]
@@ -376,7 +380,7 @@ def _seal_reads(found: Seal, seen: set[int]) -> None:
     (``SGD.step`` -> ``sgd`` -> ``_single_tensor_sgd``); other libraries' one level deep."""
     have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
     scanned: set[int] = set()
-    first = True
+    first, start = True, len(found.entries)
     while True:
         fresh = [entry for entry in found.functions if id(entry[1]) not in scanned]
         for _, function, code, *_ in fresh:
@@ -388,7 +392,8 @@ def _seal_reads(found: Seal, seen: set[int]) -> None:
             names = sorted(_names_read(code))
             _seal_names_read(found, namespace, module, names, have, seen)
         before = len(found.functions)
-        _seal_functions(found)
+        _seal_functions(found, start)
+        start = len(found.entries)
         first = False
         if len(found.functions) == before:
             return
@@ -487,7 +492,9 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     if not _entries_unchanged(quick):
         for where, namespace, key, value, strict in sealed.entries:
             now = namespace.get(key, _MISSING)
-            if now is not value and (strict or not library_value(now, provenance, key, value)):
+            if now is not value and (
+                strict or not library_value(now, provenance, key, value, where)
+            ):
                 found.append(where)
     if not _functions_unchanged(quick):
         for where, function, code, defaults, kwdefaults, cells in sealed.functions:
@@ -503,14 +510,14 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             found.append(where)
     for where, table, contents in sealed.tables:
         found += _table_changes(where, table, contents)
-    for where, namespace, names, strict in sealed.names:
+    for where, namespace, names, strict, owner in sealed.names:
         if len(namespace) == len(names) and namespace.keys() == names:
             continue
         for added in sorted(namespace.keys() - names, key=str):
             now = namespace.get(added)
             if _expected_addition(namespace, added):
                 continue
-            if strict or not library_value(now, provenance, added, where=where):
+            if strict or not _library_addition(now, provenance, added, where, owner, sealed):
                 found.append(f"{where}.{added}")
     for key, hooks in sealed.hooks.items():
         now = tuple(getattr(sys, key))
@@ -570,7 +577,7 @@ def _changed_cells(function, cells: tuple) -> bool:
     return False
 
 
-def library_value(value, provenance, key=None, original=_MISSING, where="") -> bool:
+def library_value(value, provenance, key=None, original=_MISSING, where=None) -> bool:
     """Could this replacement (of ``original``, under ``key``, at ``where``) in torch or the
     standard library be a library's own doing? Libraries patch torch too (Lightning wraps
     ``torch.compile`` on import), so a value all of whose code is the libraries' own can pass,
@@ -587,31 +594,61 @@ def library_value(value, provenance, key=None, original=_MISSING, where="") -> b
     return (  # its provenance first: only then are its attributes read (no notebook code runs)
         callable(value)
         and provenance.is_library_callable(value, strict=True)
-        and _stands_for(value, key, original, where.split(".")[0])
+        and _stands_for(value, key, original, where.split(".")[0] if where else None)
     )
 
 
-def _stands_for(value, key, original, package: str) -> bool:
+def _library_addition(value, provenance, name, where, owner, sealed) -> bool:
+    """A name added to a library's class (``owner``) or module: in a class, where it shadows
+    what a base class has, judged as a replacement of that, as it is or as it was sealed
+    (torch.compile wraps ``AdamW._init_group`` over ``Adam``'s, then ``Adam``'s own); where it
+    shadows nothing (a method transformers adds to ``nn.Module``), a library function of that
+    name, from any library."""
+    if owner is None:
+        return library_value(value, provenance, name, _MISSING, where)
+    for base in _MRO(owner)[1:]:
+        now = _PROXY_GET(_CLASS_DICT(base), name, _MISSING)
+        then = sealed.members.get((id(base), name), _MISSING)
+        if now is not _MISSING or then is not _MISSING:
+            return any(
+                library_value(value, provenance, name, inherited, where)
+                for inherited in (now, then)
+                if inherited is not _MISSING
+            )
+    return library_value(value, provenance, name)
+
+
+_MRO = type.__dict__["__mro__"].__get__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def _stands_for(value, key, original, package: str | None) -> bool:
     """Whether library code ``value`` can stand for ``original`` under ``key`` in
-    ``package``: a function that wraps it (``functools.wraps`` gave it ``__wrapped__``, and its
-    own closure holds it), made by a library's own decorator rather than by a combinator of
-    the standard library's or torch's function transforms (``contextlib.contextmanager`` or
-    ``torch.func.grad`` hold a function and compute something else); or a function whose
-    own code has the key's name, from the package's own files. Only what a caller cannot set
-    is read: the code object and the closure, not ``__name__`` or ``__module__``."""
+    ``package``. In place of a function: one that wraps it (``functools.wraps`` gave it
+    ``__wrapped__``, and its own closure holds it), made by a library's own decorator rather
+    than by a combinator of the standard library's or torch's function transforms
+    (``contextlib.contextmanager`` or ``torch.func.grad`` hold a function and compute
+    something else); never another function, even of the same name (``nn.MSELoss.forward =
+    nn.L1Loss.forward``). Where nothing was (a name added): a function whose own code has
+    that name, from the package's own files (any library's, where ``package`` is None).
+    Only what a caller cannot set is read: the code object and the closure, not
+    ``__name__`` or ``__module__``."""
     if not isinstance(value, types.FunctionType):
         return False  # a builtin's __module__ can be set; a partial's or a class's __name__
     code = value.__code__
-    if (
-        original is not _MISSING
-        and _FUNCTION_DICT(value).get("__wrapped__") is original
-        and any(_holds(cell, original) for cell in value.__closure__ or ())
-        and not _combinator(code.co_filename)
-    ):
+    if original is not _MISSING:
+        return (
+            _FUNCTION_DICT(value).get("__wrapped__") is original
+            and any(_holds(cell, original) for cell in value.__closure__ or ())
+            and not _combinator(code.co_filename)
+        )
+    if key is None or code.co_name != key:
+        return False
+    if package is None:
         return True
     home = _MODULES.get(package)
-    folder = _dirname(str(getattr(home, "__file__", None) or "")) + "/"
-    return key is not None and code.co_name == key and code.co_filename.startswith(folder)
+    folder = _dirname(str(getattr(home, "__file__", None) or ""))
+    return bool(folder) and code.co_filename.startswith(folder + "/")
 
 
 def _holds(cell, value) -> bool:

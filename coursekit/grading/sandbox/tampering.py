@@ -8,10 +8,12 @@ it visible, with instruments installed before the first cell runs:
 - an audit hook (PEP 578; it cannot be removed from Python) that reports, the moment they
   happen, what reaches into the running program from the notebook's own code (``gc``,
   frames, tracing, ``ctypes``, code made from bytes or under a library's file name, class
-  attributes of coursekit, torch or numpy), and, whoever does it, changes to the code or
-  defaults of library functions and code compiled under a library file's name with other
-  text. Whose code raised an event is decided by :mod:`coursekit.grading.sandbox.provenance`, from
-  code objects and file text, never from the file name a code object claims;
+  attributes of coursekit, torch or numpy where the interpreter audits their setting: not
+  Python 3.11, where only the seal sees them; torch._dynamo's frame hooks set), and, whoever
+  does it, changes to the code or defaults of library functions that existed before the
+  hand-in and code compiled under a library file's name with other text. Whose code
+  raised an event is decided by :mod:`coursekit.grading.sandbox.provenance`, from code
+  objects and file text, never from the file name a code object claims;
 - tripwires on coursekit's own answers (the library function of a question's name, the
   check's ``reference()``): a call from the notebook's code while the tests run is reported.
 
@@ -63,11 +65,14 @@ def install_audit_hook(
     libraries' own from what a hand-in cannot forge: code compiled under ``torch.__file__``,
     or made from bytes, is still the notebook's. An event that reaches into the running
     program (frames, ``gc``, ``ctypes``, tracing, new audit hooks, code made from bytes or
-    under a library file's name, class attributes of coursekit, torch or numpy) counts when
-    the code that raised it is the notebook's, looking past the library modules that pass a
-    caller's request on or hand frames back to it (:data:`HELPER_MODULES`). Changing the
-    code, defaults or keyword defaults of a library function counts whoever does it, and so
-    does compiling code under a library file's name with other text than the file's.
+    under a library file's name, class attributes of coursekit, torch or numpy, a frame hook
+    of torch._dynamo's) counts when the code that raised it is the notebook's, looking past
+    the library modules that pass a caller's request on or hand frames back to it
+    (:data:`HELPER_MODULES`). Changing the code, defaults or keyword defaults of a library
+    function that existed at the seal counts whoever does it (of one a library made since,
+    only the notebook's change), and so does compiling code under a library file's name
+    with other text than the file's; a frame hook that is not the libraries' own code counts
+    whoever sets it.
 
     Whose code raised an event is judged by frame: library code running in a library
     module's namespace (:meth:`Provenance.is_library_frame`), so library code run with the
