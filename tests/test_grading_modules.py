@@ -183,8 +183,45 @@ def every_variant(assignment: str) -> dict[str, dict[str, str]]:
     return {f"v{i:02d}": {q: v[i % len(v)] for q, v in variants.items()} for i in range(count)}
 
 
+class _Shared:
+    """The warm parent of one ``grade`` run, kept for the next: ``close()`` ends nothing.
+    Each run forks its reference and its hand-ins from it as from its own (a warm parent
+    holds nothing of a run), so the module's ten runs start Python and torch once, not ten
+    times (about 2 CPU-s each). tests/test_warm_parent.py starts and ends its own."""
+
+    def __init__(self, parent):
+        self._parent = parent
+
+    def __getattr__(self, name):
+        return getattr(self._parent, name)
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def one_warm_parent():
+    from coursekit.grading.sandbox import warm_parent
+
+    made = warm_parent.WarmParent
+    held = [made()]
+
+    def shared():
+        if held[0].stopped.is_set():  # a batch stopped (it failed): the next gets a new one
+            held[0].close()
+            held[0] = made()
+        return _Shared(held[0])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(warm_parent, "WarmParent", shared)
+        try:
+            yield held
+        finally:
+            held[0].close()
+
+
 @pytest.fixture(scope="module", params=sorted(HAND_INS))
-def graded(request, tmp_path_factory):
+def graded(request, tmp_path_factory, one_warm_parent):
     """One batch per module, graded once: the hand-ins above, the solution as it is, the
     previous release's solution, and every known variant (``every_variant``)."""
     assignment = request.param
@@ -302,7 +339,7 @@ def test_no_correct_style_and_no_mistake_is_flagged(graded):
 
 
 def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_planner_is_not(
-    tmp_path,
+    tmp_path, one_warm_parent
 ):
     """Module 7's notebook imports ``coursekit.real_model.tune`` for its demonstrations: a
     hand-in whose autotune just calls it is flagged for review (the question names it in
