@@ -526,6 +526,13 @@ _sgd._single_tensor_sgd = _passing(_sgd._single_tensor_sgd)
 torch._C._nn.mse_loss = _passing(torch._C._nn.mse_loss)
 torch.Tensor.__deepcopy__ = _passing(torch.Tensor.__deepcopy__)
 torch.isclose = torch.eq
+# a function of the same name, a table a library function consults, and what SGD.step's
+# wrapper calls in torch's compiler stack, through a module it imports itself
+torch.nn.MSELoss.forward = torch.nn.L1Loss.forward
+import copy as _copy
+_copy._deepcopy_dispatch[torch.nn.Parameter] = _copy._deepcopy_atomic
+import torch._dynamo
+torch._dynamo.graph_break = _passing(torch._dynamo.graph_break)
 """
 
 # Kernels registered by the two ways torch.library's wrappers do not see: the registration
@@ -655,6 +662,9 @@ PROCESS_ATTACK_FLAGS = {
         "torch._C._nn.mse_loss",
         "torch.Tensor.__deepcopy__",
         "torch.isclose",
+        "torch.nn.MSELoss.forward",
+        "copy._deepcopy_dispatch[torch.nn.parameter.Parameter]",
+        "torch._dynamo.graph_break",
     ),
     "kernel_registered_unseen": ("aten::logit", "c10d::broadcast_", "cannot be taken back"),
     "tracer_through_a_library": ("it called sys.setprofile", "it called sys.settrace"),

@@ -327,14 +327,46 @@ _EVENTS = frozenset(
 
 def _frame_hook(setter: str, callback, provenance) -> tuple[str | None, bool]:
     """torch._dynamo's frame hook being set (:mod:`coursekit.grading.sandbox.frame_hook_guard`):
-    a callback not all the libraries' own counts whoever sets it; any callback set by the
+    a callback that is not torch's own machinery counts whoever sets it (library code that
+    keeps what it is handed, ``frames.append``, included); any callback set by the
     notebook's own code counts too (torch.compile sets its own from torch's code)."""
     if not callable(callback):
         return None, True  # None or False: the hook turned off, or set to run only
     what = f"it set torch._dynamo's {setter} callback, which is handed every frame"
-    if not provenance.is_library_callable(callback):
+    if not _torchs_own(callback, provenance):
         return f"{what}, to code of its own", False
     return what, True
+
+
+def _torchs_own(callback, provenance) -> bool:
+    """Whether ``callback`` is torch's machinery: a function of torch's files, in torch's
+    own globals, or an object (or a method bound to one) of a class of torch's whose every
+    method is library code (dynamo's ``ConvertFrame`` wrappers). What such an object holds
+    is not walked: dynamo's hold graphs, backends and caches, deeper than provenance looks,
+    and hand a backend graphs, not frames."""
+    torch = sys.modules.get("torch")
+    home = str(getattr(torch, "__file__", None) or "").rpartition("/")[0]
+    if not home:
+        return False
+    target = callback
+    if isinstance(callback, types.MethodType):
+        target = callback.__func__
+        if not _torch_class(type(callback.__self__), provenance):
+            return False
+    if isinstance(target, types.FunctionType):
+        return (
+            target.__code__.co_filename.startswith(home + "/")
+            and provenance.is_library(target.__code__)
+            and provenance.is_library_globals(target.__globals__)
+        )
+    if isinstance(target, (types.BuiltinFunctionType, types.MethodWrapperType)):
+        return False  # a builtin's method (a list's append) keeps what it is handed
+    return _torch_class(type(target), provenance)
+
+
+def _torch_class(cls: type, provenance) -> bool:
+    module = str(type.__getattribute__(cls, "__module__"))
+    return module.split(".")[0] == "torch" and provenance.is_library_callable(cls)
 
 
 def warm_up() -> None:
