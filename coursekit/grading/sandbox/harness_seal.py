@@ -3,23 +3,20 @@ hand-in code runs, and compared after the cells and after every test.
 
 A question's ``run`` (the harness) calls the student's function inside the hand-in's own
 process, so a hand-in can change what the harness runs. :func:`seal` records, in the warm
-parent (once, before any hand-in is forked), every object the harness can reach by name:
-coursekit's modules (every global), their classes (every member), the question registry and
-each question's state and class; torch's main modules, numpy and a few standard modules
-(builtins, json, math...) with their public functions and classes' methods; for each plain
-function among those, its code, defaults, keyword defaults and closure's contents; what
-those functions read as they run (:func:`_seal_reads`: globals and attribute chains, through
-torch to the end); every callable of torch's compiled modules (:data:`COMPILED_MODULES`);
-and the import hooks (``sys.meta_path``, ``sys.path_hooks``). :func:`changes` names each difference:
-a function replaced, its ``__code__`` or defaults swapped, a method or a question's class
-replaced, a name added where it shadows one, an import hook added. In coursekit and the
-builtins every change counts; in torch, numpy and the standard library a replacement counts
-unless its code is all library code (:mod:`coursekit.grading.sandbox.provenance`: decided from code
-objects and file text, never from a file name a hand-in chose) and it stands for what it
-replaced (it wraps it, or has its name: :func:`library_value`), since libraries patch torch
-too. Python's own additions (a module's warning registry, a class's ``__slotnames__`` that
-``copy`` caches, an import, coursekit's lazy exports) are not changes. The seal holds every
-object it recorded, so no replacement can take a recorded one's address.
+parent (once, before any hand-in is forked), every object the harness can reach
+(:mod:`coursekit.grading.sandbox.seal_reach` says what: coursekit's modules whole, torch's
+and a few other libraries' callables and classes, what their functions read as they run,
+tables they consult) and the import hooks (``sys.meta_path``, ``sys.path_hooks``).
+:func:`changes` names each difference: a function replaced, its ``__code__`` or defaults
+swapped, a method or a question's class replaced, a name added where it shadows one, a
+table's entry changed, an import hook added. In coursekit and the builtins every change
+counts; in torch, numpy and the standard library a replacement counts unless its code is
+all library code (:mod:`coursekit.grading.sandbox.provenance`: decided from code objects and
+file text, never from a file name a hand-in chose) and it wraps what it replaced
+(:func:`library_value`), since libraries patch torch too. Python's own additions (a module's
+warning registry, a class's ``__slotnames__`` that ``copy`` caches, an import, coursekit's
+lazy exports) are not changes. The seal holds every object it recorded, so no replacement
+can take a recorded one's address.
 
 The comparison stays in this one module, over 400 lines, on purpose: the hand-in's process
 runs it from a private copy of this module's globals (``runner.py``), and a helper module
@@ -90,27 +87,6 @@ COMPILED_MODULES = (
     "torch._C._functorch",
     "torch._VF",
 )
-# the libraries whose functions' reads are followed to the end (see _seal_reads), but for
-# torch's compiler stack, which no check computes with in the hand-in's process
-_FOLLOWED = ("torch",)
-_NOT_FOLLOWED = (
-    "torch._dynamo",
-    "torch._inductor",
-    "torch._functorch",
-    "torch.fx",
-    "torch.export",
-    "torch._export",
-    "torch._subclasses",
-    "torch._guards",
-    "torch._numpy",
-    "torch.onnx",
-    "torch._higher_order_ops",
-    "torch._prims",
-    "torch._refs",
-    "torch._decomp",
-)
-_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no member can be set or added
-_DESCRIPTORS = (staticmethod, classmethod, property)
 _MISSING = object()
 
 
@@ -265,224 +241,13 @@ def watched_names() -> list[str]:
 
 
 def seal() -> Seal:
-    """Record what the harness can reach (see the module's docstring)."""
-    found = Seal()
-    names = watched_names()
-    found.modules = frozenset(n for n in names if n.startswith("coursekit"))
-    for name in names:
-        found.entries.append(("sys.modules", sys.modules, name, sys.modules[name], True))
-    seen: set[int] = set()  # classes and registries: each is recorded once
-    for module_name in names:
-        _seal_module(found, module_name, seen)
-    _seal_functions(found)
-    _seal_reads(found, seen)
-    found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
+    """Record what the harness can reach (see the module's docstring): made once, in the warm
+    parent, by :mod:`coursekit.grading.sandbox.seal_reach`."""
+    from coursekit.grading.sandbox import seal_reach
+
+    found = seal_reach.record(Seal())
     found.quick = _quick(found)
     return found
-
-
-def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
-    namespace = vars(sys.modules[module_name])
-    ours = module_name.startswith("coursekit")
-    compiled = module_name in COMPILED_MODULES
-    strict = ours or module_name == "builtins"
-    if ours or compiled:  # a new global there shadows a builtin, or torch's own function
-        found.names.append((module_name, namespace, frozenset(namespace), ours, None))
-    for name, value in list(namespace.items()):
-        if not (ours or _library_member(name, value, compiled)):
-            continue
-        found.entries.append((f"{module_name}.{name}", namespace, name, value, strict))
-        if isinstance(value, type) and _same_package(value, module_name):
-            _seal_class(found, f"{module_name}.{name}", value, ours, seen)
-        elif ours and isinstance(value, type) and _in_library(value):
-            # a torch class coursekit's code uses (FlopCounterMode, DataLoader): its members
-            # as torch's own module would have them sealed
-            _seal_class(found, f"{value.__module__}.{value.__qualname__}", value, False, seen)
-    registry = namespace.get("QUESTIONS") if ours else None
-    if isinstance(registry, dict) and id(registry) not in seen:
-        seen.add(id(registry))
-        for key, question in list(registry.items()):
-            found.entries.append(
-                (f"{module_name}.QUESTIONS[{key!r}]", registry, key, question, True)
-            )
-            state = vars(question)
-            found.names.append((f"QUESTIONS[{key!r}]", state, frozenset(state), True, None))
-            found.classes.append((f"QUESTIONS[{key!r}].__class__", question, type(question)))
-            for attribute, member in list(state.items()):
-                where = f"QUESTIONS[{key!r}].{attribute}"
-                found.entries.append((where, state, attribute, member, True))
-
-
-def _library_member(name: str, value, compiled: bool) -> bool:
-    """Whether a library module's global is sealed: its public callables; in torch's
-    compiled modules, private ones and torch's own objects too (``_VF.vf``)."""
-    if not compiled:
-        return not name.startswith("_") and callable(value)
-    return not name.startswith("__") and (callable(value) or _torch_object(value))
-
-
-def _torch_object(value) -> bool:
-    """An instance of one of torch's classes (``Variable._execution_engine``, an
-    ``_EngineBase``): state the library's code calls into, so it must stay the very object."""
-    return not isinstance(value, type) and str(type(value).__module__).startswith("torch")
-
-
-def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) -> None:
-    """Every member of a class: all of coursekit's; of a library's, every callable and
-    descriptor, dunders included (``Tensor.__rsub__``, ``__deepcopy__``), and the objects of
-    torch's it holds (``Variable._execution_engine``)."""
-    if id(cls) in seen or cls.__flags__ & _IMMUTABLE_TYPE:
-        return  # an immutable type: a compiled one of torch's, say (Tensor's base)
-    seen.add(id(cls))
-    members = vars(cls)
-    found.names.append((where, members, frozenset(members), ours, cls))
-    for attribute, member in list(members.items()):
-        if (
-            ours
-            or callable(member)
-            or isinstance(member, _DESCRIPTORS)
-            or (_torch_object(member) and attribute != "__dict__")
-        ):
-            found.entries.append((f"{where}.{attribute}", members, attribute, member, ours))
-            found.members[(id(cls), attribute)] = member
-
-
-def _seal_functions(found: Seal, start: int = 0) -> None:
-    """Each plain function among the entries from ``start`` on (and those that methods,
-    properties and static or class methods wrap, and a decorator's closure holds:
-    ``SGD.step``'s own code is in the closure of ``_use_grad``'s wrapper): what it runs, to
-    compare by identity."""
-    seen = found.functions_seen
-    for where, _, _, value, _ in found.entries[start:]:
-        inner = [(where, value), (where, getattr(value, "__func__", None))]
-        if isinstance(value, property):
-            inner += [(where, value.fget), (where, value.fset), (where, value.fdel)]
-        while inner:
-            label, item = inner.pop()
-            if not isinstance(item, types.FunctionType) or id(item) in seen:
-                continue
-            seen.add(id(item))
-            state = _state_of(item)
-            found.functions.append((f"the code of {label}", item, *state))
-            if not str(item.__globals__.get("__name__", "")).startswith("coursekit"):
-                inner += [(f"{label} (what it wraps)", cell) for cell in state[3]]
-
-
-def _seal_reads(found: Seal, seen: set[int]) -> None:
-    """What each sealed library function reads by name as it runs, and what those read in
-    turn: rebinding a module global (``F`` in ``nn.Linear.forward``), or an attribute reached
-    through one (``torch._C._nn.mse_loss`` in ``F.mse_loss``), changes what the function does
-    without replacing it. A module there must stay that module (no library swaps one); a
-    function, class or torch object there is judged as the library's entries are, and the
-    members of a torch class read so are sealed like those of an exported one. Other values
-    are the library's state (locks, caches, counters: ``threading`` makes new ones after a
-    fork), not sealed. Torch's functions are followed to the end
-    (``SGD.step`` -> ``sgd`` -> ``_single_tensor_sgd``); other libraries' one level deep."""
-    have = {(id(namespace), key) for _, namespace, key, _, _ in found.entries}
-    scanned: set[int] = set()
-    first, start = True, len(found.entries)
-    while True:
-        fresh = [entry for entry in found.functions if id(entry[1]) not in scanned]
-        for _, function, code, *_ in fresh:
-            scanned.add(id(function))
-            namespace = function.__globals__
-            module = str(namespace.get("__name__", ""))
-            if module.startswith("coursekit") or not (first or _followed(module)):
-                continue  # coursekit's globals are sealed whole
-            names = sorted(_names_read(code))
-            _seal_names_read(found, namespace, module, names, have, seen)
-        before = len(found.functions)
-        _seal_functions(found, start)
-        start = len(found.entries)
-        first = False
-        if len(found.functions) == before:
-            return
-
-
-def _followed(module: str) -> bool:
-    return module.split(".")[0] in _FOLLOWED and not any(
-        module == name or module.startswith(name + ".") for name in _NOT_FOLLOWED
-    )
-
-
-def _seal_names_read(found, namespace, where, names, have, seen) -> None:
-    """The globals among ``names`` in ``namespace``, and the attributes among ``names`` of the
-    torch modules reached so (an attribute chain, whichever order the names come in; from a
-    module a function imports itself, too: ``import torch._dynamo`` in ``SGD.step``'s
-    wrapper). Not of other modules: ``sys.excepthook`` or ``os.environ`` are the process's
-    settings, which libraries change (torch.distributed sets its own excepthook). Tables a
-    function consults (a dict keyed by classes or dtypes: ``copy._deepcopy_dispatch``,
-    ``torch.testing``'s tolerances) are recorded too (:func:`_table`)."""
-    holders, followed = [(namespace, where)], {id(namespace)}
-    for name in names:  # IMPORT_NAME's dotted names: a local bound to the root module
-        root = _MODULES.get(name.split(".")[0]) if "." in name else None
-        if (
-            isinstance(root, types.ModuleType)
-            and _in_torch(root)
-            and id(vars(root)) not in followed
-        ):
-            followed.add(id(vars(root)))
-            holders.append((vars(root), root.__name__))
-    while holders:
-        holder, label = holders.pop()
-        for name in names:
-            value = holder.get(name, _MISSING)
-            if value is _MISSING:
-                continue
-            module = isinstance(value, types.ModuleType)
-            if module and str(value.__name__).startswith("coursekit"):
-                continue  # sealed whole
-            if (id(holder), name) not in have:
-                have.add((id(holder), name))
-                if module or callable(value) or _torch_object(value):
-                    found.entries.append((f"{label}.{name}", holder, name, value, module))
-                elif _table(value):
-                    found.tables.append((f"{label}.{name}", value, dict(value)))
-                if isinstance(value, type) and _same_package(value, where):
-                    _seal_class(found, f"{label}.{name}", value, False, seen)
-            if module and id(vars(value)) not in followed and _in_torch(value):
-                followed.add(id(vars(value)))  # torch's compiler stack too: one step
-                holders.append((vars(value), value.__name__))
-
-
-def _in_torch(module) -> bool:
-    return str(module.__name__).split(".")[0] in _FOLLOWED
-
-
-def _table(value) -> bool:
-    """A dispatch or constants table: a plain dict whose keys are all classes or dtypes."""
-    if type(value) is not dict or not value:
-        return False
-    return all(isinstance(key, type) or type(key).__name__ == "dtype" for key in value)
-
-
-def _names_read(code: types.CodeType) -> set[str]:
-    """The global names ``code`` and the code nested in it may read."""
-    names, stack = set(), [code]
-    while stack:
-        here = stack.pop()
-        names.update(here.co_names)
-        stack += [c for c in here.co_consts if isinstance(c, types.CodeType)]
-    return names
-
-
-def _state_of(function) -> tuple:
-    """(code, defaults, keyword defaults, closure contents) of a function."""
-    cells = []
-    for cell in function.__closure__ or ():
-        try:
-            cells.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            cells.append(_MISSING)
-    return function.__code__, function.__defaults__, function.__kwdefaults__, tuple(cells)
-
-
-def _in_library(cls: type) -> bool:
-    return str(getattr(cls, "__module__", "")).split(".")[0] in ("torch", "numpy")
-
-
-def _same_package(cls: type, module_name: str) -> bool:
-    return str(getattr(cls, "__module__", "")).split(".")[0] == module_name.split(".")[0]
 
 
 def changes(sealed: Seal, provenance=None) -> list[str]:
