@@ -103,7 +103,10 @@ def test_the_audit_hook_judges_the_callback_and_who_set_it(guarded):
     own = tampering._frame_hook("set_eval_frame", notebooks["hook"], record)
     assert own[0].endswith("to code of its own") and own[1] is False  # whoever set it
     assert tampering._frame_hook("set_eval_frame", torchs, record)[1] is True  # by whom
-    for keeps in (notebooks["frames"].append, dict().__setitem__, print):
+    from torch._dynamo.convert_frame import CatchErrorsWrapper
+
+    around_a_spy = CatchErrorsWrapper(notebooks["hook"], torchs.hooks)  # torch's class
+    for keeps in (notebooks["frames"].append, dict().__setitem__, print, around_a_spy):
         library = tampering._frame_hook("set_eval_frame", keeps, record)
         assert library[0].endswith("to code of its own") and library[1] is False, keeps
     assert tampering._frame_hook("set_eval_frame", None, record) == (None, True)

@@ -11,19 +11,21 @@ model; a trace or profile function sees every frame; a thread of its own runs be
 runs. :func:`restore`, called before each test (and after it), compares, puts back what it
 can and names what it found:
 
-- *settings* (grad mode, inference mode, default dtype and device, autocast, anomaly mode,
-  flush-denormal, thread count, and every ``torch._C`` setting with a getter and a setter:
-  deterministic algorithms, matmul precision, cuDNN/oneDNN/TF32 flags...) are put back and not
-  flagged: an honest notebook may set them in a cell (the course itself works in float64), and
-  put back, they gain a hand-in nothing. They go back to what they were before the cells,
-  not to what the cells left: the checks build their models and inputs under the process's
-  settings, and with a cell's float64 default left on, a correct notebook of module 1 scored
-  0 of 10 (measured: "mat1 and mat2 must have the same dtype"). Limit: a function that
-  relies on a setting made in a cell (``torch.zeros`` in float64) runs its tests without it;
+- *settings* (logging levels, grad mode, inference mode, default dtype and device, autocast,
+  anomaly mode, flush-denormal, thread count, and every ``torch._C`` setting with a getter and
+  a setter: deterministic algorithms, matmul precision, cuDNN/oneDNN/TF32 flags...) are put
+  back and not flagged: an honest notebook may set them in a cell (the course itself works in
+  float64), and put back, they gain a hand-in nothing. They go back to what they were before
+  the cells, not to what the cells left: the checks build their models and inputs under the
+  process's settings, and with a cell's float64 default left on, a correct notebook of module
+  1 scored 0 of 10 (measured: "mat1 and mat2 must have the same dtype"). Limit: a function
+  that relies on a setting made in a cell (``torch.zeros`` in float64) runs its tests without
+  it;
 - *code that runs inside later computation* (modes on torch's function and dispatch stacks,
   global module and optimizer hooks, default saved-tensor hooks, dispatch keys included or
   excluded, ``torch.func`` transform levels, trace and profile functions, ``torch._dynamo``'s
-  frame-evaluation and bytecode-debugger callbacks, gc callbacks) is
+  frame-evaluation and bytecode-debugger callbacks, handlers and filters on the root logger
+  and torch's, which run inside torch's computation, gc callbacks) is
   put back too, and flagged unless all its code is the libraries' own
   (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_callable`);
 - ``torch.library`` registrations the notebook's code made are flagged and taken back (its
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import logging
 import sys
 import threading
 import types
@@ -86,6 +89,8 @@ class Baseline:
     tools: dict = field(default_factory=dict)  # the functions used, taken at take()
     kept: list = field(default_factory=list)  # guards that keep a restored state on
     reported_threads: set = field(default_factory=set)
+    loggers: list = field(default_factory=list)  # (logger, level, handlers, filters, ...)
+    logging_disabled: int = 0  # logging.disable's level
 
 
 def _setting_pairs() -> list:
@@ -195,7 +200,35 @@ def take() -> Baseline:
     base.watchers = tuple(
         (owner, name, vars(owner).get(name)) for owner, name in torch_registrations.registrars()
     )
+    base.tools["logging_manager"] = logging.Logger.manager
+    base.tools["logger_class"] = logging.Logger
+    base.logging_disabled = logging.Logger.manager.disable
+    base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     return base
+
+
+def _loggers(manager) -> list:
+    """The root logger and torch's: torch logs from inside its own computation (autograd's
+    engine puts a hook on every node of the graph when ``torch.autograd.graph`` logs at
+    DEBUG), so a handler there runs in the middle of a hidden test."""
+    found = [manager.root]
+    for name, logger in list(manager.loggerDict.items()):
+        if (name == "torch" or name.startswith("torch.")) and type(
+            logger
+        ).__name__ != "PlaceHolder":
+            found.append(logger)
+    return found
+
+
+def _logger_state(logger) -> tuple:
+    return (
+        logger,
+        logger.level,
+        tuple(logger.handlers),
+        tuple(logger.filters),
+        logger.propagate,
+        logger.disabled,
+    )
 
 
 _C_FUNCTIONS = (
@@ -269,6 +302,7 @@ def restore(base: Baseline, provenance) -> list[str]:
     _restore_dispatch_keys(base, found)
     _restore_hooks(base, found, library_code)
     _restore_tracing(base, found, library_code)
+    _restore_logging(base, found, library_code)
     _check_threads(base, found, provenance)
     _check_library(base, found, provenance)
     return found
@@ -457,6 +491,33 @@ def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
             if now is not None and not library_code(now):
                 found.append(f"it left {what} on")
             tools[put](value)
+
+
+def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
+    """Levels, ``propagate``, ``disabled`` and ``logging.disable`` are settings, put back
+    without a flag (``logging.basicConfig`` in a cell is honest); a handler or filter on the
+    root logger or one of torch's is code that runs inside torch's computation: taken off,
+    and flagged unless it is the libraries' own. Torch's loggers made since start bare."""
+    manager = base.tools["logging_manager"]
+    if manager.disable != base.logging_disabled:
+        manager.disable = base.logging_disabled
+    then = {id(state[0]): state for state in base.loggers}
+    for logger in _loggers(manager):
+        state = then.get(id(logger)) or (logger, 0, (), (), True, False)
+        _, level, handlers, filters, propagate, disabled = state
+        for what, now, before in (
+            ("handler", logger.handlers, handlers),
+            ("filter", logger.filters, filters),
+        ):
+            added = [item for item in now if not any(item is old for old in before)]
+            if added or len(now) != len(before):
+                if not all(library_code(item) for item in added):
+                    name = logger.name if logger is not manager.root else "the root logger"
+                    found.append(f"it added a logging {what} of its own to {name}")
+                now[:] = list(before)
+        if (logger.level, logger.propagate, logger.disabled) != (level, propagate, disabled):
+            logger.level, logger.propagate, logger.disabled = level, propagate, disabled
+            manager._clear_cache()
 
 
 def _check_threads(base: Baseline, found: list[str], provenance) -> None:

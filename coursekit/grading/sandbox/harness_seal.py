@@ -389,15 +389,17 @@ _CLASS_DICT = type.__dict__["__dict__"].__get__
 
 def _stands_for(value, key, original, package: str | None) -> bool:
     """Whether library code ``value`` can stand for ``original`` under ``key`` in
-    ``package``. In place of a function: one that wraps it (``functools.wraps`` gave it
-    ``__wrapped__``, and its own closure holds it), made by a library's own decorator rather
-    than by a combinator of the standard library's or torch's function transforms
-    (``contextlib.contextmanager`` or ``torch.func.grad`` hold a function and compute
-    something else); never another function, even of the same name (``nn.MSELoss.forward =
-    nn.L1Loss.forward``). Where nothing was (a name added): a function whose own code has
-    that name, from the package's own files (any library's, where ``package`` is None).
-    Only what a caller cannot set is read: the code object and the closure, not
-    ``__name__`` or ``__module__``."""
+    ``package``. In place of a function: only a wrapper that libraries are known to put
+    around torch's functions once a hand-in runs (:data:`KNOWN_WRAPPERS`), wrapping that very
+    function (``functools.wraps`` gave it ``__wrapped__``, and its own closure holds it).
+    A library's decorator in general will not do: ``torch.autocast(...)(f)``,
+    ``context_decorator(contextlib.suppress(AssertionError), f)`` or
+    ``contextlib.contextmanager(f)`` hold ``f`` and compute something else, from data
+    provenance cannot judge. Nor another function, even of the same name
+    (``nn.MSELoss.forward = nn.L1Loss.forward``). Where nothing was (a name added): a
+    function whose own code has that name, from the package's own files (any library's,
+    where ``package`` is None). Only what a caller cannot set is read: the code object and
+    the closure, not ``__name__`` or ``__module__``."""
     if not isinstance(value, types.FunctionType):
         return False  # a builtin's __module__ can be set; a partial's or a class's __name__
     code = value.__code__
@@ -405,7 +407,10 @@ def _stands_for(value, key, original, package: str | None) -> bool:
         return (
             _FUNCTION_DICT(value).get("__wrapped__") is original
             and any(_holds(cell, original) for cell in value.__closure__ or ())
-            and not _combinator(code.co_filename)
+            and any(
+                code.co_name == name and code.co_filename.endswith(path)
+                for path, name in KNOWN_WRAPPERS
+            )
         )
     if key is None or code.co_name != key:
         return False
@@ -416,6 +421,18 @@ def _stands_for(value, key, original, package: str | None) -> bool:
     return bool(folder) and code.co_filename.startswith(folder + "/")
 
 
+# The wrappers libraries put around torch's functions after a hand-in has started, each a
+# plain pass-through: (the end of its file's path, its code's name). Provenance has checked
+# that code compiled under such a path is that file's own.
+KNOWN_WRAPPERS = (
+    ("/torch/_dynamo/eval_frame.py", "_fn"),  # torch._dynamo.disable: torch.compile wraps the
+    # optimizers' _init_group with it the first time it runs
+    ("/torch/_compile.py", "inner"),  # torch._disable_dynamo (torch.manual_seed's)
+    ("/lightning/fabric/wrappers.py", "_capture"),  # Lightning wraps torch.compile on import
+    ("/lightning_fabric/wrappers.py", "_capture"),
+)
+
+
 def _holds(cell, value) -> bool:
     try:
         return cell.cell_contents is value
@@ -423,29 +440,7 @@ def _holds(cell, value) -> bool:
         return False
 
 
-def _combinators() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(the standard library's folder, its site-packages): the functions of the first, less
-    the second, hold a function and may compute something else with it (see
-    :func:`_combinator`)."""
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    return (paths["stdlib"] + "/",), (paths["purelib"] + "/", paths["platlib"] + "/")
-
-
-def _combinator(filename: str) -> bool:
-    """Whether code of ``filename`` is the standard library's or one of torch's function
-    transforms (``torch.func``, ``torch._functorch``)."""
-    stdlib, sites = _COMBINATORS
-    if filename.startswith(stdlib) and not filename.startswith(sites):
-        return True
-    torch = _MODULES.get("torch")
-    home = _dirname(str(getattr(torch, "__file__", None) or ""))
-    return bool(home) and filename.startswith((home + "/_functorch/", home + "/func/"))
-
-
 _FUNCTION_DICT = types.FunctionType.__dict__["__dict__"].__get__
-_COMBINATORS = _combinators()
 
 
 def _dirname(path: str) -> str:

@@ -156,11 +156,13 @@ class Provenance:
         """A running frame is the libraries' when its code is and its globals are."""
         return self.is_library(frame.f_code) and self.is_library_globals(frame.f_globals)
 
-    def is_library_callable(self, value, strict: bool = False) -> bool:
+    def is_library_callable(self, value, strict: bool = False, deeper: int = 0) -> bool:
         """Whether everything ``value`` can run is the libraries' own (see the module's
         docstring). ``strict``: also refuse a ``partial`` with bound arguments, and a
-        function whose code is known but whose defaults are not one of the library's own."""
-        return self._callable(value, strict, 0, set())
+        function whose code is known but whose defaults are not one of the library's own.
+        ``deeper``: levels to look beyond :data:`MAX_DEPTH` (torch._dynamo's frame callbacks
+        hold their backends and graphs 9 to 12 levels down)."""
+        return self._callable(value, strict, -deeper, set())
 
     def _callable(self, value, strict: bool, depth: int, seen: set) -> bool:
         if id(value) in seen or value is None:

@@ -52,6 +52,18 @@ _IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: no member can be set or ad
 _DESCRIPTORS = (staticmethod, classmethod, property)
 
 
+# Functions that torch or the interpreter itself reach by name in modules the seal does not
+# otherwise watch: object.__reduce_ex__ calls copyreg.__newobj__ as it copies any object
+# (copy.deepcopy of a model), torch warns through warnings.warn and runs backward in
+# contextvars.copy_context(). Only these names: the rest of those modules is the process's
+# settings, which honest code changes (logging.captureWarnings replaces showwarning).
+NAMED_ENTRIES = {
+    "copyreg": ("__newobj__", "__newobj_ex__", "_reconstructor", "_slotnames", "_reduce_ex"),
+    "warnings": ("warn", "warn_explicit"),
+    "contextvars": ("copy_context",),
+}
+
+
 def record(found: Seal) -> Seal:
     """Fill ``found`` with what the harness can reach now (see the module's docstring)."""
     names = watched_names()
@@ -61,6 +73,12 @@ def record(found: Seal) -> Seal:
     seen: set[int] = set()  # classes and registries: each is recorded once
     for module_name in names:
         _seal_module(found, module_name, seen)
+    for module_name, keys in NAMED_ENTRIES.items():
+        namespace = vars(_MODULES[module_name]) if module_name in _MODULES else {}
+        for key in keys:
+            if key in namespace:
+                where = f"{module_name}.{key}"
+                found.entries.append((where, namespace, key, namespace[key], False))
     _seal_functions(found)
     _seal_reads(found, seen)
     found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}

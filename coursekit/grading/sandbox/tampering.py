@@ -340,10 +340,10 @@ def _frame_hook(setter: str, callback, provenance) -> tuple[str | None, bool]:
 
 def _torchs_own(callback, provenance) -> bool:
     """Whether ``callback`` is torch's machinery: a function of torch's files, in torch's
-    own globals, or an object (or a method bound to one) of a class of torch's whose every
-    method is library code (dynamo's ``ConvertFrame`` wrappers). What such an object holds
-    is not walked: dynamo's hold graphs, backends and caches, deeper than provenance looks,
-    and hand a backend graphs, not frames."""
+    own globals, or an object (or a method bound to one) of a class of torch's, all it holds
+    library code too (dynamo's ``ConvertFrame`` wrappers; one built around a notebook's
+    function would hand it every frame). Dynamo's hold their backends and graphs deep: they
+    are walked :data:`FRAME_HOOK_DEPTH` levels beyond provenance's usual depth."""
     torch = sys.modules.get("torch")
     home = str(getattr(torch, "__file__", None) or "").rpartition("/")[0]
     if not home:
@@ -358,10 +358,16 @@ def _torchs_own(callback, provenance) -> bool:
             target.__code__.co_filename.startswith(home + "/")
             and provenance.is_library(target.__code__)
             and provenance.is_library_globals(target.__globals__)
+            and provenance.is_library_callable(callback, deeper=FRAME_HOOK_DEPTH)
         )
     if isinstance(target, (types.BuiltinFunctionType, types.MethodWrapperType)):
         return False  # a builtin's method (a list's append) keeps what it is handed
-    return _torch_class(type(target), provenance)
+    return _torch_class(type(target), provenance) and provenance.is_library_callable(
+        callback, deeper=FRAME_HOOK_DEPTH
+    )
+
+
+FRAME_HOOK_DEPTH = 4  # dynamo's eager and inductor callbacks pass at 4, not at 0 (measured)
 
 
 def _torch_class(cls: type, provenance) -> bool:
