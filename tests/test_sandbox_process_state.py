@@ -18,6 +18,7 @@ import types
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  (as the warm parent has it, before the provenance fixture)
 import torch.utils._device  # noqa: F401  (as the warm parent has it: preload.py)
 
 from coursekit.grading.sandbox import global_state, harness_seal, tampering, torch_registrations
@@ -144,7 +145,9 @@ def test_settings_a_cell_changes_are_put_back_without_a_flag(provenance):
 
 
 _LOGS_INSIDE_BACKWARD = """
-import logging, torch
+import logging, torch, warnings
+warnings.showwarning = lambda *args, **kwargs: None  # runs wherever torch warns
+warnings.simplefilter("always")  # a setting: put back, not named
 class Doubles(logging.Handler):  # runs inside every backward: autograd logs each node
     def emit(self, record):
         pass
@@ -168,13 +171,17 @@ def test_a_logging_handler_inside_torchs_computation_is_named_and_taken_off(prov
         cell(_LOGS_INSIDE_BACKWARD)
         found = global_state.restore(baseline, provenance)
         assert not graph_log.isEnabledFor(logging.DEBUG) and graph_log.handlers == []
-        cell("import logging\nlogging.basicConfig(level=logging.DEBUG)\n")
+        cell(
+            "import logging\nlogging.basicConfig(level=logging.DEBUG)\n"
+            "logging.captureWarnings(True)\n"
+        )
         honest = global_state.restore(baseline, provenance)
     finally:
         global_state.restore(baseline, provenance)
     assert sorted(found) == [
         "it added a logging filter of its own to the root logger",
         "it added a logging handler of its own to torch.autograd.graph",
+        "it set warnings.showwarning to code of its own",
     ]
     assert honest == [] and not logging.getLogger().isEnabledFor(logging.DEBUG)
 
@@ -382,6 +389,12 @@ def test_a_library_function_of_another_name_put_in_place_is_named(provenance, mo
         "torch.nn.MSELoss.forward": (torch.nn.MSELoss, "forward", torch.nn.L1Loss.forward),
         "torch.Tensor.__eq__": (torch.Tensor, "__eq__", torch.Tensor.__ne__),
     }
+    # torch's own pass-through wrapper, its closure rewritten to hold the original in
+    # another cell than the one it calls
+    swapped = torch._dynamo.disable(F.l1_loss)
+    swapped.__closure__[1].cell_contents = F.smooth_l1_loss
+    swapped.__wrapped__ = F.smooth_l1_loss
+    replacements["torch.nn.functional.smooth_l1_loss"] = (F, "smooth_l1_loss", swapped)
     for owner, name, value in replacements.values():
         monkeypatch.setattr(owner, name, value, raising=False)
     found = set(harness_seal.changes(sealed, provenance))
@@ -437,6 +450,35 @@ def test_a_table_a_library_function_consults_is_sealed(provenance, table, key, v
         del held[types.SimpleNamespace]
 
 
+def test_an_attribute_set_on_a_sealed_function_is_named(provenance):
+    """``Optimizer.zero_grad`` is torch's ``_disable_dynamo`` wrapper, which calls the
+    ``__dynamo_disable`` attribute of the function it wraps: set by a notebook, every
+    ``zero_grad()`` runs its code. The warm parent makes torch's own first (preload.py), so
+    an optimizer stepped honestly changes nothing; one the notebook sets is named."""
+    from coursekit.grading.sandbox import preload
+
+    preload._make_dynamo_disables()
+    preload._hook_optimizer_steps()
+    sealed = harness_seal.seal()
+    model = torch.nn.Linear(2, 1)
+    torch.optim.SGD(model.parameters(), lr=0.1).zero_grad()  # honest: as torch does it
+    assert harness_seal.changes(sealed, provenance) == []
+    wrapped = torch.optim.Optimizer.zero_grad.__wrapped__
+    namespace = cell("def keep_grads(*args, **kwargs):\n    return None\n")
+    before = wrapped.__dict__["__dynamo_disable"]
+    wrapped.__dynamo_disable = namespace["keep_grads"]
+    plain = torch.nn.functional.softsign  # a sealed function with no attribute of its own
+    plain.__dynamo_disable = namespace["keep_grads"]
+    try:
+        found = harness_seal.changes(sealed, provenance)
+    finally:
+        wrapped.__dynamo_disable = before
+        del plain.__dynamo_disable
+    assert any("zero_grad" in f and "__dynamo_disable" in f for f in found), found
+    assert any(f.startswith("torch.nn.functional.softsign.__dict__") for f in found), found
+    assert harness_seal.changes(sealed, provenance) == []
+
+
 class _FakeEngine:
     def run_backward(self, *args, **kwargs):
         return ()
@@ -467,6 +509,9 @@ class _FakeEngine:
         # what the interpreter calls by name as it copies any object (copy.deepcopy(model))
         ("copyreg", "__newobj__", "object.__reduce_ex__'s"),
         ("warnings", "warn", "how torch warns"),
+        # torch logs from inside backward: the logger it holds, and Logger's own methods
+        ("torch.autograd.graph", "log", "the logger autograd's engine asks"),
+        ("logging.Logger", "getEffectiveLevel", "what every logger asks"),
     ],
 )
 def test_the_seal_names_what_torch_reaches_through_more_than_one_step(

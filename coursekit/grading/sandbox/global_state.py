@@ -47,6 +47,7 @@ import logging
 import sys
 import threading
 import types
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -91,6 +92,7 @@ class Baseline:
     reported_threads: set = field(default_factory=set)
     loggers: list = field(default_factory=list)  # (logger, level, handlers, filters, ...)
     logging_disabled: int = 0  # logging.disable's level
+    warnings: tuple = ()  # warnings.showwarning, _showwarnmsg, filters
 
 
 def _setting_pairs() -> list:
@@ -203,6 +205,8 @@ def take() -> Baseline:
     base.tools["logging_manager"] = logging.Logger.manager
     base.tools["logger_class"] = logging.Logger
     base.logging_disabled = logging.Logger.manager.disable
+    base.warnings = (warnings.showwarning, warnings._showwarnmsg, list(warnings.filters))
+    base.tools["warnings"] = warnings
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     return base
 
@@ -213,9 +217,8 @@ def _loggers(manager) -> list:
     DEBUG), so a handler there runs in the middle of a hidden test."""
     found = [manager.root]
     for name, logger in list(manager.loggerDict.items()):
-        if (name == "torch" or name.startswith("torch.")) and type(
-            logger
-        ).__name__ != "PlaceHolder":
+        ours = name in ("torch", "py.warnings") or name.startswith("torch.")
+        if ours and type(logger).__name__ != "PlaceHolder":  # py.warnings: warnings, logged
             found.append(logger)
     return found
 
@@ -498,6 +501,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     without a flag (``logging.basicConfig`` in a cell is honest); a handler or filter on the
     root logger or one of torch's is code that runs inside torch's computation: taken off,
     and flagged unless it is the libraries' own. Torch's loggers made since start bare."""
+    _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
     if manager.disable != base.logging_disabled:
         manager.disable = base.logging_disabled
@@ -518,6 +522,26 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         if (logger.level, logger.propagate, logger.disabled) != (level, propagate, disabled):
             logger.level, logger.propagate, logger.disabled = level, propagate, disabled
             manager._clear_cache()
+
+
+def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
+    """torch warns from inside its computation: ``warnings.showwarning`` then runs there. The
+    filters are settings (put back silently); a ``showwarning`` that is not the libraries'
+    own is code of the notebook's, put back and named (``logging.captureWarnings`` is
+    honest: its function is logging's)."""
+    module = base.tools["warnings"]
+    show, show_message, filters = base.warnings
+    for name, before in (("showwarning", show), ("_showwarnmsg", show_message)):
+        now = vars(module).get(name)
+        if now is not before:
+            if not library_code(now):
+                found.append(f"it set warnings.{name} to code of its own")
+            setattr(module, name, before)
+    if len(module.filters) != len(filters) or any(
+        a is not b for a, b in zip(module.filters, filters, strict=False)
+    ):
+        module.filters[:] = filters
+        module._filters_mutated()
 
 
 def _check_threads(base: Baseline, found: list[str], provenance) -> None:

@@ -63,6 +63,7 @@ WATCHED_MODULES = (
     "itertools",
     "threading",
     "gc",
+    "logging",  # torch logs from inside backward: Logger's methods run there
     "torch.overrides",
     "torch.library",
     "torch.nn.modules.module",
@@ -108,6 +109,8 @@ class Seal:
     modules: frozenset = frozenset()  # coursekit's modules sealed
     functions_seen: set = field(default_factory=set)  # their ids, while the seal is made
     members: dict = field(default_factory=dict)  # (id of a class, name) -> member, as sealed
+    # (where, a sealed function's __dict__, how many attributes it had)
+    function_attributes: list = field(default_factory=list)
     # the same entries and functions, laid out for :func:`_unchanged` (made by :func:`seal`)
     quick: _Quick | None = None
 
@@ -136,6 +139,8 @@ class _Quick:
     cells: tuple  # the closure cells of those whose every cell was full when sealed
     contents: tuple  # ... what each held
     others: tuple  # (function, contents) of those with a cell empty when sealed
+    attribute_dicts: tuple  # the sealed functions' __dict__s
+    attribute_counts: tuple  # ... and how many attributes each had
 
 
 def _flat(entries: list) -> tuple:
@@ -176,6 +181,8 @@ def _quick(found: Seal) -> _Quick:
         cells=tuple(full_cells),
         contents=tuple(contents),
         others=tuple(others),
+        attribute_dicts=tuple(entry[1] for entry in found.function_attributes),
+        attribute_counts=tuple(entry[2] for entry in found.function_attributes),
     )
 
 
@@ -185,6 +192,7 @@ def _quick(found: Seal) -> _Quick:
 # ``operator.is_not``, ``itertools.repeat``, ``types.CodeType``, ``sys.modules`` or a name
 # in this module does not change what the check compares with.
 _IS_NOT = operator.is_not
+_IS_NOT_EQUAL = operator.ne
 _REPEAT = repeat
 _DICT_GET = dict.get
 _PROXY_GET = types.MappingProxyType.get
@@ -275,6 +283,14 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             found.append(where)
     for where, table, contents in sealed.tables:
         found += _table_changes(where, table, contents)
+    if any(map(_IS_NOT_EQUAL, map(len, quick.attribute_dicts), quick.attribute_counts)) or (
+        _differs(map(_FUNCTION_DICT, quick.functions), quick.attribute_dicts)
+    ):
+        for (where, attributes, count), (_, function, *_) in zip(
+            sealed.function_attributes, sealed.functions, strict=False
+        ):
+            if len(attributes) != count or _FUNCTION_DICT(function) is not attributes:
+                found.append(f"{where} (an attribute added, or the whole of it replaced)")
     for where, namespace, names, strict, owner in sealed.names:
         if len(namespace) == len(names) and namespace.keys() == names:
             continue
@@ -404,13 +420,11 @@ def _stands_for(value, key, original, package: str | None) -> bool:
         return False  # a builtin's __module__ can be set; a partial's or a class's __name__
     code = value.__code__
     if original is not _MISSING:
-        return (
-            _FUNCTION_DICT(value).get("__wrapped__") is original
-            and any(_holds(cell, original) for cell in value.__closure__ or ())
-            and any(
-                code.co_name == name and code.co_filename.endswith(path)
-                for path, name in KNOWN_WRAPPERS
-            )
+        return _FUNCTION_DICT(value).get("__wrapped__") is original and any(
+            code.co_name == name
+            and code.co_filename.endswith(path)
+            and _pinned(value, original, cell, check)
+            for path, name, cell, check in KNOWN_WRAPPERS
         )
     if key is None or code.co_name != key:
         return False
@@ -421,23 +435,58 @@ def _stands_for(value, key, original, package: str | None) -> bool:
     return bool(folder) and code.co_filename.startswith(folder + "/")
 
 
-# The wrappers libraries put around torch's functions after a hand-in has started, each a
-# plain pass-through: (the end of its file's path, its code's name). Provenance has checked
-# that code compiled under such a path is that file's own.
-KNOWN_WRAPPERS = (
-    ("/torch/_dynamo/eval_frame.py", "_fn"),  # torch._dynamo.disable: torch.compile wraps the
-    # optimizers' _init_group with it the first time it runs
-    ("/torch/_compile.py", "inner"),  # torch._disable_dynamo (torch.manual_seed's)
-    ("/lightning/fabric/wrappers.py", "_capture"),  # Lightning wraps torch.compile on import
-    ("/lightning_fabric/wrappers.py", "_capture"),
-)
+def _pinned(wrapper, original, cell: str, check) -> bool:
+    """Whether ``original`` sits in ``wrapper``'s closure cell named ``cell``, and every other
+    cell passes ``check`` (closure cells can be set after the wrapper is made)."""
+    names = wrapper.__code__.co_freevars
+    cells = wrapper.__closure__ or ()
+    return len(names) == len(cells) and all(
+        _contents(one) is original if name == cell else check(name, _contents(one))
+        for name, one in zip(names, cells, strict=False)
+    )
 
 
-def _holds(cell, value) -> bool:
+def _contents(cell):
     try:
-        return cell.cell_contents is value
+        return cell.cell_contents
     except ValueError:  # an empty cell
+        return _MISSING
+
+
+def _plain_disable(name: str, value) -> bool:
+    """``torch._dynamo.disable``'s own context, as it makes it: no callback, no hooks."""
+    kind = type(value)
+    if name != "self" or _TYPE_ATTRIBUTE(kind, "__qualname__") != "DisableContext":
         return False
+    if _TYPE_ATTRIBUTE(kind, "__module__") != "torch._dynamo.eval_frame":
+        return False
+    state = object.__getattribute__(value, "__dict__")
+    return (
+        state.get("callback", _MISSING) is None
+        and state.get("enter_exit_hooks") == []
+        and state.get("cleanup_fns") == []
+        and type(state.get("enter_exit_hooks")) is list
+        and type(state.get("cleanup_fns")) is list
+    )
+
+
+def _no_other_cells(name: str, value) -> bool:
+    return False
+
+
+# The wrappers libraries put around torch's functions after a hand-in has started, each a
+# plain pass-through: (the end of its file's path, its code's name, the closure cell that
+# holds what it wraps, what every other cell must be). Provenance has checked that code
+# compiled under such a path is that file's own.
+KNOWN_WRAPPERS = (
+    # torch._dynamo.disable: torch.compile wraps the optimizers' _init_group with it
+    ("/torch/_dynamo/eval_frame.py", "_fn", "fn", _plain_disable),
+    # the profiler's hook on an optimizer class's step, made as its first optimizer is
+    ("/torch/optim/optimizer.py", "wrapper", "func", _no_other_cells),
+    # Lightning wraps torch.compile on import
+    ("/lightning/fabric/wrappers.py", "_capture", "compile_fn", _no_other_cells),
+    ("/lightning_fabric/wrappers.py", "_capture", "compile_fn", _no_other_cells),
+)
 
 
 _FUNCTION_DICT = types.FunctionType.__dict__["__dict__"].__get__

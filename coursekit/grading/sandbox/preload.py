@@ -27,6 +27,8 @@ def preload() -> None:
     _import_lazy_ones()
     _register_lazy_kernels()
     _patch_modules_as_dynamo_does()
+    _make_dynamo_disables()
+    _hook_optimizer_steps()
     tampering.warm_up()
     torch_registrations.watch()  # before the seal: its wrappers are what the seal records
     frame_hook_guard.guard()  # so too the guarded setters of torch._dynamo's frame hooks
@@ -71,6 +73,50 @@ def _patch_modules_as_dynamo_does() -> None:
     except ImportError:  # another release of torch: whatever it patches is compared
         return
     install_generation_tagging_init()
+
+
+def _make_dynamo_disables() -> None:
+    """Functions torch wraps with ``torch._disable_dynamo`` (``Optimizer.zero_grad``,
+    ``state_dict``...) make their ``torch._dynamo.disable`` wrapper on first call and keep it
+    as an attribute of the function they wrap. Made here, as torch makes them, they are what
+    the seal records of those functions' attributes, so a hand-in that steps an optimizer
+    changes nothing it compares (and one that sets its own is seen)."""
+    import gc
+    import types
+
+    try:
+        import torch._dynamo
+    except ImportError:  # a torch without dynamo: no such wrappers
+        return
+    for item in gc.get_objects():
+        if type(item) is not types.FunctionType or item.__code__.co_name != "inner":
+            continue
+        if not item.__code__.co_filename.endswith("/torch/_compile.py"):
+            continue
+        cells = dict(zip(item.__code__.co_freevars, item.__closure__ or (), strict=False))
+        if "fn" not in cells or "recursive" not in cells:
+            continue
+        fn, recursive = cells["fn"].cell_contents, cells["recursive"].cell_contents
+        if getattr(fn, "__dynamo_disable", None) is None:
+            fn.__dynamo_disable = torch._dynamo.disable(fn, recursive, wrapping=False)
+
+
+def _hook_optimizer_steps() -> None:
+    """The first optimizer of each class torch makes wraps its class's ``step`` with the
+    profiler's hook (``Optimizer._patch_step_function``). Done here for torch's own classes,
+    as torch does it, the wrappers are what the seal records."""
+    from torch.optim import Optimizer
+
+    classes, seen = [Optimizer], set()
+    while classes:
+        cls = classes.pop()
+        classes += cls.__subclasses__()
+        if id(cls) in seen or cls is Optimizer or not cls.__module__.startswith("torch."):
+            continue
+        seen.add(id(cls))
+        if not getattr(cls.step, "hooked", None):
+            cls.step = Optimizer.profile_hook_step(cls.step)
+            cls.step.hooked = True
 
 
 def _import_lazy_ones() -> None:

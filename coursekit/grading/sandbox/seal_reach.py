@@ -18,6 +18,7 @@ for that.
 
 from __future__ import annotations
 
+import logging
 import sys
 import types
 
@@ -81,8 +82,23 @@ def record(found: Seal) -> Seal:
                 found.entries.append((where, namespace, key, namespace[key], False))
     _seal_functions(found)
     _seal_reads(found, seen)
+    _seal_function_attributes(found)
     found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
     return found
+
+
+def _seal_function_attributes(found: Seal) -> None:
+    """Each sealed function's own attributes (its ``__dict__``): library code reads them as
+    it runs (``torch._disable_dynamo``'s wrapper calls ``fn.__dynamo_disable``, which a
+    notebook could set on the function it wraps). Every one is sealed strictly, and so is
+    their number: one added is a change too (see ``harness_seal._Quick.attribute_counts``).
+    The warm parent has made torch's lazy ones first (``preload``)."""
+    for where, function, *_ in found.functions:
+        attributes = function.__dict__
+        label = where.removeprefix("the code of ") + ".__dict__"
+        found.function_attributes.append((label, attributes, len(attributes)))
+        for key, value in list(attributes.items()):
+            found.entries.append((f"{label}[{key!r}]", attributes, key, value, True))
 
 
 def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
@@ -240,6 +256,8 @@ def _seal_names_read(found, namespace, where, names, have, seen) -> None:
                 have.add((id(holder), name))
                 if module or callable(value) or _torch_object(value):
                     found.entries.append((f"{label}.{name}", holder, name, value, module))
+                elif isinstance(value, logging.Logger):  # torch's `log`, called in backward
+                    found.entries.append((f"{label}.{name}", holder, name, value, True))
                 elif _table(value):
                     found.tables.append((f"{label}.{name}", value, dict(value)))
                 if isinstance(value, type) and _same_package(value, where):
