@@ -1,12 +1,12 @@
 """What the harness seal records: the reach of the harness, followed in the warm parent.
 
-:func:`record` fills a :class:`coursekit.grading.sandbox.harness_seal.Seal` once, before any
+:func:`record` fills a :class:`Seal` once, before any
 hand-in exists; :func:`coursekit.grading.sandbox.harness_seal.changes` compares against it in
 each hand-in's process. Recorded: every global of coursekit's modules and every member of
 their classes, the question registry; the public callables of torch's main modules, numpy and
 a few standard ones, with every callable and descriptor (dunders too) of their mutable
 classes and the torch objects those hold; every callable of torch's compiled modules
-(:data:`coursekit.grading.sandbox.harness_seal.COMPILED_MODULES`); each plain function's
+(:data:`COMPILED_MODULES`); each plain function's
 code, defaults and closure, and what its closure holds (a decorator's wrapped function);
 and what those functions read as they run (:func:`_seal_reads`): globals, attribute chains
 through torch's modules, and tables keyed by classes or dtypes.
@@ -21,14 +21,100 @@ from __future__ import annotations
 import logging
 import sys
 import types
+from dataclasses import dataclass, field
 
-from coursekit.grading.sandbox.harness_seal import (
-    _MISSING,
-    _MODULES,
-    COMPILED_MODULES,
-    Seal,
-    watched_names,
+WATCHED_MODULES = (
+    "torch",
+    "torch.nn",
+    "torch.nn.functional",
+    "torch.nn.init",
+    "torch.nn.utils",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch.optim.lr_scheduler",
+    "torch.autograd",
+    "torch.amp",
+    "torch.func",
+    "torch.utils.checkpoint",
+    "torch.distributed",
+    "torch.testing",
+    "numpy",
+    "numpy.testing",
+    "builtins",
+    "os",
+    "signal",
+    "struct",
+    "select",
+    "resource",
+    "json",
+    "math",
+    "random",
+    "operator",
+    "functools",
+    "copy",
+    "itertools",
+    "threading",
+    "gc",
+    "logging",  # torch logs from inside backward: Logger's methods run there
+    "torch.overrides",
+    "torch.library",
+    "torch.nn.modules.module",
+    "torch.optim.optimizer",
+    "torch.autograd.graph",
+    "torch.autograd.grad_mode",
+    "torch.utils._python_dispatch",
+    "torch._tensor",
 )
+# torch's compiled modules, which its Python functions call by attribute
+# (``torch._C._nn.mse_loss`` in ``F.mse_loss``, ``_VF.norm`` in ``torch.norm``): every
+# callable there is sealed, private ones too, and a name added there is judged (it shadows)
+COMPILED_MODULES = (
+    "torch._C",
+    "torch._C._nn",
+    "torch._C._linalg",
+    "torch._C._special",
+    "torch._C._fft",
+    "torch._C._nested",
+    "torch._C._sparse",
+    "torch._C._autograd",
+    "torch._C._functorch",
+    "torch._VF",
+)
+_MISSING = object()
+_MODULES = sys.modules
+
+
+@dataclass
+class Seal:
+    """What :func:`changes` compares against (built by :func:`seal`)."""
+
+    # (where, namespace, key, object, strict): strict where any replacement counts
+    entries: list = field(default_factory=list)
+    # (where, namespace, names, strict): namespaces where a new name would shadow another
+    names: list = field(default_factory=list)
+    # (where, function, code, defaults, keyword defaults, closure contents)
+    functions: list = field(default_factory=list)
+    # (where, object, class)
+    classes: list = field(default_factory=list)
+    # (where, table, its contents): dicts keyed by classes or dtypes that functions consult
+    tables: list = field(default_factory=list)
+    hooks: dict = field(default_factory=dict)  # "meta_path" / "path_hooks" -> tuple
+    modules: frozenset = frozenset()  # coursekit's modules sealed
+    functions_seen: set = field(default_factory=set)  # their ids, while the seal is made
+    members: dict = field(default_factory=dict)  # (id of a class, name) -> member, as sealed
+    # (where, a sealed function's __dict__, how many attributes it had)
+    function_attributes: list = field(default_factory=list)
+    # the same, laid out for a quick comparison (harness_seal._Quick, made by harness_seal.seal)
+    quick: object = None
+
+
+def watched_names() -> list[str]:
+    """The modules sealed: coursekit's, and those of :data:`WATCHED_MODULES` and
+    :data:`COMPILED_MODULES` that are imported."""
+    ours = [n for n in _MODULES if n == "coursekit" or n.startswith("coursekit.")]
+    theirs = (m for m in (*WATCHED_MODULES, *COMPILED_MODULES) if m in _MODULES)
+    return sorted({*ours, *theirs})
+
 
 # the libraries whose functions' reads are followed to the end (see _seal_reads), but for
 # torch's compiler stack, which no check computes with in the hand-in's process
