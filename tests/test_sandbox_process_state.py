@@ -367,45 +367,53 @@ def test_a_library_function_of_another_name_put_in_place_is_named(provenance, mo
     import torch.nn.functional as F
     from torch.utils._contextlib import context_decorator
 
-    sealed = harness_seal.seal()
-    forged = functools.partial(torch.is_same_size)
-    forged.__wrapped__ = torch.equal
-    dispatched = functools.singledispatch(torch.allclose)
-    dispatched.register(torch.Tensor, lambda *args, **kwargs: True)
-    suppressed = context_decorator(contextlib.suppress(AssertionError), torch.testing.assert_close)
-    replacements = {
-        "torch.equal": (torch, "equal", forged),
-        "torch.allclose": (torch, "allclose", dispatched),
-        "torch.isclose": (torch, "isclose", contextlib.contextmanager(torch.isclose)),
-        "torch.testing.assert_close": (torch.testing, "assert_close", suppressed),
-        "torch.nn.functional.mse_loss": (F, "mse_loss", F.l1_loss),
-        "torch.nn.functional.l1_loss": (F, "l1_loss", torch.func.grad(F.l1_loss)),
-        "torch.nn.Linear.forward": (
-            torch.nn.Linear,
-            "forward",
-            torch.autocast("cpu", dtype=torch.bfloat16)(torch.nn.Linear.forward),
-        ),
-        # of the same name, from the same library
-        "torch.nn.MSELoss.forward": (torch.nn.MSELoss, "forward", torch.nn.L1Loss.forward),
-        "torch.Tensor.__eq__": (torch.Tensor, "__eq__", torch.Tensor.__ne__),
-    }
-    # torch's own pass-through wrapper, its closure rewritten to hold the original in
-    # another cell than the one it calls
-    swapped = torch._dynamo.disable(F.l1_loss)
-    swapped.__closure__[1].cell_contents = F.smooth_l1_loss
-    swapped.__wrapped__ = F.smooth_l1_loss
-    replacements["torch.nn.functional.smooth_l1_loss"] = (F, "smooth_l1_loss", swapped)
-    for owner, name, value in replacements.values():
-        monkeypatch.setattr(owner, name, value, raising=False)
-    found = set(harness_seal.changes(sealed, provenance))
-    monkeypatch.undo()
-    assert set(replacements) <= found, set(replacements) - found
-    # what libraries do: torch.compile wraps the optimizers with torch._dynamo.disable
-    monkeypatch.setattr(F, "mse_loss", torch._dynamo.disable(F.mse_loss))
-    monkeypatch.setattr(
-        torch.optim.Adam, "_init_group", torch._dynamo.disable(torch.optim.Adam._init_group)
-    )
-    assert harness_seal.changes(sealed, provenance) == []
+    raw_softsign = F.softsign  # wrapped before the seal, as when torch.compile ran already
+    F.softsign = torch._dynamo.disable(raw_softsign)
+    try:
+        sealed = harness_seal.seal()
+        forged = functools.partial(torch.is_same_size)
+        forged.__wrapped__ = torch.equal
+        dispatched = functools.singledispatch(torch.allclose)
+        dispatched.register(torch.Tensor, lambda *args, **kwargs: True)
+        suppressed = context_decorator(
+            contextlib.suppress(AssertionError), torch.testing.assert_close
+        )
+        replacements = {
+            "torch.equal": (torch, "equal", forged),
+            "torch.allclose": (torch, "allclose", dispatched),
+            "torch.isclose": (torch, "isclose", contextlib.contextmanager(torch.isclose)),
+            "torch.testing.assert_close": (torch.testing, "assert_close", suppressed),
+            "torch.nn.functional.mse_loss": (F, "mse_loss", F.l1_loss),
+            "torch.nn.functional.l1_loss": (F, "l1_loss", torch.func.grad(F.l1_loss)),
+            "torch.nn.Linear.forward": (
+                torch.nn.Linear,
+                "forward",
+                torch.autocast("cpu", dtype=torch.bfloat16)(torch.nn.Linear.forward),
+            ),
+            # of the same name, from the same library
+            "torch.nn.MSELoss.forward": (torch.nn.MSELoss, "forward", torch.nn.L1Loss.forward),
+            "torch.Tensor.__eq__": (torch.Tensor, "__eq__", torch.Tensor.__ne__),
+        }
+        # torch's own pass-through wrapper, its closure rewritten to hold the original in
+        # another cell than the one it calls
+        swapped = torch._dynamo.disable(F.l1_loss)
+        swapped.__closure__[1].cell_contents = F.smooth_l1_loss
+        swapped.__wrapped__ = F.smooth_l1_loss
+        replacements["torch.nn.functional.smooth_l1_loss"] = (F, "smooth_l1_loss", swapped)
+        for owner, name, value in replacements.values():
+            monkeypatch.setattr(owner, name, value, raising=False)
+        found = set(harness_seal.changes(sealed, provenance))
+        monkeypatch.undo()
+        assert set(replacements) <= found, set(replacements) - found
+        # what libraries do: torch.compile wraps the optimizers with torch._dynamo.disable
+        monkeypatch.setattr(F, "mse_loss", torch._dynamo.disable(F.mse_loss))
+        monkeypatch.setattr(
+            torch.optim.Adam, "_init_group", torch._dynamo.disable(torch.optim.Adam._init_group)
+        )
+        F.softsign = torch._dynamo.disable(F.softsign)  # and again: it wraps the same call
+        assert harness_seal.changes(sealed, provenance) == []
+    finally:
+        F.softsign = raw_softsign
 
 
 @pytest.mark.parametrize(

@@ -349,12 +349,12 @@ def _stands_for(value, key, original, package: str | None) -> bool:
         return False  # a builtin's __module__ can be set; a partial's or a class's __name__
     code = value.__code__
     if original is not _MISSING:
-        return _FUNCTION_DICT(value).get("__wrapped__") is original and any(
-            code.co_name == name
-            and code.co_filename.endswith(path)
-            and _pinned(value, original, cell, check)
-            for path, name, cell, check in KNOWN_WRAPPERS
-        )
+        # torch._dynamo.disable of a function it has disabled before wraps what that one
+        # wraps (torch.compile's patch of the optimizers, run again): the same call
+        for target in (original, _wrapped_by(original)):
+            if target is not _MISSING and _wraps(value, code, target):
+                return True
+        return False
     if key is None or code.co_name != key:
         return False
     if package is None:
@@ -362,6 +362,29 @@ def _stands_for(value, key, original, package: str | None) -> bool:
     home = _MODULES.get(package)
     folder = _dirname(str(getattr(home, "__file__", None) or ""))
     return bool(folder) and code.co_filename.startswith(folder + "/")
+
+
+def _wraps(value, code, target) -> bool:
+    return _FUNCTION_DICT(value).get("__wrapped__") is target and any(
+        code.co_name == name
+        and code.co_filename.endswith(path)
+        and _pinned(value, target, cell, check)
+        for path, name, cell, check in KNOWN_WRAPPERS
+    )
+
+
+def _wrapped_by(original):
+    """What ``original`` calls, where it is itself a known wrapper as its library made it."""
+    if not isinstance(original, types.FunctionType):
+        return _MISSING
+    code = original.__code__
+    for path, name, cell, check in KNOWN_WRAPPERS:
+        if code.co_name == name and code.co_filename.endswith(path):
+            cells = dict(zip(code.co_freevars, original.__closure__ or (), strict=False))
+            inner = _contents(cells[cell]) if cell in cells else _MISSING
+            if inner is not _MISSING and _pinned(original, inner, cell, check):
+                return inner
+    return _MISSING
 
 
 def _pinned(wrapper, original, cell: str, check) -> bool:
