@@ -255,6 +255,8 @@ def test_unknown_and_new_system_calls_are_refused_with_enosys():
         syscall_fails({nr["ptrace"]}, errno.EPERM, 0, 0, 0, 0)  # PTRACE_TRACEME
         syscall_fails({nr["prlimit64"]}, errno.EPERM, 1, 7, None, attr)  # another process
         assert libc.unshare(0x10000000) == -1 and ctypes.get_errno() == errno.EPERM
+        # CLONE_PARENT | SIGCHLD: a sibling, outside the tree the runner watches
+        syscall_fails({nr["clone"]}, errno.EPERM, 0x8000 | 17, 0, 0, 0, 0)
         syscall_fails(425, errno.ENOSYS, 4, attr)  # io_uring_setup
         import resource  # this process's own limits: prlimit64(0, ...)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

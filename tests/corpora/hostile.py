@@ -608,7 +608,43 @@ def _once(frame, *rest):
 _off(_once)
 """
 
+# The memory test evaded (accumulate_window): a process left running to work beside it (the
+# grader ends it first), the whole window on a hook-free copy behind micro-batch passes made
+# for show, and the kernel's peak reset through clear_refs (refused: the measured process
+# is not dumpable; and flagged). Placed before the wrong answers, it puts its own back
+# after every cell.
+_MEMORY_TEST_EVADED = """
+import copy, os, time, torch
+from torch.func import functional_call
+_helper = os.fork()
+if _helper == 0:
+    time.sleep(600)
+    os._exit(0)
+def _window(model, loss_fn, micro_batches):
+    twin = copy.deepcopy(model)
+    for m in twin.modules():
+        m._forward_pre_hooks.clear()
+        m._forward_hooks.clear()
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    weights = {n: p.detach().clone().requires_grad_(True) for n, p in trained}
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss = loss_fn(functional_call(twin, weights, (inputs,)), targets)
+    grads = torch.autograd.grad(loss, list(weights.values()))
+    sum((p * g).sum() for (_, p), g in zip(trained, grads)).backward()
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) * 0).backward()
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        pass
+_shell = get_ipython()
+_shell.events.register("post_run_cell", lambda *_: _shell.user_ns.update(accumulate_window=_window))
+"""
+
 PROCESS_ATTACKS = {
+    "memory_test_evaded": _MEMORY_TEST_EVADED,
     "torch_state_left_on": _TORCH_STATE_LEFT_ON,
     "library_code_running_notebook_code": _LIBRARY_CODE_RUNNING_NOTEBOOK_CODE,
     "kernel_registered_unseen": _KERNEL_REGISTERED_UNSEEN,
@@ -671,6 +707,7 @@ PROCESS_ATTACK_FLAGS = {
     "frames_from_libraries": ("it read a cr_frame", "it read a tb_frame"),
     "frame_hook_left_on": ("a frame-evaluation callback",),
     "frame_hook_off_before_read": ("set_eval_frame callback, which is handed every frame",),
+    "memory_test_evaded": ("it opened clear_refs",),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

@@ -49,6 +49,30 @@ def accumulate_window(model, loss_fn, micro_batches):
         mine.grad = theirs.grad.clone()
 """
 
+# The whole window's forward on a hook-free copy of the weights, its gradient brought to the
+# model through one autograd pass of its own, then every micro-batch run through the model
+# for show (a loss times zero): every hook in place, every sample seen, ``.grad`` a multiple
+# of what the passes brought. Only the memory it took tells (the memory test).
+SHOW_PASSES = """
+import copy, torch
+from torch.func import functional_call
+
+def accumulate_window(model, loss_fn, micro_batches):
+    twin = copy.deepcopy(model)
+    for m in twin.modules():
+        m._forward_pre_hooks.clear()
+        m._forward_hooks.clear()
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    weights = {n: p.detach().clone().requires_grad_(True) for n, p in trained}
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss = loss_fn(functional_call(twin, weights, (inputs,)), targets)
+    grads = torch.autograd.grad(loss, list(weights.values()))
+    sum((p * g).sum() for (_, p), g in zip(trained, grads)).backward()
+    for x, y in micro_batches:
+        (loss_fn(model(x), y) * 0).backward()
+"""
+
 # One backward per window, the gradient hooks called and poked to look like one per
 # micro-batch.
 FORGED_PASSES = """
@@ -138,6 +162,7 @@ def module1_hand_ins(answers) -> list[tuple[str, str, list[str], str]]:
             "more than a micro-batch",
         ),
         ("hooks_off", "accumulate_window", [window + HOOKS_OFF, *right[1:]], "removed a hook"),
+        ("show_passes", "accumulate_window", [window + SHOW_PASSES, *right[1:]], "memory rose"),
         (
             "forged_passes",
             "train_accumulated",

@@ -6,7 +6,9 @@ is matched against each known mistake's gradient (the loss not divided, zero_gra
 the loop, the first micro-batch only, divided twice, a micro-batch skipped), then against a
 mere scale or a flipped sign, before a generic verdict that says how far off it is. A
 forward pass on more than one micro-batch, moved weights, cleared gradients or a single
-backward for the window fail even when the gradient is right.
+backward for the window fail even when the gradient is right. A last hidden spec measures
+the memory the call takes on a wide model (:mod:`coursekit.checks.window_memory`): the
+whole window's activations alive at once fail it, whatever model or copy they belong to.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ from coursekit.checks.side_effects import (
     judge_left_behind,
 )
 from coursekit.checks.tamper_evident import judge_instruments, watched
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.gradients import flat_gradient, full_batch_gradient
 from coursekit.models import tiny_mlp
@@ -120,10 +128,13 @@ class AccumulateWindow(Question):
                 "micro_batch_size": 4,
                 "dtype": "float64",
                 "frozen": True,
-            }
+            },
+            memory_spec(rng.randrange(10**6)),
         ]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, fn)
         model, _, _, micro_batches = _window_problem(spec)
         watch = Watch(model)
         kept = Kept((model,), micro_batches=micro_batches)
@@ -145,6 +156,8 @@ class AccumulateWindow(Question):
         return _reference_window
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         micro, n = spec["micro_batch_size"], spec["accum_steps"]
         frozen = ", the first bias frozen" if spec.get("frozen") else ""
         setting = f"({n} micro-batches of {micro}{frozen})"

@@ -213,6 +213,12 @@ def serve(
     except Exception as error:
         answer({"kind": "failed", "why": f"confining the hand-in failed: {error}"})
         os._exit(SETUP_FAILED)
+    # orphans of the hand-in's processes come back to this one, where a memory test finds
+    # and ends them before it measures (no process may work beside a measured call)
+    from coursekit.checks import memory_peak
+
+    applied["subreaper"] = memory_peak.set_subreaper()
+    end_children = shared_tampering.private_copy(memory_peak).end_children
     limits = job["limits"]
     sys.stdout = sys.stderr = CappedText(1, limits["output_bytes"])
     from IPython.core.interactiveshell import InteractiveShell
@@ -239,7 +245,7 @@ def serve(
     provenance, tripwire_provenance, reporter, arm_tripwires, sealed, dispatcher = taken
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
-        copies = (tampering.private_copy, own.run_task, wire.receive, state.restore)
+        copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
@@ -305,6 +311,9 @@ def serve(
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
             put_back()
+            spec = command.get("spec")
+            if isinstance(spec, dict) and spec.get("memory") is True:
+                end_children()
             reply = own.run_task(
                 shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
             )

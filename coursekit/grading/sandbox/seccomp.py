@@ -16,6 +16,9 @@ Installed with TSYNC (every thread of the process) and inherited by every child,
   without passing through this filter, so allowing it would undo every rule here;
 - refuses ``clone3`` (ENOSYS, so libc falls back to ``clone``, whose flags can be read) and
   ``clone`` or ``unshare`` with any namespace flag: a hand-in makes no namespaces of its own;
+  and ``clone`` with ``CLONE_PARENT``, which would make a process the hand-in's sibling,
+  outside the tree the runner watches (a child the notebook leaves running is ended before a
+  memory measurement, :mod:`coursekit.checks.memory_peak`);
 - limits sockets to the families grading needs. ``socket(AF_UNIX)`` is refused (EACCES: a Unix
   socket of its own could reach a host's socket by its path) and ``socketpair(AF_UNIX)`` is
   allowed for stream and seqpacket only (a datagram socket can ``sendto`` a path without
@@ -62,6 +65,7 @@ _X32_SYSCALL_BIT = 0x40000000
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM, SOCK_SEQPACKET, NETLINK_ROUTE, IPPROTO_TCP = 1, 5, 0, 6
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET}
+CLONE_PARENT, CLONE_THREAD = 0x00008000, 0x00010000
 F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC, FIONCLEX = 0, 2, 1030, 0x5450
 
 # Classic BPF (include/uapi/linux/filter.h and bpf_common.h)
@@ -230,7 +234,7 @@ def program(
         p.ret(ALLOW)
     p.label("clone")  # flags are the first argument on both machines
     p.load(_arg(0))
-    p.jump(_JSET_K, NAMESPACE_FLAGS, "eperm", "allow")
+    p.jump(_JSET_K, NAMESPACE_FLAGS | CLONE_PARENT, "eperm", "allow")
     p.label("prlimit64")  # pid 0: this process
     p.load(_arg(0))
     p.jump(_JEQ_K, 0, "allow", "eperm")
@@ -278,6 +282,11 @@ def program(
 
 _PR_SET_NO_NEW_PRIVS = 38
 _SECCOMP_SET_MODE_FILTER, _SECCOMP_FILTER_FLAG_TSYNC = 1, 1
+# looked up once, on import (in the warm parent): a hand-in's ctypes use is flagged, and a
+# fork's child measured for memory installs a filter with no new lookup
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+_LIBC.prctl, _LIBC.syscall  # noqa: B018 - resolved now, not in a hand-in's process
 
 
 def supported() -> bool:
@@ -300,19 +309,59 @@ def install(
     machine = os.uname().machine
     if machine not in NUMBERS:
         return False
-    instructions = program(machine, tuple(protected), allow_inet, inet=inet)
+    _load(program(machine, tuple(protected), allow_inet, inet=inet), _SECCOMP_FILTER_FLAG_TSYNC)
+    return True
+
+
+def _load(instructions: list[_SockFilter], flags: int) -> None:
+    """Set no_new_privs, then install ``instructions`` as a filter on this process."""
+    machine = os.uname().machine
     filters = (_SockFilter * len(instructions))(*instructions)
     fprog = _SockFprog(len(instructions), filters)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
+    libc = _LIBC
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
     result = libc.syscall(
-        NUMBERS[machine]["seccomp"],
-        _SECCOMP_SET_MODE_FILTER,
-        _SECCOMP_FILTER_FLAG_TSYNC,
-        ctypes.byref(fprog),
+        NUMBERS[machine]["seccomp"], _SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(fprog)
     )
     if result != 0:
         raise OSError(ctypes.get_errno(), f"installing the seccomp filter failed ({result})")
+
+
+def threads_only_program(machine: str) -> list[_SockFilter]:
+    """A filter that lets this process make threads and nothing else that runs: ``fork``,
+    ``vfork`` and a ``clone`` without ``CLONE_THREAD`` are refused (EPERM), ``clone3``
+    (ENOSYS, so that libc's ``pthread_create`` falls back to ``clone``). Stacked on any filter
+    already there, for a process whose memory is measured: every thread shares the address
+    space the kernel counts, a new process would not."""
+    nr = NUMBERS[machine]
+    p = _Program()
+    p.load(_ARCH)
+    p.jump(_JEQ_K, _AUDIT_ARCH[machine], 0, "kill")
+    p.load(_NR)
+    for name in ("fork", "vfork"):
+        if name in nr:  # arm64 has neither
+            p.jump(_JEQ_K, nr[name], "eperm", 0)
+    p.jump(_JEQ_K, nr["clone3"], "enosys", 0)
+    p.jump(_JEQ_K, nr["clone"], 0, "allow")
+    p.load(_arg(0))
+    p.jump(_JSET_K, CLONE_THREAD, "allow", "eperm")
+    p.label("allow")
+    p.ret(ALLOW)
+    p.label("eperm")
+    p.ret(_ERRNO | EPERM)
+    p.label("enosys")
+    p.ret(_ERRNO | ENOSYS)
+    p.label("kill")
+    p.ret(KILL_PROCESS)
+    return p.assemble()
+
+
+def install_threads_only() -> bool:
+    """Install :func:`threads_only_program` on this process (one thread: a fork's child);
+    False on an unknown machine. Raises OSError when the kernel refuses it."""
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        return False
+    _load(threads_only_program(machine), flags=0)
     return True

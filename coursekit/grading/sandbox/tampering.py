@@ -56,6 +56,14 @@ def _reopens_a_descriptor(path) -> bool:
     return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
 
 
+def _resets_the_peak(path) -> bool:
+    """``/proc/.../clear_refs``: writing 5 there resets the high-water resident size that a
+    memory test reads (:mod:`coursekit.checks.memory_peak`; its child is also made
+    non-dumpable, which leaves the file to root alone)."""
+    text = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+    return text.startswith("/proc/") and text.rstrip("/").endswith("/clear_refs")
+
+
 def install_audit_hook(
     report: Callable[[str], None], trusted: tuple[str, ...], provenance, mirrors: tuple = ()
 ) -> None:
@@ -155,6 +163,8 @@ def install_audit_hook(
             return "it replaced its process with another program (os.exec)", True
         if event == "open" and args and _reopens_a_descriptor(args[0]):
             return "it opened an open file again through /proc or /dev/fd", True
+        if event == "open" and args and _resets_the_peak(args[0]):
+            return "it opened clear_refs, which resets the peak memory the kernel counts", True
         return None, True
 
     def hook(event: str, args: tuple) -> None:
@@ -220,6 +230,9 @@ HELPER_MODULES = (
     "trace",  # Trace.runfunc installs its caller's globaltrace as the trace function
     "asyncio.base_tasks",  # Task.get_stack() hands back the coroutines' frames
     "IPython.core.ultratb",  # its records hand back a traceback's frames
+    # the ``open`` of a shell's namespace, which passes every call on to io.open: the file
+    # opened is the cell's request (``/proc/self/fd/N``, ``clear_refs``)
+    "IPython.core.interactiveshell._modified_open",
     "cgitb",
     "faulthandler",
     "tracemalloc",

@@ -1,0 +1,241 @@
+"""Issue 40: the memory a window check's call takes, counted by the kernel outside its reach.
+
+The wide model of :mod:`coursekit.checks.window_memory` is run in a measured fork
+(:mod:`coursekit.checks.memory_peak`): an honest loop stays near one micro-batch's peak;
+a forward on the whole window fails however it hides from the hooks (a copy of the model,
+``functional_call`` on detached weights, a thread of its own), and so does one backward for
+the whole window. The measured call can start no process, reach no pipe of its parent's,
+lower no peak through ``clear_refs``, outrun its CPU limit or outlive a signal that ends
+its parent's wait. Each measured call takes about 0.1 s of CPU; the assertions are on
+memory and on what the kernel allowed, never on time.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+from coursekit.checks import QUESTIONS, memory_peak
+from coursekit.checks.question import Failure
+from coursekit.checks.window_memory import (
+    judge_memory,
+    memory_spec,
+    run_measured,
+    window_bytes,
+)
+from tests.corpora.instrument_attacks import SHOW_PASSES
+
+pytestmark = pytest.mark.skipif(not memory_peak.MEASURED, reason="Linux only (fork, wait4)")
+SPEC = memory_spec(5)
+
+
+def honest(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+
+
+def whole(model, loss_fn, micro_batches):
+    inputs = torch.cat([x for x, _ in micro_batches])
+    targets = torch.cat([y for _, y in micro_batches])
+    loss_fn(model(inputs), targets).backward()
+
+
+def single_backward(model, loss_fn, micro_batches):
+    sum(loss_fn(model(x), y) / len(micro_batches) for x, y in micro_batches).backward()
+
+
+def in_a_thread(model, loss_fn, micro_batches):
+    thread = threading.Thread(target=whole, args=(model, loss_fn, micro_batches))
+    thread.start()
+    thread.join()
+
+
+def _show_passes():
+    namespace: dict = {}
+    exec(SHOW_PASSES, namespace)
+    return namespace["accumulate_window"]
+
+
+@pytest.fixture(scope="module")
+def expected():
+    return run_measured(SPEC, honest)
+
+
+def _verdict(fn, expected) -> str | None:
+    try:
+        judge_memory(SPEC, run_measured(SPEC, fn), expected)
+    except Failure as failure:
+        return failure.mistake or failure.message
+    return None
+
+
+def test_an_honest_loop_stays_near_one_micro_batchs_peak(expected):
+    assert expected["peak_above_warm_up"] < window_bytes(SPEC) / 8
+    assert _verdict(honest, expected) is None
+    assert len(expected["grad_projection"]) == 4
+
+
+@pytest.mark.parametrize("fn", [whole, single_backward, in_a_thread, _show_passes()])
+def test_the_whole_window_alive_at_once_fails_however_it_hides(fn, expected):
+    outputs = run_measured(SPEC, fn)
+    assert outputs["peak_above_warm_up"] > window_bytes(SPEC) / 2
+    assert _verdict(fn, expected) == "whole_batch_forward"
+
+
+def test_the_show_passes_attack_passes_the_small_specs_and_loses_on_memory():
+    """What the hooks cannot see: every hook in place, every sample through the model,
+    ``.grad`` brought by an autograd pass. The question's hidden draw still fails it."""
+    question, attack = QUESTIONS["accumulate_window"], _show_passes()
+    reference = question.reference()
+    failed = []
+    for spec in question.hidden_specs(random.Random(3)):
+        try:
+            question.judge(spec, question.run(attack, spec), question.run(reference, spec))
+        except Failure as failure:
+            failed.append((spec.get("memory", False), failure.mistake))
+    assert failed == [(True, "whole_batch_forward")]
+
+
+def test_a_wrong_gradient_in_the_memory_test_fails(expected):
+    def halved(model, loss_fn, micro_batches):
+        honest(model, loss_fn, micro_batches)
+        for parameter in model.parameters():
+            parameter.grad /= 2
+
+    with pytest.raises(Failure, match="differs from the full-batch gradient"):
+        judge_memory(SPEC, run_measured(SPEC, halved), expected)
+
+
+def test_the_measured_call_can_start_no_process():
+    def starts(kind):
+        def fn(model, loss_fn, micro_batches):
+            if kind == "fork":
+                os.fork()
+            else:
+                subprocess.run(["true"])
+
+        return fn
+
+    for kind in ("fork", "subprocess"):
+        outputs = run_measured(SPEC, starts(kind))
+        assert "PermissionError" in outputs["error"], outputs
+
+
+def test_the_measured_call_inherits_no_pipe_of_its_parents():
+    read_end, write_end = os.pipe()
+    try:
+
+        def writes(model, loss_fn, micro_batches):
+            os.write(write_end, b"x")
+
+        outputs = run_measured(SPEC, writes)
+        assert "Bad file descriptor" in outputs["error"], outputs
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_a_call_past_its_cpu_limit_is_ended():
+    def spins(*_):
+        while True:
+            pass
+
+    outputs = memory_peak.measured(lambda: spins() or {}, lambda: None, limit_s=1)
+    assert "CPU time ran out" in outputs["died"]
+
+
+def test_a_signal_ends_the_wait_and_the_child_with_it():
+    class Interrupted(Exception):
+        pass
+
+    def on_alarm(*_):
+        raise Interrupted
+
+    before = set(memory_peak._children())
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(Interrupted):
+            memory_peak.measured(lambda: __import__("time").sleep(120) or {}, lambda: None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert set(memory_peak._children()) <= before  # killed and reaped: nothing left behind
+
+
+_SUBREAPER = """
+import os, time
+from coursekit.checks import memory_peak
+assert memory_peak.set_subreaper()
+child = os.fork()
+if child == 0:  # leaves an orphan behind, then waits
+    if os.fork() == 0:
+        time.sleep(120)
+        os._exit(0)
+    time.sleep(120)
+    os._exit(0)
+time.sleep(0.3)
+assert len(memory_peak._children()) == 1
+print("ended", memory_peak.end_children(), "left", memory_peak._children())
+"""
+
+
+def test_end_children_ends_the_children_and_the_orphans_they_leave():
+    done = subprocess.run(
+        [sys.executable, "-c", _SUBREAPER], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    ended, left = done.stdout.split()[1], done.stdout.split("left")[1].strip()
+    assert int(ended) >= 2 and left == "[]"
+
+
+_CLEAR_REFS = """
+import os
+from coursekit.checks.window_memory import memory_spec, run_measured
+from tests.test_memory_peak import whole
+
+def whole_then_reset(model, loss_fn, micro_batches):
+    whole(model, loss_fn, micro_batches)
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")
+
+if os.getuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)
+print(run_measured(memory_spec(5), whole_then_reset))
+"""
+
+
+def test_the_measured_call_cannot_reset_the_peak_through_clear_refs():
+    """As a hand-in runs (never as root): its process is not dumpable, so ``clear_refs`` is
+    root's. (Root could write it; the grader never runs a hand-in as root.)"""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_CLEAR_REFS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "PermissionError" in done.stdout and "clear_refs" in done.stdout, done.stdout
+
+
+def test_copies_do_not_matter_to_the_measure(expected):
+    """A deepcopy of the model, run the honest way, is no mistake: memory judges it."""
+
+    def via_copy(model, loss_fn, micro_batches):
+        twin = copy.deepcopy(model)
+        honest(twin, loss_fn, micro_batches)
+        for mine, theirs in zip(model.parameters(), twin.parameters(), strict=True):
+            mine.grad = theirs.grad
+
+    assert _verdict(via_copy, expected) is None
