@@ -49,7 +49,8 @@ def graded(tmp_path_factory):
     listener.bind(str(base / "open.dgram"))
     os.chmod(base / "open.dgram", 0o666)  # any user outside a sandbox could send to it
     listener.setblocking(False)
-    attacks = payloads({"socket": base / "open.sock", "dgram": base / "open.dgram"})
+    # sleepers of this test's own (2998 s): the corpus batch, maybe running beside it, counts 2999
+    attacks = payloads({"socket": base / "open.sock", "dgram": base / "open.dgram"}, 2998)
     hand_ins = {
         "ada": [IMPORTS, *answers()],
         "ben": [IMPORTS, *answers(accumulate_window="loss_not_divided")],
@@ -60,7 +61,7 @@ def graded(tmp_path_factory):
         # RLIMIT_NPROC, not a pids cgroup, holds an ordinary user's processes
         "many_processes": [
             IMPORTS,
-            "import subprocess\nfor _ in range(500):\n    subprocess.Popen(['sleep', '2999'])",
+            "import subprocess\nfor _ in range(500):\n    subprocess.Popen(['sleep', '2998'])",
             *answers(),
         ],
     }
@@ -85,7 +86,7 @@ def graded(tmp_path_factory):
         },
         "listener": listener,
         "user_namespaces": _user_namespaces_work(paths),
-        "sleepers": subprocess.run(["pgrep", "-c", "-f", "sleep 2999"], capture_output=True).stdout,
+        "sleepers": subprocess.run(["pgrep", "-c", "-f", "sleep 2998"], capture_output=True).stdout,
     }
 
 

@@ -1,4 +1,4 @@
-"""The memory a student's function takes at its peak, as the kernel counts it.
+"""The memory a student's function takes, as the kernel counts it.
 
 Accumulation is for memory: one micro-batch's activations alive at a time, never the
 window's. The checks' hooks see which forward passes the model makes, but a function can
@@ -6,18 +6,25 @@ make its whole-batch forward on a hook-free copy of the model and bring the grad
 behind micro-batch passes made for show. Memory cannot be shown: :func:`measured` runs the
 call in a fork of its own, where
 
-- large allocations are mapped and unmapped one by one (a fixed ``M_MMAP_THRESHOLD``), so
-  the resident size follows what is alive rather than what malloc keeps;
-- a warm-up (one micro-batch, made by the check) sets the peak an honest call reaches;
+- malloc keeps what is freed and hands it out again (no trimming; blocks under 32 MiB come
+  from its heap), and transparent huge pages are off, so that every page the call needs
+  beyond what it reuses is a page fault of its own;
+- a warm-up (one micro-batch, made by the check) touches the memory an honest micro-batch
+  reuses;
+- the measure is the kernel's, read by the parent from ``wait4`` once the child has ended:
+  the page faults of the call (each one a page first written, or first read, in the call:
+  fresh memory, or memory shared with the parent that it now copies) and its high-water
+  resident size above the warm-up's. Freeing memory the notebook held before does not
+  help: writing the freed pages again faults (they are still the parent's, copy on write),
+  and returning them to the kernel and asking again faults too. The one way to lower the
+  high-water mark, writing to ``/proc/<pid>/clear_refs``, is closed besides: the child is
+  not dumpable, so that file is root's (a hand-in never runs as root), and opening it is
+  flagged;
 - the function can make threads, which share the memory counted, but no process
   (:func:`coursekit.grading.sandbox.seccomp.install_threads_only`); it inherits no pipe or
   socket of its parent's (each is closed in the child before its call), and the parent's own
   threads are held while it runs (the parent waits holding the GIL, so none of its Python
-  runs);
-- the peak is the kernel's: the child's high-water resident size, which its parent reads
-  from ``wait4`` once it has ended. The one way to lower it, writing to the process's own
-  ``/proc/<pid>/clear_refs``, is closed: the child is not dumpable, so that file is root's
-  (a hand-in never runs as root), and opening it is flagged.
+  runs).
 
 What the function could still reach is a process already running beside it; the grader
 ends every process the notebook left running before a measured test
@@ -34,11 +41,14 @@ import resource
 import signal
 import sys
 
-# mallopt's parameter (malloc.h): allocations from this size up get a mapping of their own,
-# returned to the kernel when freed (malloc otherwise raises it as it frees big blocks)
-_M_MMAP_THRESHOLD, _MMAP_THRESHOLD = -3, 128 * 1024
+# mallopt's parameters (malloc.h): blocks under 32 MiB (its largest) come from malloc's heap,
+# and freed memory is never given back: an honest loop reuses one micro-batch's pages
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 * 2**20, 2**30
+_PR_SET_THP_DISABLE = 41
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
-_HEADER = 8  # the warm-up's peak, in KiB, before any of the function's code runs
+_HEADER = 16  # after the warm-up, before any of the function's code: its peak (KiB), faults
 CPU_LIMIT_S = 30  # the child's own: its parent's CPU timer does not count the child's time
 MEASURED = sys.platform.startswith("linux") and hasattr(os, "fork")
 
@@ -48,14 +58,21 @@ class _Timeval(ctypes.Structure):
 
 
 class _Rusage(ctypes.Structure):
-    _fields_ = [("utime", _Timeval), ("stime", _Timeval), ("maxrss", ctypes.c_long)] + [
-        (f"field{i}", ctypes.c_long) for i in range(13)
-    ]
+    _fields_ = [
+        ("utime", _Timeval),
+        ("stime", _Timeval),
+        ("maxrss", ctypes.c_long),
+        ("ixrss", ctypes.c_long),
+        ("idrss", ctypes.c_long),
+        ("isrss", ctypes.c_long),
+        ("minflt", ctypes.c_long),
+        ("majflt", ctypes.c_long),
+    ] + [(f"field{i}", ctypes.c_long) for i in range(8)]
 
 
 if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's process
     _LIBC = ctypes.CDLL(None, use_errno=True)
-    _MALLOPT, _MALLOC_TRIM, _PRCTL = _LIBC.mallopt, _LIBC.malloc_trim, _LIBC.prctl
+    _MALLOPT, _PRCTL = _LIBC.mallopt, _LIBC.prctl
     _WAIT4 = ctypes.PyDLL(None, use_errno=True).wait4  # PyDLL: the GIL stays held
     _WAIT4.argtypes = [
         ctypes.c_int,
@@ -67,10 +84,12 @@ if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's pr
 
 def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     """``call()``'s outputs (a dict of plain data), computed in a fork of this process, with
+    ``"fresh_memory"``: the bytes of the pages the call faulted in, and
     ``"peak_above_warm_up"``: how many bytes the child's resident size rose above the peak
-    ``warm_up()`` reached. A call that failed gives ``{"error": ...}`` beside the peak; one
-    that died gives ``{"died": ...}``. Off Linux: ``{"memory": "not measured"}`` and
-    ``call()``'s outputs from this process."""
+    ``warm_up()`` reached. A call that failed gives ``{"error": ...}`` beside them; one
+    that died gives ``{"died": ...}``; one that raised NotImplementedError (an exercise's
+    stub) raises it here too, as an unmeasured call would. Off Linux: ``call()``'s outputs
+    from this process, with ``{"memory": "not measured"}``."""
     if not MEASURED:
         return {**call(), "memory": "not measured"}
     inherited = _open_descriptors()
@@ -84,20 +103,24 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
         _child(call, warm_up, write_end, limit_s)
     os.close(write_end)
     try:
-        status, peak_kib = _wait(pid)
+        status, peak_kib, faults = _wait(pid)
         data = _read_all(read_end)
     finally:
         os.close(read_end)
-    warm_kib = int.from_bytes(data[:_HEADER], "little") if len(data) >= _HEADER else None
+    warm_kib = int.from_bytes(data[:8], "little") if len(data) >= _HEADER else None
+    warm_faults = int.from_bytes(data[8:_HEADER], "little")
     try:
         outputs = json.loads(data[_HEADER:].decode("utf-8")) if len(data) > _HEADER else None
     except ValueError:
         outputs = None
     if not isinstance(outputs, dict):
         outputs = {"died": _how_it_ended(status)}
+    if outputs.get("not_implemented") is True:
+        raise NotImplementedError("the function is the exercise's stub")
     if warm_kib is None:  # the warm-up itself did not finish: the check's own failure
         raise RuntimeError(f"the memory measurement failed ({_how_it_ended(status)})")
     outputs["peak_above_warm_up"] = max(0, peak_kib - warm_kib) * 1024
+    outputs["fresh_memory"] = max(0, faults - warm_faults) * _PAGE
     return outputs
 
 
@@ -116,13 +139,18 @@ def _child(call, warm_up, write_end: int, limit_s: int) -> None:
         # one thread: a fork's OpenMP pool is its parent's, whose threads did not come along
         # (a parallel region would wait for them for ever); the reference runs so too
         _set_torch_threads(1)
+        _PRCTL(_PR_SET_THP_DISABLE, 1, 0, 0, 0)  # a huge page would be 512 pages, one fault
         _MALLOPT(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        _MALLOPT(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
         warm_up()
-        _MALLOC_TRIM(0)
-        warm_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-        os.write(write_end, int(warm_kib).to_bytes(_HEADER, "little"))
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        header = int(usage.ru_maxrss).to_bytes(8, "little")
+        header += int(usage.ru_minflt + usage.ru_majflt).to_bytes(8, "little")
+        os.write(write_end, header)
         try:
             outputs = call()
+        except NotImplementedError:  # the exercise as handed out: not attempted
+            outputs = {"not_implemented": True}
         except BaseException as error:  # noqa: BLE001 - the function's, reported as data
             from coursekit.checks.registry import error_message
 
@@ -140,15 +168,16 @@ def _set_torch_threads(count: int) -> None:
         torch.set_num_threads(count)
 
 
-def _wait(pid: int) -> tuple[int, int]:
+def _wait(pid: int) -> tuple[int, int, int]:
     """Wait for the child, holding the GIL (no Python of this process runs meanwhile);
-    its wait status and peak resident size in KiB. A signal (the task's timer) interrupts
-    the wait; the child is then killed and reaped, and the handler's exception goes on."""
+    its wait status, peak resident size in KiB, and page faults. A signal (the task's
+    timer) interrupts the wait; the child is then killed and reaped, and the handler's
+    exception goes on."""
     status, usage = ctypes.c_int(0), _Rusage()
     try:
         while True:
             if _WAIT4(pid, ctypes.byref(status), 0, ctypes.byref(usage)) == pid:
-                return status.value, int(usage.maxrss)
+                return status.value, int(usage.maxrss), int(usage.minflt + usage.majflt)
             if ctypes.get_errno() != 4:  # EINTR: let a handler run, then wait again
                 raise OSError(ctypes.get_errno(), "waiting for the measured call failed")
             signal.getsignal(signal.SIGINT)  # a bytecode boundary: pending handlers run here

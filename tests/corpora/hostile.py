@@ -87,7 +87,7 @@ if os.fork() == 0:  # a chain of {depth} sleepers, each in a session of its own
             break
         if child:
             break
-    os.execvp("sleep", ["sleep", "2999"])
+    os.execvp("sleep", ["sleep", "{seconds}"])
 """
 
 _PROC_SECRETS = """
@@ -194,15 +194,17 @@ json.dumps = dumps
 """
 
 
-def payloads(targets: dict) -> dict[str, list[str]]:
-    """name -> payload cells, aimed at ``targets`` (host paths the test watches)."""
+def payloads(targets: dict, sleep_seconds: int = 2999) -> dict[str, list[str]]:
+    """name -> payload cells, aimed at ``targets`` (host paths the test watches). The
+    sleepers left behind sleep ``sleep_seconds``: a number of each test's own, so that one
+    test never counts another's, running beside it."""
     return {
         "escape_int80": [_INT80.format(path=str(targets["socket"]))],
         "escape_io_uring": [_IO_URING.replace("{path!r}", repr(str(targets["socket"])))],
         "escape_datagram": [_DATAGRAM.format(path=str(targets["dgram"]))],
         "escape_keyring": [_KEYRING],
         "escape_namespace": [_NAMESPACE],
-        "processes_left_behind": [_CHAIN.format(depth=55)],
+        "processes_left_behind": [_CHAIN.format(depth=55, seconds=sleep_seconds)],
         "proc_secrets": [_PROC_SECRETS],
         "fill_disk": [_FILL_DISK],
         "many_files": [_MANY_FILES],

@@ -162,7 +162,12 @@ def module1_hand_ins(answers) -> list[tuple[str, str, list[str], str]]:
             "more than a micro-batch",
         ),
         ("hooks_off", "accumulate_window", [window + HOOKS_OFF, *right[1:]], "removed a hook"),
-        ("show_passes", "accumulate_window", [window + SHOW_PASSES, *right[1:]], "memory rose"),
+        (
+            "show_passes",
+            "accumulate_window",
+            [window + SHOW_PASSES, *right[1:]],
+            "of memory beyond",
+        ),
         (
             "forged_passes",
             "train_accumulated",

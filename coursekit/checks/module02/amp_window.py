@@ -29,6 +29,12 @@ from coursekit.checks.tamper_evident import (
     poke,
     watched,
 )
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.mixed_precision import amp_window
 from coursekit.models import tiny_mlp
@@ -136,6 +142,17 @@ def _amp_problem(spec):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = CountingScaler(init_scale=2.0 ** spec["init_scale_log2"])
     return model, optimizer, scaler, split_micro_batches(inputs, targets, micro)
+
+
+def _wide_window(fn):
+    """``fn`` called on the memory test's model and micro-batches, with an optimizer and a
+    scaler of its own (:mod:`coursekit.checks.window_memory`)."""
+
+    def window(model, loss_fn, micro_batches):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        fn(model, optimizer, CountingScaler(init_scale=2.0**4), loss_fn, micro_batches, 1000.0)
+
+    return window
 
 
 def _amp_variant(spec, mistake):
@@ -291,7 +308,7 @@ class AmpWindow(Question):
             "gradients",
             "the specs whose max_norm clips",
             ("clipping_missing", "clipped_after_step", "clipped_by_value"),
-            lambda spec: spec["max_norm"] < 1,
+            lambda spec: spec.get("max_norm", 1) < 1,
         ),
         Rule(
             "scaler.step(optimizer) # skipped if any gradient is inf or NaN",
@@ -356,9 +373,12 @@ class AmpWindow(Question):
                     "inf_at": rng.randrange(accum) if index == 1 else None,
                 }
             )
-        return specs
+        # the memory test: the window on a wide model, its fresh memory counted by the kernel
+        return [*specs, memory_spec(rng.randrange(10**6), reads="weights")]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(amp_window))
         model, optimizer, scaler, micro_batches = _amp_problem(spec)
         counter = StepCounter(model, optimizer)
         watch = Watch(model)
@@ -397,6 +417,8 @@ class AmpWindow(Question):
         return amp_window
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         n = spec["accum_steps"]
         setting = (
             f"({n} micro-batches of {spec['micro_batch_size']}, max_norm {spec['max_norm']}"

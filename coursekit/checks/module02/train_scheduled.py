@@ -28,6 +28,12 @@ from coursekit.checks.question import Failure, Question, Rule, number_list, rela
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.checks.tamper_evident import combined, judge_instruments, watched
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 from coursekit.schedules import optimizer_steps, warmup_linear_decay
@@ -56,6 +62,18 @@ def _scheduled_problem(spec, start=None):
 
 def _reference_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
     train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps, scheduler=scheduler)
+
+
+def _one_window(fn):
+    """``fn`` called on the memory test's model and micro-batches as one window, with an
+    optimizer and a schedule of its own (:mod:`coursekit.checks.window_memory`)."""
+
+    def one_window(model, loss_fn, micro_batches):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = warmup_linear_decay(optimizer, 1, 2)
+        fn(model, optimizer, scheduler, loss_fn, micro_batches, len(micro_batches))
+
+    return one_window
 
 
 def _window_from_first_micro_batch(spec, start=None) -> list[float]:
@@ -159,7 +177,10 @@ class TrainScheduled(Question):
             "the last shorter window included",
             "the specs whose micro-batches do not fill the last window",
             ("last_window_dropped",),
-            lambda spec: -(-spec["n_samples"] // spec["micro_batch_size"]) % spec["accum_steps"],
+            lambda spec: (
+                "n_samples" in spec
+                and -(-spec["n_samples"] // spec["micro_batch_size"]) % spec["accum_steps"]
+            ),
         ),
         Rule(
             "each loss weighted by its share of the window's samples",
@@ -232,9 +253,13 @@ class TrainScheduled(Question):
                     "momentum": rng.choice([0.0, 0.9]),
                 }
             )
-        return specs
+        # the memory test: one window on a wide model, its fresh memory counted by the kernel
+        return [*specs, memory_spec(rng.randrange(10**6), reads="weights")]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            honest = _one_window(_reference_scheduled)
+            return run_measured(spec, _one_window(fn), warm_up_with=honest)
         model, optimizer, scheduler, micro_batches = _scheduled_problem(spec)
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)
@@ -263,6 +288,8 @@ class TrainScheduled(Question):
         return _reference_scheduled
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         n_micro = -(-spec["n_samples"] // spec["micro_batch_size"])
         n_windows = -(-n_micro // spec["accum_steps"])
         setting = (
