@@ -75,8 +75,9 @@ def run_measured(spec: dict, call, warm_up_with=None) -> dict:
     """``call(model, loss_fn, micro_batches)`` (the student's function, however a question
     calls it: one that steps is handed its optimizer by the question) on the wide problem,
     measured; outputs: the projections of what the spec reads, and the memory (see
-    :func:`coursekit.checks.memory_peak.measured`). ``warm_up_with``: the question's own
-    answer, called as ``call`` is, on the first micro-batches before the measure, so that
+    :func:`coursekit.checks.memory_peak.measured`). ``warm_up_with``: a right answer of the
+    question's (written in its check, not coursekit's own, which the grader's tripwire
+    watches), called as ``call`` is, on the first micro-batches before the measure, so that
     what an honest call first uses (an optimizer's step, a scaler's, a module torch
     imports on first use) is in place; without it, a plain accumulation loop."""
     model, micro_batches = wide_problem(spec)

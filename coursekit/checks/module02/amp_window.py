@@ -155,6 +155,18 @@ def _wide_window(fn):
     return window
 
 
+def _warm_up(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
+    """The right window, written here: calling coursekit's own answer while the question is
+    tested is what the grader's tripwire flags."""
+    for inputs, targets in micro_batches:
+        scaler.scale(loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+    scaler.unscale_(optimizer)
+    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _amp_variant(spec, mistake):
     """The right window, or one with a mistake the checks name by its final weights."""
     model, optimizer, scaler, micro_batches = _amp_problem(spec)
@@ -378,7 +390,7 @@ class AmpWindow(Question):
 
     def run(self, fn, spec):
         if is_memory_spec(spec):
-            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(amp_window))
+            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(_warm_up))
         model, optimizer, scaler, micro_batches = _amp_problem(spec)
         counter = StepCounter(model, optimizer)
         watch = Watch(model)

@@ -64,6 +64,16 @@ def _reference_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, ac
     train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps, scheduler=scheduler)
 
 
+def _warm_up(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
+    """One right window, written here: calling coursekit's own answer while the question is
+    tested is what the grader's tripwire flags."""
+    for inputs, targets in micro_batches:
+        (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def _one_window(fn):
     """``fn`` called on the memory test's model and micro-batches as one window, with an
     optimizer and a schedule of its own (:mod:`coursekit.checks.window_memory`)."""
@@ -258,8 +268,7 @@ class TrainScheduled(Question):
 
     def run(self, fn, spec):
         if is_memory_spec(spec):
-            honest = _one_window(_reference_scheduled)
-            return run_measured(spec, _one_window(fn), warm_up_with=honest)
+            return run_measured(spec, _one_window(fn), warm_up_with=_one_window(_warm_up))
         model, optimizer, scheduler, micro_batches = _scheduled_problem(spec)
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)
