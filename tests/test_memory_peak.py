@@ -27,6 +27,7 @@ import torch
 from coursekit.checks import QUESTIONS, memory_peak
 from coursekit.checks.question import Failure
 from coursekit.checks.window_memory import (
+    PROJECTIONS,
     judge_memory,
     memory_spec,
     run_measured,
@@ -91,7 +92,7 @@ def _verdict(fn, expected) -> str | None:
 def test_an_honest_loop_needs_little_fresh_memory(expected):
     assert expected["fresh_memory"] < window_bytes(SPEC) / 2
     assert _verdict(honest, expected) is None
-    assert len(expected["grad_projection"]) == 4
+    assert len(expected["grad_projection"]) == PROJECTIONS
 
 
 @pytest.mark.parametrize("fn", [whole, in_a_thread, _show_passes(), freed_first])
