@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sys
 
 import nbformat
@@ -143,7 +144,9 @@ def test_a_hostile_submission_reaches_nothing_of_the_graders(runs):
     results, done, kept = runs["hostile"]
     assert kept["script_kept"]
     assert results["score"] == 1.0, results  # its right answers, nothing more
-    assert "ESCAPED" not in json.dumps(results) and "999" not in json.dumps(results)
+    # the forged score is 999; the hidden tests' seed is random and may hold those digits
+    shown = re.sub(r'"seed(_text)?": "?[0-9]+"?', "", json.dumps(results))
+    assert "ESCAPED" not in shown and "999" not in shown
     assert "ESCAPED" not in done.stdout
     # results/ and the bundle's source are root's alone while the hand-in runs
     assert oct(kept["root"].joinpath("source").stat().st_mode & 0o777) == "0o700"
