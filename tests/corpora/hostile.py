@@ -11,6 +11,8 @@ carries a hand-in's output since then.
 
 from __future__ import annotations
 
+from tests.corpora.instrument_attacks import SHOW_PASSES
+
 MARKERS = ("ESCAPED:", "LEAKED:", "UNCAPPED:", "FORGED:")
 
 _INT80 = """
@@ -615,27 +617,19 @@ _off(_once)
 # for show, and the kernel's peak reset through clear_refs (refused: the measured process
 # is not dumpable; and flagged). Placed before the wrong answers, it puts its own back
 # after every cell.
-_MEMORY_TEST_EVADED = """
-import copy, os, time, torch
-from torch.func import functional_call
+_MEMORY_TEST_EVADED = (
+    """
+import os, time
 _helper = os.fork()
 if _helper == 0:
     time.sleep(600)
     os._exit(0)
+"""
+    + SHOW_PASSES
+    + """
+_show = accumulate_window
 def _window(model, loss_fn, micro_batches):
-    twin = copy.deepcopy(model)
-    for m in twin.modules():
-        m._forward_pre_hooks.clear()
-        m._forward_hooks.clear()
-    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    weights = {n: p.detach().clone().requires_grad_(True) for n, p in trained}
-    inputs = torch.cat([x for x, _ in micro_batches])
-    targets = torch.cat([y for _, y in micro_batches])
-    loss = loss_fn(functional_call(twin, weights, (inputs,)), targets)
-    grads = torch.autograd.grad(loss, list(weights.values()))
-    sum((p * g).sum() for (_, p), g in zip(trained, grads)).backward()
-    for x, y in micro_batches:
-        (loss_fn(model(x), y) * 0).backward()
+    _show(model, loss_fn, micro_batches)
     try:
         with open("/proc/self/clear_refs", "w") as handle:
             handle.write("5")
@@ -644,6 +638,7 @@ def _window(model, loss_fn, micro_batches):
 _shell = get_ipython()
 _shell.events.register("post_run_cell", lambda *_: _shell.user_ns.update(accumulate_window=_window))
 """
+)
 
 PROCESS_ATTACKS = {
     "memory_test_evaded": _MEMORY_TEST_EVADED,
