@@ -33,6 +33,8 @@ from coursekit.checks.window_memory import (
     run_measured,
     window_bytes,
 )
+from coursekit.grading.sandbox.driver import raise_a_grader_fault
+from coursekit.grading.sandbox.errors import GraderFault
 from tests.corpora import student_code
 from tests.corpora.instrument_attacks import SHOW_PASSES
 
@@ -280,3 +282,34 @@ def test_the_questions_that_step_measure_their_window_too(name):
         whole_window = student_code.load(name, "whole_batch_forward")  # the mutation corpus's
         question.judge(spec, question.run(whole_window, spec), expected)
     assert failure.value.mistake == "whole_batch_forward"
+
+
+def test_a_failed_measurement_is_the_graders_fault_not_the_functions(monkeypatch):
+    """A fork refused, or a child that ends before the function is called, raises
+    MeasurementFailed; the runner reports it as ``grader_fault``, which the driver turns into
+    a GraderFault: the hand-in is graded again, never scored by it."""
+
+    def boom():
+        raise RuntimeError("the warm-up's own failure")
+
+    with pytest.raises(memory_peak.MeasurementFailed):
+        memory_peak.measured(lambda: {}, boom)
+
+    def no_fork():
+        raise OSError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(memory_peak.os, "fork", no_fork)
+    with pytest.raises(memory_peak.MeasurementFailed, match="could not fork"):
+        memory_peak.measured(lambda: {}, lambda: None)
+
+    from coursekit.grading.sandbox.runner import run_task
+
+    class Measured:
+        def run(self, fn, spec):
+            return memory_peak.measured(lambda: {}, lambda: None)
+
+    reply = run_task({"fn": honest}, {"fn": Measured()}, {"question": "fn", "spec": {}}, 30, 10)
+    assert reply["status"] == "grader_fault" and "could not fork" in reply["why"]
+    with pytest.raises(GraderFault, match="could not fork"):
+        raise_a_grader_fault(reply)
+    raise_a_grader_fault({"status": "error", "message": "the function's own"})  # no fault

@@ -82,6 +82,12 @@ if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's pr
     ]
 
 
+class MeasurementFailed(RuntimeError):
+    """The measurement itself failed (no fork, or the child ended before the function was
+    called): the grader's failure, never the function's. The runner reports it as one, and
+    the grader grades the hand-in again on a fresh process."""
+
+
 def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     """``call()``'s outputs (a dict of plain data), computed in a fork of this process, with
     ``"fresh_memory"``: the bytes of the pages the call faulted in, and
@@ -93,8 +99,11 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     if not MEASURED:
         return {**call(), "memory": "not measured"}
     inherited = _open_descriptors()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
+    try:
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+    except OSError as error:  # no room for a process, or for its memory: the machine's
+        raise MeasurementFailed(f"the memory test could not fork ({error})") from None
     if pid == 0:  # pragma: no cover - the child ends with os._exit; its work is read back
         os.close(read_end)
         for fd in inherited:  # no pipe or socket left to a process that could do the work
@@ -115,10 +124,10 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
         outputs = None
     if not isinstance(outputs, dict):
         outputs = {"died": _how_it_ended(status)}
+    if warm_kib is None:  # the warm-up itself did not finish: the check's own failure
+        raise MeasurementFailed(f"the memory test's fork {_how_it_ended(status)}")
     if outputs.get("not_implemented") is True:
         raise NotImplementedError("the function is the exercise's stub")
-    if warm_kib is None:  # the warm-up itself did not finish: the check's own failure
-        raise RuntimeError(f"the memory measurement failed ({_how_it_ended(status)})")
     outputs["peak_above_warm_up"] = max(0, peak_kib - warm_kib) * 1024
     outputs["fresh_memory"] = max(0, faults - warm_faults) * _PAGE
     return outputs

@@ -34,6 +34,7 @@ from coursekit.authoring.build import read_source, render
 from coursekit.authoring.demo_cells import DEMO_TAG, released_demos, skippable
 from coursekit.authoring.released_demos import read_record
 from coursekit.checks import QUESTIONS, questions_of
+from coursekit.checks.memory_peak import MeasurementFailed
 from coursekit.checks.question import Failure
 from coursekit.grading.handin import HandIn, HandInError, read_hand_in
 from coursekit.grading.judging import as_dict, judge_question, task_outputs
@@ -206,10 +207,13 @@ def prepare(
     cells = solution_cells(root, assignment)
     # coursekit's own answers on the same specs, computed here while a warm parent launched
     # by the caller is still importing torch in its own process (seconds, on another core)
-    oracles = {
-        name: [QUESTIONS[name].run(QUESTIONS[name].reference(), spec) for spec in question_specs]
-        for name, question_specs in specs.items()
-    }
+    try:
+        oracles = {
+            name: [QUESTIONS[name].run(QUESTIONS[name].reference(), spec) for spec in tests]
+            for name, tests in specs.items()
+        }
+    except MeasurementFailed as error:  # a memory test's fork, here: the machine's
+        raise GraderError(f"The reference solution's memory test could not run: {error}") from None
     if warm is not None:
         warm.start()  # waits for it, unless it is ready (or starts it, unless launched)
     for tries_left in range(MACHINERY_TRIES - 1, -1, -1):

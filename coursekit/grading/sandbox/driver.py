@@ -299,6 +299,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     last=last,
                     final=index == final,
                 )
+                raise_a_grader_fault(reply)
                 if reply.get("status") != "timeout":
                     break
             else:
@@ -478,3 +479,11 @@ def run_hand_in(
         else f"it took too long: past {limits.hand_in_timeout_s * limits.wall_factor:.0f} s"
     )
     return run
+
+
+def raise_a_grader_fault(reply: dict) -> None:
+    """A test's reply that says the grader's own machinery failed in the hand-in's process
+    (a memory test that could not fork, :class:`coursekit.checks.memory_peak.MeasurementFailed`):
+    a :class:`GraderFault`, so the hand-in is graded again, never scored by it."""
+    if reply.get("status") == "grader_fault":
+        raise GraderFault(f"{reply.get('why')!s:.300}: the grader's fault, not the hand-in's")

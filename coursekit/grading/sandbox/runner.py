@@ -123,6 +123,7 @@ def run_task(
     namespace: dict, questions: dict, task: dict, timeout_s: float, wall_factor: float
 ) -> dict:
     """Call the hand-in's function on one spec; outputs are plain data, nothing is judged."""
+    from coursekit.checks.memory_peak import MeasurementFailed
     from coursekit.checks.registry import error_message
 
     name = task["question"]
@@ -135,6 +136,8 @@ def run_task(
         return {"status": "ok", "outputs": outputs}
     except NotImplementedError:
         return {"status": "not_attempted"}
+    except MeasurementFailed as error:  # raised by the check's own code, in this process
+        return {"status": "grader_fault", "why": str(error)[:300]}
     except CellTimeout:
         return {"status": "timeout"}
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: all the hand-in's
