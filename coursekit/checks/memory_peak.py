@@ -20,8 +20,12 @@ call in a fork of its own, where
   high-water mark, writing to ``/proc/<pid>/clear_refs``, is closed besides: the child is
   not dumpable, so that file is root's (a hand-in never runs as root), and opening it is
   flagged;
-- the function can make threads, which share the memory counted, but no process
-  (:func:`coursekit.grading.sandbox.seccomp.install_threads_only`); it inherits no pipe or
+- the function can make threads, which share the memory counted, but no process and no
+  shared memory (:func:`coursekit.grading.sandbox.seccomp.install_threads_only`): a shared
+  file's pages come from the page cache, filled by ``write`` with no fault of the process's
+  and mapped sixteen at a time, so the parent's writable shared mappings are made
+  inaccessible in the fork too, and the verdict also takes the resident size's rise, which
+  counts such pages; it inherits no pipe or
   socket of its parent's (each is closed in the child before its call), and the parent's own
   threads are held while it runs (the parent waits holding the GIL, so none of its Python
   runs).
@@ -72,7 +76,7 @@ class _Rusage(ctypes.Structure):
 
 if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's process
     _LIBC = ctypes.CDLL(None, use_errno=True)
-    _MALLOPT, _PRCTL = _LIBC.mallopt, _LIBC.prctl
+    _MALLOPT, _PRCTL, _MPROTECT = _LIBC.mallopt, _LIBC.prctl, _LIBC.mprotect
     _WAIT4 = ctypes.PyDLL(None, use_errno=True).wait4  # PyDLL: the GIL stays held
     _WAIT4.argtypes = [
         ctypes.c_int,
@@ -98,7 +102,7 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     from this process, with ``{"memory": "not measured"}``."""
     if not MEASURED:
         return {**call(), "memory": "not measured"}
-    inherited = _open_descriptors()
+    inherited, shared = _open_descriptors(), _writable_shared_mappings()
     try:
         read_end, write_end = os.pipe()
         pid = os.fork()
@@ -109,7 +113,7 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
         for fd in inherited:  # no pipe or socket left to a process that could do the work
             if fd > 2 and fd != write_end:
                 _close_quietly(fd)
-        _child(call, warm_up, write_end, limit_s)
+        _child(call, warm_up, write_end, limit_s, shared)
     os.close(write_end)
     try:
         status, peak_kib, faults = _wait(pid)
@@ -133,10 +137,13 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     return outputs
 
 
-def _child(call, warm_up, write_end: int, limit_s: int) -> None:
+def _child(call, warm_up, write_end: int, limit_s: int, shared=()) -> None:
     """In the fork: confine, warm up, record the peak so far, run ``call``, report."""
     code = 0
     try:
+        for start, end in shared:  # its parent's shared memory: the page cache's, not its own
+            if _MPROTECT(ctypes.c_void_p(start), ctypes.c_size_t(end - start), 0) != 0:
+                raise OSError(ctypes.get_errno(), "mprotect")
         # not dumpable: its /proc files are root's, so it cannot open its own clear_refs,
         # which resets the peak the kernel counts
         _PRCTL(_PR_SET_DUMPABLE, 0, 0, 0, 0)
@@ -202,6 +209,24 @@ def _open_descriptors() -> list[int]:
         return sorted(int(name) for name in os.listdir(f"/proc/{os.getpid()}/fd"))
     except (OSError, ValueError):
         return []
+
+
+def _writable_shared_mappings() -> list[tuple[int, int]]:
+    """This process's writable shared mappings (a file or ``memfd`` mapped ``MAP_SHARED``,
+    a SysV segment), from its own ``/proc`` folder: the fork makes them inaccessible before
+    the call, since their pages live in the page cache, where a write fills them without a
+    page fault of the process's."""
+    found = []
+    try:
+        with open(f"/proc/{os.getpid()}/maps") as handle:
+            for line in handle:
+                fields = line.split(maxsplit=2)
+                if len(fields) >= 2 and fields[1][1] == "w" and fields[1][3] == "s":
+                    start, _, end = fields[0].partition("-")
+                    found.append((int(start, 16), int(end, 16)))
+    except (OSError, ValueError, IndexError):
+        pass
+    return found
 
 
 def _close_quietly(fd: int) -> None:

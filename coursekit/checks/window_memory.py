@@ -4,13 +4,13 @@ The model is 16 -> 4,096 -> 1 (Tanh, float64), run on 32 micro-batches of 16 sam
 hidden activation of the whole window is 512 x 4,096 x 8 bytes = 16 MiB; a micro-batch's is
 0.5 MiB. The call runs in a process of its own (:mod:`coursekit.checks.memory_peak`), after
 a warm-up that runs three micro-batches the honest way, and the kernel counts the fresh
-memory the call needed (its page faults) and how far its resident size rose. Measured,
-fresh memory: an honest loop 2.5 to 5 MiB, whatever the notebook left fragmented in its
-heap (what the warm-up left is reused); a forward pass on the whole window, on the model or
-on any copy of it, about 65 MiB; one backward for the whole window, which keeps every
-micro-batch's graph alive until then, about 30 MiB; a whole-window forward after freeing
-memory the notebook held, 65 MiB still (its resident size rose far less). The verdict's
-line is one whole-window activation (16 MiB). About 80 ms a measurement.
+memory the call needed (its page faults) and how far its resident size rose; the verdict
+takes the larger. Measured: an honest loop 2 to 5 MiB, whatever the notebook left
+fragmented in its heap; up to about 36 where small tensors kept from each micro-batch split
+the blocks malloc would reuse; a forward pass on the whole window, on the model or on any
+copy of it, about 65 MiB, and as much after freeing memory the notebook held (the faults
+count it) or with its buffers in shared memory (refused; the resident size counts it). The
+line is 2.5 whole-window activations (40 MiB). About 55 ms a measurement.
 
 What is read back, the gradient or the weights after a question's step, is 2 random
 projections (the whole of either is 70,000 numbers; a wrong one does not match both to
@@ -31,6 +31,12 @@ MICRO_BATCH, ACCUM_STEPS = 16, 32
 WARM_UP = 3  # micro-batches: after three, an honest loop's allocations come back to the same blocks
 PROJECTIONS = 2
 TOLERANCE = 1e-9  # float64, summed in another order and projected: ~1e-14 seen
+# The verdict's line, in whole-window activations (40 MiB). Measured: an honest loop needs
+# 2 to 5 MiB, up to about 36 where what it keeps between micro-batches (a kept
+# `out.detach()` and a loss) splits blocks malloc would reuse; one backward for the whole
+# window about 30 to 36, under the line (the backward count catches it on the model); a
+# whole-window forward about 65.
+LINE = 2.5
 
 
 def memory_spec(seed: int, reads: str = "grad") -> dict:
@@ -150,12 +156,12 @@ def judge_memory(spec: dict, outputs: dict, expected: dict) -> None:
     measured = isinstance(peak, int | float) and isinstance(fresh, int | float)
     if not measured and outputs.get("memory") != "not measured":
         raise Failure(f"The memory test's measurement is missing {setting}.")
-    # the verdict is the fresh memory: the rise of the resident size also counts the code
-    # pages the call maps in, and less than all when memory the notebook held was freed
-    peak = fresh if measured else None
+    # the verdict takes both: freeing memory the notebook held lowers the resident size
+    # (not the faults); shared pages mapped in bulk escape the faults (not the resident size)
+    peak = max(peak, fresh) if measured else None
     passes, largest = outputs.get("passes"), outputs.get("largest_forward")
     seen_whole = isinstance(largest, int) and largest > spec["micro_batch_size"]
-    if peak is not None and peak > window and passes == 1 and not seen_whole:
+    if peak is not None and peak > LINE * window and passes == 1 and not seen_whole:
         raise Failure(
             f"Your function needed {_mib(peak)} of memory beyond what one micro-batch's "
             f"forward and backward take {setting}: one backward() for the whole window keeps every "
@@ -163,7 +169,7 @@ def judge_memory(spec: dict, outputs: dict, expected: dict) -> None:
             "once per micro-batch.",
             "single_backward",
         )
-    if peak is not None and peak > window:
+    if peak is not None and peak > LINE * window:
         raise Failure(
             f"Your function needed {_mib(peak)} of memory beyond what one micro-batch's "
             f"forward and backward take {setting}. The whole window's activations take "

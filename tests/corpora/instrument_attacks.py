@@ -73,6 +73,50 @@ def accumulate_window(model, loss_fn, micro_batches):
         (loss_fn(model(x), y) * 0).backward()
 """
 
+# The memory test's own evasion (the third hostile review's, issue 40): on the wide model
+# alone, the whole window computed by hand in buffers of shared memory: a memfd's pages,
+# filled by pwrite (the page cache's, no page fault of the process's), mapped MAP_SHARED
+# and touched once in 32 KiB (the kernel maps 16 pages a fault). Refused now: no new shared
+# mapping in the measured fork, and its resident size counts shared pages besides.
+SHARED_BUFFERS = """
+import os, mmap
+import torch
+
+def _shared(nbytes):
+    fd = os.memfd_create("acts")
+    zeros = bytes(1 << 16)
+    for offset in range(0, nbytes, len(zeros)):
+        os.pwrite(fd, zeros, offset)
+    mm = mmap.mmap(fd, nbytes)
+    os.close(fd)
+    buf = torch.frombuffer(mm, dtype=torch.float64)
+    float(buf[::4096].sum())
+    return mm, buf
+
+def accumulate_window(model, loss_fn, micro_batches):
+    layers = list(model.children())
+    if not (len(layers) == 3 and layers[0].out_features >= 1024):
+        for inputs, targets in micro_batches:
+            (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
+        return
+    lin1, _, lin2 = layers
+    with torch.no_grad():
+        x = torch.cat([x for x, _ in micro_batches])
+        y = torch.cat([y for _, y in micro_batches]).reshape(x.shape[0], -1)
+        n, hidden = x.shape[0], lin1.out_features
+        mm, buf = _shared(2 * n * hidden * 8)
+        h, t = buf[: n * hidden].view(n, hidden), buf[n * hidden :].view(n, hidden)
+        torch.addmm(lin1.bias, x, lin1.weight.t(), out=h)
+        torch.tanh(h, out=t)
+        dy = 2 * (torch.addmm(lin2.bias, t, lin2.weight.t()) - y) / y.numel()
+        grads = [None, None, dy.t() @ t, dy.sum(0)]
+        torch.mul(t, t, out=h)
+        h.neg_().add_(1).mul_(dy).mul_(lin2.weight)
+        grads[:2] = [h.t() @ x, h.sum(0)]
+        for p, g in zip(model.parameters(), grads):
+            p.grad = g.reshape(p.shape).clone()
+"""
+
 # One backward per window, the gradient hooks called and poked to look like one per
 # micro-batch.
 FORGED_PASSES = """

@@ -66,6 +66,7 @@ AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 SOCK_STREAM, SOCK_SEQPACKET, NETLINK_ROUTE, IPPROTO_TCP = 1, 5, 0, 6
 NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEW{NS,CGROUP,UTS,IPC,USER,PID,NET}
 CLONE_PARENT, CLONE_THREAD = 0x00008000, 0x00010000
+MAP_SHARED = 0x01  # and MAP_SHARED_VALIDATE, 0x03
 F_DUPFD, F_SETFD, F_DUPFD_CLOEXEC, FIONCLEX = 0, 2, 1030, 0x5450
 
 # Classic BPF (include/uapi/linux/filter.h and bpf_common.h)
@@ -329,23 +330,29 @@ def _load(instructions: list[_SockFilter], flags: int) -> None:
 
 
 def threads_only_program(machine: str) -> list[_SockFilter]:
-    """A filter that lets this process make threads and nothing else that runs: ``fork``,
-    ``vfork`` and a ``clone`` without ``CLONE_THREAD`` are refused (EPERM), ``clone3``
-    (ENOSYS, so that libc's ``pthread_create`` falls back to ``clone``). Stacked on any filter
-    already there, for a process whose memory is measured: every thread shares the address
-    space the kernel counts, a new process would not."""
+    """A filter for a process whose memory is measured (stacked on any filter already there):
+    it may make threads, which share the address space the kernel counts, and no process
+    (``fork``, ``vfork`` and a ``clone`` without ``CLONE_THREAD`` are refused with EPERM,
+    ``clone3`` with ENOSYS, so that libc's ``pthread_create`` falls back to ``clone``); and
+    no new shared memory (``mmap`` with ``MAP_SHARED``, ``memfd_create``, ``shmat``: EPERM).
+    Pages of a shared file mapping come from the page cache, which writes fill with no page
+    fault of the process's, and are mapped sixteen at a time on a fault."""
     nr = NUMBERS[machine]
     p = _Program()
     p.load(_ARCH)
     p.jump(_JEQ_K, _AUDIT_ARCH[machine], 0, "kill")
     p.load(_NR)
-    for name in ("fork", "vfork"):
-        if name in nr:  # arm64 has neither
+    for name in ("fork", "vfork", "memfd_create", "shmat"):
+        if name in nr:  # arm64 has no fork or vfork
             p.jump(_JEQ_K, nr[name], "eperm", 0)
     p.jump(_JEQ_K, nr["clone3"], "enosys", 0)
+    p.jump(_JEQ_K, nr["mmap"], "mmap", 0)
     p.jump(_JEQ_K, nr["clone"], 0, "allow")
     p.load(_arg(0))
     p.jump(_JSET_K, CLONE_THREAD, "allow", "eperm")
+    p.label("mmap")  # (addr, length, prot, flags, fd, offset)
+    p.load(_arg(3))
+    p.jump(_JSET_K, MAP_SHARED, "eperm", "allow")
     p.label("allow")
     p.ret(ALLOW)
     p.label("eperm")
