@@ -133,12 +133,14 @@ def test_an_honest_loop_that_keeps_small_tensors_passes(expected):
 
 
 def test_memory_freed_first_hides_the_peak_but_not_the_fresh_memory():
-    """Pages the parent left resident give the high-water mark room: the rise alone would
-    miss the whole window; the page faults do not."""
-    HELD.extend(torch.ones(2**20, dtype=torch.float64) for _ in range(8))  # 64 MiB
+    """Pages the parent left resident give the high-water mark room: the rise hides at
+    least a whole-window activation of what the call used; the page faults count it all.
+    (Blocks of 40 MiB: over the most glibc's threshold can be, so mapped on their own and
+    unmapped when freed, whatever earlier tests in this process did to malloc.)"""
+    HELD.extend(torch.ones(5 * 2**20, dtype=torch.float64) for _ in range(2))  # 80 MiB
     outputs = run_measured(SPEC, freed_first)
-    assert outputs["peak_above_warm_up"] < outputs["fresh_memory"] / 2
-    assert outputs["fresh_memory"] > 2 * window_bytes(SPEC)
+    assert outputs["fresh_memory"] > LINE * window_bytes(SPEC)
+    assert outputs["peak_above_warm_up"] < outputs["fresh_memory"] - window_bytes(SPEC)
 
 
 def test_the_show_passes_attack_passes_the_small_specs_and_loses_on_memory():
