@@ -6,34 +6,32 @@ make its whole-batch forward on a hook-free copy of the model and bring the grad
 behind micro-batch passes made for show. Memory cannot be shown: :func:`measured` runs the
 call in a fork of its own, where
 
-- malloc keeps what is freed and hands it out again (no trimming; blocks under 32 MiB come
-  from its heap), and transparent huge pages are off, so that every page the call needs
-  beyond what it reuses is a page fault of its own;
-- a warm-up (one micro-batch, made by the check) touches the memory an honest micro-batch
-  reuses;
+- malloc maps every block of 64 KiB or more on its own and unmaps it when freed (and never
+  trims its heap), so that the resident size follows what is alive: a heap would keep what
+  small tensors kept between micro-batches split off, and an honest loop that keeps a loss
+  per micro-batch would look like one that kept far more;
+- none of the memory the fork started with can be given back
+  (:mod:`coursekit.grading.sandbox.seccomp_measured`: ``munmap``, ``mremap``, ``MAP_FIXED``
+  over it, ``brk`` below its heap's end and the ``madvise`` advice that drops pages are
+  refused), so freeing what the notebook held makes no room under the high-water mark;
+- transparent huge pages are off, and a warm-up (three micro-batches, made by the check)
+  reaches the peak one micro-batch needs;
 - the measure is the kernel's, read by the parent from ``wait4`` once the child has ended:
-  the page faults of the call (each one a page first written, or first read, in the call:
-  fresh memory, or memory shared with the parent that it now copies) and its high-water
-  resident size above the warm-up's. Freeing memory the notebook held before does not
-  help: writing the freed pages again faults (they are still the parent's, copy on write),
-  and returning them to the kernel and asking again faults too. The one way to lower the
-  high-water mark, writing to ``/proc/<pid>/clear_refs``, is closed besides: the child is
-  not dumpable, so that file is root's (a hand-in never runs as root), and opening it is
-  flagged;
-- the function can make threads, which share the memory counted, but no process and no
-  shared memory (:func:`coursekit.grading.sandbox.seccomp.install_threads_only`): a shared
-  file's pages come from the page cache, filled by ``write`` with no fault of the process's
-  and mapped sixteen at a time, so the parent's writable shared mappings are made
-  inaccessible in the fork too, and the verdict also takes the resident size's rise, which
-  counts such pages; it inherits no pipe or
-  socket of its parent's (each is closed in the child before its call), and the parent's own
-  threads are held while it runs (the parent waits holding the GIL, so none of its Python
-  runs).
+  the high-water mark of its resident size, above the one the warm-up reached. Nothing in
+  the fork can lower it: ``/proc/<pid>/clear_refs``, which resets it, is root's (the child
+  is not dumpable, and a hand-in never runs as root), and opening it is flagged;
+- the function can make threads, which share the memory counted, but no process and no new
+  shared memory (whose pages are the page cache's); the parent's writable shared mappings
+  are made inaccessible in the fork; it inherits no pipe or socket of its parent's (each is
+  closed in the child before its call), and the parent's own threads are held while it
+  runs (the parent waits holding the GIL, so none of its Python runs).
 
 What the function could still reach is a process already running beside it; the grader
 ends every process the notebook left running before a measured test
-(:func:`end_children`). Off Linux (no ``fork``, no ``wait4``) nothing is measured, and the
-outputs say so.
+(:func:`end_children`). What the measure cannot see is memory the notebook held and the
+function writes into without freeing it (a buffer filled with ``out=``): its pages were
+resident before the call. Off Linux (no ``fork``, no ``wait4``) nothing is measured, and
+the outputs say so.
 """
 
 from __future__ import annotations
@@ -45,14 +43,16 @@ import resource
 import signal
 import sys
 
-# mallopt's parameters (malloc.h): blocks under 32 MiB (its largest) come from malloc's heap,
-# and freed memory is never given back: an honest loop reuses one micro-batch's pages
+from coursekit.checks import heap_plug
+from coursekit.grading.sandbox import seccomp_measured
+
+# mallopt's parameters (malloc.h): blocks of 64 KiB and more mapped on their own (unmapped
+# when freed); the heap never trimmed
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 * 2**20, 2**30
+_MMAP_THRESHOLD, _TRIM_THRESHOLD = 64 * 2**10, 2**30
 _PR_SET_THP_DISABLE = 41
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 4, 36
-_HEADER = 16  # after the warm-up, before any of the function's code: its peak (KiB), faults
+_HEADER = 8  # after the warm-up, before any of the function's code: its peak (KiB)
 CPU_LIMIT_S = 30  # the child's own: its parent's CPU timer does not count the child's time
 MEASURED = sys.platform.startswith("linux") and hasattr(os, "fork")
 
@@ -94,12 +94,11 @@ class MeasurementFailed(RuntimeError):
 
 def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     """``call()``'s outputs (a dict of plain data), computed in a fork of this process, with
-    ``"fresh_memory"``: the bytes of the pages the call faulted in, and
     ``"peak_above_warm_up"``: how many bytes the child's resident size rose above the peak
-    ``warm_up()`` reached. A call that failed gives ``{"error": ...}`` beside them; one
-    that died gives ``{"died": ...}``; one that raised NotImplementedError (an exercise's
-    stub) raises it here too, as an unmeasured call would. Off Linux: ``call()``'s outputs
-    from this process, with ``{"memory": "not measured"}``."""
+    ``warm_up()`` reached. A call that failed gives ``{"error": ...}`` beside it; one that
+    died gives ``{"died": ...}``; one that raised NotImplementedError (an exercise's stub)
+    raises it here too, as an unmeasured call would. Off Linux: ``call()``'s outputs from
+    this process, with ``{"memory": "not measured"}``."""
     if not MEASURED:
         return {**call(), "memory": "not measured"}
     inherited, shared = _open_descriptors(), _writable_shared_mappings()
@@ -116,12 +115,11 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
         _child(call, warm_up, write_end, limit_s, shared)
     os.close(write_end)
     try:
-        status, peak_kib, faults = _wait(pid)
+        status, peak_kib = _wait(pid)
         data = _read_all(read_end)
     finally:
         os.close(read_end)
-    warm_kib = int.from_bytes(data[:8], "little") if len(data) >= _HEADER else None
-    warm_faults = int.from_bytes(data[8:_HEADER], "little")
+    warm_kib = int.from_bytes(data[:_HEADER], "little") if len(data) >= _HEADER else None
     try:
         outputs = json.loads(data[_HEADER:].decode("utf-8")) if len(data) > _HEADER else None
     except ValueError:
@@ -133,7 +131,6 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     if outputs.get("not_implemented") is True:
         raise NotImplementedError("the function is the exercise's stub")
     outputs["peak_above_warm_up"] = max(0, peak_kib - warm_kib) * 1024
-    outputs["fresh_memory"] = max(0, faults - warm_faults) * _PAGE
     return outputs
 
 
@@ -149,20 +146,19 @@ def _child(call, warm_up, write_end: int, limit_s: int, shared=()) -> None:
         _PRCTL(_PR_SET_DUMPABLE, 0, 0, 0, 0)
         os.set_blocking(write_end, False)  # filled by the function, the pipe refuses, no hang
         resource.setrlimit(resource.RLIMIT_CPU, (limit_s, limit_s))
-        from coursekit.grading.sandbox import seccomp
-
-        seccomp.install_threads_only()
+        _MALLOPT(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+        _MALLOPT(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+        # the free blocks it inherited, taken: what the call allocates is its own, counted
+        heap_plug.plug(seccomp_measured.own_mappings()[0])
+        # threads only, no shared memory, none of the memory it has now given back
+        seccomp_measured.install_measured_fork_filter()
         # one thread: a fork's OpenMP pool is its parent's, whose threads did not come along
         # (a parallel region would wait for them for ever); the reference runs so too
         _set_torch_threads(1)
-        _PRCTL(_PR_SET_THP_DISABLE, 1, 0, 0, 0)  # a huge page would be 512 pages, one fault
-        _MALLOPT(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-        _MALLOPT(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+        _PRCTL(_PR_SET_THP_DISABLE, 1, 0, 0, 0)  # a huge page: 2 MiB resident for one write
         warm_up()
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        header = int(usage.ru_maxrss).to_bytes(8, "little")
-        header += int(usage.ru_minflt + usage.ru_majflt).to_bytes(8, "little")
-        os.write(write_end, header)
+        os.write(write_end, int(usage.ru_maxrss).to_bytes(_HEADER, "little"))
         try:
             outputs = call()
         except NotImplementedError:  # the exercise as handed out: not attempted
@@ -184,16 +180,16 @@ def _set_torch_threads(count: int) -> None:
         torch.set_num_threads(count)
 
 
-def _wait(pid: int) -> tuple[int, int, int]:
+def _wait(pid: int) -> tuple[int, int]:
     """Wait for the child, holding the GIL (no Python of this process runs meanwhile);
-    its wait status, peak resident size in KiB, and page faults. A signal (the task's
+    its wait status and peak resident size in KiB. A signal (the task's
     timer) interrupts the wait; the child is then killed and reaped, and the handler's
     exception goes on."""
     status, usage = ctypes.c_int(0), _Rusage()
     try:
         while True:
             if _WAIT4(pid, ctypes.byref(status), 0, ctypes.byref(usage)) == pid:
-                return status.value, int(usage.maxrss), int(usage.minflt + usage.majflt)
+                return status.value, int(usage.maxrss)
             if ctypes.get_errno() != 4:  # EINTR: let a handler run, then wait again
                 raise OSError(ctypes.get_errno(), "waiting for the measured call failed")
             signal.getsignal(signal.SIGINT)  # a bytecode boundary: pending handlers run here

@@ -37,6 +37,12 @@ from coursekit.checks.tamper_evident import (
     poker,
     watched,
 )
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+)
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.models import tiny_mlp
 
@@ -291,10 +297,15 @@ class AccumulateInFloat32(Question):
             }
             for _ in range(3)
         ] + [
-            {"seed": rng.randrange(10**6), "accum_steps": 6, "micro_batch_size": 4, "frozen": True}
+            {"seed": rng.randrange(10**6), "accum_steps": 6, "micro_batch_size": 4, "frozen": True},
+            # the memory test: one window on a wide bf16 model, its fresh memory counted by
+            # the kernel, the returned sums compared with the reference's
+            memory_spec(rng.randrange(10**6), reads="returned", dtype="bfloat16"),
         ]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, fn)
         model, micro_batches = _problem(spec)
         parameters = list(model.parameters())
         watch = Watch(model)
@@ -342,6 +353,8 @@ class AccumulateInFloat32(Question):
         return accumulate_in_float32
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
         frozen = [1] if spec.get("frozen") else []  # the index _problem freezes
         setting = f"({n} micro-batches of {micro}, a bf16 model{_frozen_words(spec)})"

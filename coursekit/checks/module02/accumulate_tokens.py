@@ -39,6 +39,12 @@ from coursekit.checks.side_effects import (
     judge_left_behind,
 )
 from coursekit.checks.tamper_evident import judge_instruments, watched
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+)
 from coursekit.gradients import flat_gradient
 from coursekit.models import tiny_lm
 from coursekit.tokens import (
@@ -205,9 +211,12 @@ class AccumulateTokens(Question):
                 if len(set(counts)) > 1:  # else the mean of means would be right by chance
                     break
             specs.append(spec)
-        return specs
+        # the memory test: one window on a wide model, its fresh memory counted by the kernel
+        return [*specs, memory_spec(rng.randrange(10**6), problem="tokens")]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, lambda model, _, micro_batches: fn(model, micro_batches))
         model, micro_batches = _token_problem(spec)
         watch = Watch(model)
         kept = Kept((model,), micro_batches=micro_batches)
@@ -232,6 +241,8 @@ class AccumulateTokens(Question):
         return accumulate_tokens
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         sizes = spec["sizes"]
         counts = _token_counts(spec)
         setting = f"(micro-batches of {sizes} sequences holding {counts} real tokens)"

@@ -42,6 +42,13 @@ from coursekit.checks.question import Failure, Question, Rule, number_list, rela
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
 from coursekit.checks.tamper_evident import combined, judge_instruments, watched
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
+    token_loss_sum,
+)
 from coursekit.recipe import recipe_window
 
 TOLERANCE = 1e-5  # float32 throughout: rounding moves the weights by ~1e-7 relative
@@ -65,6 +72,30 @@ def _which(window: int, count: int) -> str:
     return f"window {window + 1}" + (" (the last, shorter one)" if window == count - 1 else "")
 
 
+def _wide_window(fn):
+    """``fn`` called on the memory test's language model and window, with an optimizer and a
+    schedule of its own (:mod:`coursekit.checks.window_memory`); max_norm never bites."""
+
+    def window(model, _, micro_batches):
+        optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+        return fn(model, optimizer, scheduler, micro_batches, 1e6)
+
+    return window
+
+
+def _warm_up(model, optimizer, scheduler, window, max_norm):
+    """The right window, written here: calling coursekit's own answer while the question is
+    tested is what the grader's tripwire flags."""
+    tokens = sum(int((labels != -100).sum()) for _, labels in window)
+    for inputs, labels in window:
+        (token_loss_sum(model(inputs), labels) / tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 @register
 class RecipeWindow(Question):
     name = "recipe_window"
@@ -81,7 +112,7 @@ class RecipeWindow(Question):
             "and compute the loss from `logits.float()`.",
             "the spec with dtype=torch.bfloat16",
             ("loss_in_bf16",),
-            lambda spec: spec.get("dtype") is not None,
+            lambda spec: not is_memory_spec(spec) and spec.get("dtype") is not None,
         ),
         Rule(
             'each micro-batch\'s summed loss (`lm_loss(logits, labels, "sum")`) divided by the '
@@ -109,7 +140,7 @@ class RecipeWindow(Question):
                 "clip_on_data",
                 "flush_without_clipping",
             ),
-            lambda spec: spec["max_norm"] < 100,
+            lambda spec: spec.get("max_norm", 100) < 100,
         ),
         Rule(
             "**Step** the optimizer, then the scheduler (it counts optimizer steps), then "
@@ -172,9 +203,14 @@ class RecipeWindow(Question):
             if dtype:
                 spec["dtype"] = dtype
             specs.append(spec)
-        return specs
+        # the memory test: one window on a wide model, its fresh memory counted by the kernel
+        # (float32: the recipe computes its loss from logits.float())
+        seed = rng.randrange(10**6)
+        return [*specs, memory_spec(seed, reads="weights", problem="tokens", dtype="float32")]
 
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(_warm_up))
         model, optimizer, scheduler, windows = recipe_problem(spec)
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)
@@ -250,6 +286,8 @@ class RecipeWindow(Question):
         return _reference_recipe
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         windows = spec["windows"]
         n_micro = sum(len(window) for window in windows)
         setting = (
