@@ -9,12 +9,14 @@ squared error) and a language model (token ids, an embedding of 16, the hidden l
 logits over 16 tokens; sequences padded). The call runs in a process of its own
 (:mod:`coursekit.checks.memory_peak`), after a warm-up that runs three micro-batches the
 honest way, and the kernel counts how far its resident size rose above the warm-up's
-peak. Measured (regression, float64): an honest loop 0.0 to 0.8 MiB, whether or not it
-keeps a loss, a prediction or a dozen small tensors from each micro-batch; one backward for
-the whole window about 22; a forward on the whole window, on the model or on any copy of
-it, about 38, as much after freeing memory the notebook held (none of it can be given
-back), and a hand-written one in place about 23. The line is one whole-window activation
-(8 MiB). About 40 ms a measurement.
+peak. Measured (all four problems, idle and beside two CPU hogs): an honest loop 0.0 to
+1.2 MiB, whether or not it keeps a loss, a prediction or a dozen small tensors from each
+micro-batch; one backward for the whole window about 22; a forward on the whole window, on
+the model or on any copy of it, in a thread or after freeing blocks the notebook held (none
+can be given back in the fork), 38 to 40; written by hand, in place, 23. The line is one
+whole-window activation (8 MiB). About 80 ms a measurement, idle. Not seen: memory the
+notebook held and the function writes into (``out=``), or frees into malloc's heap and
+allocates again: its pages were resident before the call.
 
 What is read back, the gradient, the weights after a question's step, or the sums a
 function returns, is 2 random projections (the whole of any is 70,000 numbers or more; a
