@@ -86,10 +86,15 @@ def _wide_window(fn):
 
 def _warm_up(model, optimizer, scheduler, window, max_norm):
     """The right window, written here: calling coursekit's own answer while the question is
-    tested is what the grader's tripwire flags."""
+    tested is what the grader's tripwire flags. Its first micro-batch runs under bf16
+    autocast, as the recipe's forward may: what that path first builds (oneDNN's kernels
+    and their buffers, about 10 MiB) is then in place before the measure, whichever path a
+    function takes."""
     tokens = sum(int((labels != -100).sum()) for _, labels in window)
-    for inputs, labels in window:
-        (token_loss_sum(model(inputs), labels) / tokens).backward()
+    for index, (inputs, labels) in enumerate(window):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=index == 0):
+            logits = model(inputs)
+        (token_loss_sum(logits, labels) / tokens).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     optimizer.step()
     scheduler.step()
