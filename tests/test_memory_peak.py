@@ -42,6 +42,7 @@ from coursekit.grading.sandbox.driver import raise_a_grader_fault
 from coursekit.grading.sandbox.errors import GraderFault
 from tests.corpora import student_code
 from tests.corpora.instrument_attacks import (
+    OFFLOADED,
     SHARED_BUFFERS,
     SHOW_PASSES,
     SHOW_PASSES_FLOAT32,
@@ -257,6 +258,50 @@ def test_every_window_question_measures_the_show_passes_attack(name, source):
     with pytest.raises(Failure) as failure:
         question.judge(spec, question.run(attack, spec), expected)
     assert failure.value.mistake == "whole_batch_forward"
+
+
+@pytest.mark.parametrize("store", ["pipe", "socket", "tmp", "shm"])
+def test_activations_kept_outside_the_process_are_refused(store, expected):
+    """The second review's break: one backward for the window, its saved activations parked
+    where the kernel's count of the process does not reach (pipes, a socket pair, a file)."""
+    attack = _defined(OFFLOADED.replace("{store}", store))
+    outputs = run_measured(SPEC, attack)
+    assert "PermissionError" in outputs.get("error", ""), outputs
+    assert _verdict(attack, expected) is not None
+
+
+_FIRST_CALL = """
+import sys
+import torch
+from coursekit.checks.window_memory import judge_memory, memory_spec, run_measured
+
+def explicit_gradient(model, loss_fn, micro_batches):
+    for inputs, targets in micro_batches:
+        loss = loss_fn(model(inputs), targets) / len(micro_batches)
+        loss.backward(torch.ones_like(loss))  # torch imports sympy on its first use
+
+assert "sympy" not in sys.modules
+spec = memory_spec(5)
+outputs = run_measured(spec, explicit_gradient)
+judge_memory(spec, outputs, outputs)
+print("peak", outputs["peak_above_warm_up"], "sympy", "sympy" in sys.modules)
+"""
+
+
+def test_what_a_functions_first_run_sets_up_is_not_counted():
+    """An honest style whose first run imports 30 MiB of modules (sympy, for a gradient
+    given to backward explicitly), measured in a fresh process where the memory test is
+    its first run: the call is run once before the fork, so the imports are not its own."""
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_FIRST_CALL)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    words = done.stdout.split()
+    assert int(words[1]) < window_bytes(SPEC) / 2 and words[3] == "True", done.stdout
 
 
 def test_a_wrong_gradient_in_the_memory_test_fails(expected):

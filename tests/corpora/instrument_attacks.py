@@ -157,6 +157,55 @@ def recipe_window(model, optimizer, scheduler, window, max_norm, dtype=None):
 """
 )
 
+# The second review of the peak measure (issue 40): one backward for the whole window, its
+# saved activations kept outside the process's memory, where the kernel does not count
+# them, by torch.autograd.graph.saved_tensors_hooks: in pipes (or a socket pair, or a file
+# in /tmp or /dev/shm). It passed at 1.6 MiB with the right gradient; the measured fork
+# refuses pipes, sockets and files opened for writing now. ``{store}``: where.
+OFFLOADED = """
+import fcntl, os, socket, tempfile
+import torch
+
+def _park(tensor, store):
+    data = tensor.detach().contiguous().numpy().tobytes()
+    if store in ("pipe", "socket"):  # what the kernel's buffer takes; the rest stays here
+        if store == "pipe":
+            read_end, write_end = os.pipe()
+            try:
+                fcntl.fcntl(write_end, 1031, 1 << 20)  # F_SETPIPE_SZ
+            except OSError:
+                pass
+            os.set_blocking(write_end, False)
+            sent = os.write(write_end, data)
+            os.close(write_end)
+            reader = lambda n: os.read(read_end, n)
+        else:
+            mine, theirs = socket.socketpair()
+            mine.setblocking(False)
+            sent = mine.send(data)
+            reader = lambda n, keep=(mine, theirs): keep[1].recv(n)
+        return ("kernel", reader, sent, data[sent:], tensor.shape, tensor.dtype)
+    handle = tempfile.TemporaryFile(dir="/dev/shm" if store == "shm" else None)
+    handle.write(data)
+    return ("file", handle, len(data), b"", tensor.shape, tensor.dtype)
+
+def _fetch(record):
+    kind, where, size, rest, shape, dtype = record
+    data = b""
+    if kind == "kernel":
+        while len(data) < size:
+            data += where(size - len(data))
+    else:
+        where.seek(0)
+        data = where.read()
+    return torch.frombuffer(bytearray(data + rest), dtype=dtype).reshape(shape)
+
+def accumulate_window(model, loss_fn, micro_batches):
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: _park(t, "{store}"), _fetch):
+        total = sum(loss_fn(model(x), y) / len(micro_batches) for x, y in micro_batches)
+    total.backward()
+"""
+
 # The memory test's own evasion (the third hostile review's, issue 40): on the wide model
 # alone, the whole window computed by hand in buffers of shared memory: a memfd's pages,
 # filled by pwrite (the page cache's, no page fault of the process's), mapped MAP_SHARED
