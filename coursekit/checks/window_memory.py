@@ -35,6 +35,7 @@ from torch.nn import functional
 
 from coursekit.checks.memory_peak import measured
 from coursekit.checks.question import Failure, relative_gap
+from coursekit.checks.side_effects import switches_kept
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.tokens import IGNORE_INDEX, make_token_batches, split_token_batches
 
@@ -207,7 +208,8 @@ def _prime(spec: dict, call, loss_fn) -> None:
     threads = _threads()
     model, micro_batches = wide_problem(spec)
     try:
-        call(model, loss_fn, micro_batches[:2])
+        with switches_kept():  # grad mode and default dtype back as they were
+            call(model, loss_fn, micro_batches[:2])
     except Exception:  # noqa: BLE001 - the measured call meets it again, and reports it
         pass
     # a thread it started may still be ending (Python's join returns first): a fork taken

@@ -94,7 +94,7 @@ def _bring(model, loss_of_logits, inputs):
     loss = loss_of_logits(functional_call(_twin(model), weights, (inputs,)))
     grads = torch.autograd.grad(loss, list(weights.values()))
     sum((p * g).sum() for (_, p), g in zip(trained, grads)).backward()
-    return float(loss)
+    return float(loss.detach())
 
 def _token_loss(labels):
     tokens = int((labels != -100).sum())
