@@ -213,18 +213,24 @@ def _prime(spec: dict, call, loss_fn) -> None:
     except Exception:  # noqa: BLE001 - the measured call meets it again, and reports it
         pass
     # a thread it started may still be ending (Python's join returns first): a fork taken
-    # meanwhile could inherit a lock that thread held, and wait on it for ever
-    deadline = time.monotonic() + 2.0
-    while _threads() > threads and time.monotonic() < deadline:
+    # meanwhile could inherit a lock that thread held, and wait on it for ever. Wait until
+    # no thread is ending: the threads are the ones before, or have stayed the same for
+    # 5 ms (a pool torch started stays), and at most 2 s.
+    deadline, seen = time.monotonic() + 2.0, _threads()
+    while seen - threads and time.monotonic() < deadline:
         time.sleep(0.005)
+        now = _threads()
+        if now == seen:
+            break
+        seen = now
 
 
-def _threads() -> int:
-    """This process's threads, as the kernel counts them."""
+def _threads() -> frozenset:
+    """This process's threads, as the kernel lists them."""
     try:
-        return len(os.listdir(f"/proc/{os.getpid()}/task"))
+        return frozenset(os.listdir(f"/proc/{os.getpid()}/task"))
     except OSError:
-        return 0
+        return frozenset()
 
 
 def _returned_tensors(returned, parameters) -> list | str:
