@@ -149,7 +149,7 @@ def _child(call, warm_up, write_end: int, limit_s: int, shared=()) -> None:
         _MALLOPT(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
         _MALLOPT(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
         # the free blocks it inherited, taken: what the call allocates is its own, counted
-        heap_plug.plug(seccomp_measured.own_mappings()[0])
+        heap_plug.plug(heap_plug.writable_mappings())
         # threads only, no shared memory, none of the memory it has now given back
         seccomp_measured.install_measured_fork_filter()
         # one thread: a fork's OpenMP pool is its parent's, whose threads did not come along
