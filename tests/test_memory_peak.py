@@ -288,17 +288,22 @@ print("peak", outputs["peak_above_warm_up"], "sympy", "sympy" in sys.modules)
 """
 
 
-def test_what_a_functions_first_run_sets_up_is_not_counted():
-    """An honest style whose first run imports 30 MiB of modules (sympy, for a gradient
-    given to backward explicitly), measured in a fresh process where the memory test is
-    its first run: the call is run once before the fork, so the imports are not its own."""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_FIRST_CALL)],
+def _python(source: str) -> subprocess.CompletedProcess:
+    """``source`` run by a fresh interpreter, in the repository's folder."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
     )
+
+
+def test_what_a_functions_first_run_sets_up_is_not_counted():
+    """An honest style whose first run imports 30 MiB of modules (sympy, for a gradient
+    given to backward explicitly), measured in a fresh process where the memory test is
+    its first run: the call is run once before the fork, so the imports are not its own."""
+    done = _python(_FIRST_CALL)
     assert done.returncode == 0, done.stderr[-2000:]
     words = done.stdout.split()
     assert int(words[1]) < window_bytes(SPEC) / 2 and words[3] == "True", done.stdout
@@ -417,13 +422,7 @@ print(run_measured(memory_spec(5), whole_then_reset))
 def test_the_measured_call_cannot_reset_the_peak_through_clear_refs():
     """As a hand-in runs (never as root): its process is not dumpable, so ``clear_refs`` is
     root's. (Root could write it; the grader never runs a hand-in as root.)"""
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(_CLEAR_REFS)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-    )
+    done = _python(_CLEAR_REFS)
     assert done.returncode == 0, done.stderr
     assert "PermissionError" in done.stdout and "clear_refs" in done.stdout, done.stdout
 
