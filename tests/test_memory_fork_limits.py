@@ -7,6 +7,8 @@ score. What it measures is tests/test_memory_peak.py's.
 
 from __future__ import annotations
 
+import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -27,8 +29,11 @@ SPEC = memory_spec(5)
 def test_the_measured_call_can_start_no_process():
     def starts(kind):
         def fn(model, loss_fn, micro_batches):
-            if kind == "fork":
-                os.fork()
+            if kind == "fork":  # (run once unmeasured first, in this process: see _prime)
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
             else:
                 subprocess.run(["true"])
 
@@ -143,10 +148,11 @@ def test_a_failed_measurement_is_the_graders_fault_not_the_functions(monkeypatch
     with pytest.raises(memory_peak.MeasurementFailed):
         memory_peak.measured(lambda: {}, boom)
 
-    def no_fork():
-        raise OSError(11, "Resource temporarily unavailable")
+    def no_fork():  # as libc's fork answers when there is no room for a process
+        ctypes.set_errno(11)
+        return -1
 
-    monkeypatch.setattr(memory_peak.os, "fork", no_fork)
+    monkeypatch.setattr(memory_peak, "_FORK", no_fork)
     with pytest.raises(memory_peak.MeasurementFailed, match="could not fork"):
         memory_peak.measured(lambda: {}, lambda: None)
 
@@ -161,3 +167,66 @@ def test_a_failed_measurement_is_the_graders_fault_not_the_functions(monkeypatch
     with pytest.raises(GraderFault, match="could not fork"):
         raise_a_grader_fault(reply)
     raise_a_grader_fault({"status": "error", "message": "the function's own"})  # no fault
+
+
+_FORK_HOOKS = """
+import os
+from coursekit.checks.window_memory import LINE, memory_spec, run_measured, window_bytes
+from tests.test_memory_peak import whole
+
+ran = []
+
+
+def inflate():  # in the child, before the warm-up: raise the peak, then give it back
+    block = bytearray(b"x") * (300 * 2**20)
+    del block
+
+
+def unconfine():
+    from coursekit.grading.sandbox import seccomp_measured
+    seccomp_measured.install_measured_fork_filter = lambda: None
+
+
+os.register_at_fork(
+    before=lambda: ran.append("before"),
+    after_in_parent=lambda: ran.append("after_in_parent"),
+    after_in_child=inflate,
+)
+os.register_at_fork(after_in_child=unconfine)
+spec = memory_spec(5)
+print(run_measured(spec, whole)["peak_above_warm_up"], int(LINE * window_bytes(spec)), ran)
+pid = os.fork()  # the hooks are real: a plain fork runs them
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+print(ran)
+"""
+
+
+def test_the_notebooks_fork_hooks_do_not_run_around_the_measured_fork():
+    """A hook of ``os.register_at_fork`` in the child ran before the warm-up's peak was read:
+    one that touched 300 MiB and gave it back made a whole-window forward rise 0 bytes above
+    it (and one could undo the confinement). None of the notebook's hooks runs, in the child
+    or in the parent; a plain fork in the same process still runs them all."""
+    done = _python(_FORK_HOOKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, second = done.stdout.strip().splitlines()[-2:]
+    rise, line, ran = first.split(" ", 2)
+    assert int(rise) > 2 * int(line) and ran == "[]", done.stdout
+    assert second == "['before', 'after_in_parent']", done.stdout
+
+
+def test_a_report_the_measured_child_did_not_write_is_refused(monkeypatch):
+    """What a thread of the notebook's could do in the parent: write a report of its own
+    into the pipe before the child's (a peak as high as it likes, a gradient it chose). The
+    child's report starts with a number drawn for that measurement; this one does not."""
+    real = memory_peak._fork_measured
+
+    def after_a_forged_report(job):
+        forged = {"grad_projection": [0.0], "passes": 16, "largest_forward": 16}
+        os.write(job[3], (2**40).to_bytes(8, "little") + json.dumps(forged).encode())
+        return real(job)
+
+    monkeypatch.setattr(memory_peak, "_fork_measured", after_a_forged_report)
+    outputs = run_measured(SPEC, honest)
+    assert set(outputs) == {"error"} and "wrote the memory test's report" in outputs["error"]
