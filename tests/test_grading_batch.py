@@ -185,9 +185,9 @@ def test_one_warm_parent_serves_the_reference_and_every_hand_in(tmp_path, monkey
     start, fork = WarmParent.start, WarmParent.fork
 
     def counted(name, real):
-        def wrapper(self, *args):
+        def wrapper(self, *args, **kwargs):
             calls[name] += 1
-            return real(self, *args)
+            return real(self, *args, **kwargs)
 
         return wrapper
 
@@ -211,11 +211,11 @@ def test_a_sandbox_that_fails_mid_batch_stops_it_and_marks_no_one_down(
 
     fork, calls = WarmParent.fork, []
 
-    def fails_after_the_reference(self, fds):
+    def fails_after_the_reference(self, fds, spare=False):
         calls.append(fds)
         if len(calls) > 1:
             raise SandboxSetupError("the grading sandbox's parent failed: test")
-        return fork(self, fds)
+        return fork(self, fds, spare)
 
     monkeypatch.setattr(WarmParent, "fork", fails_after_the_reference)
     for name in ("ann", "ben"):

@@ -194,7 +194,7 @@ class _StuckParent:
         self.stopped = threading.Event()
         self.children = []
 
-    def fork(self, fds):
+    def fork(self, fds, spare=False):
         pid = os.fork()
         if pid == 0:
             os.setsid()
@@ -252,26 +252,86 @@ def test_a_parent_that_dies_while_one_hand_in_alone_runs_costs_that_hand_in_not_
     assert len(scratch.folders_of(os.getpid(), warm.process.pid)) == 1  # the new parent's: in use
 
 
-def _counted_forks(warm, monkeypatch) -> list:
+def test_a_spare_forked_while_a_hand_in_runs_leaves_it_alone_in_use(warm):
+    """The next hand-in's runner, forked while this one runs, runs no hand-in code until it is
+    taken: a parent's death then is still this hand-in's alone to have caused."""
+    from coursekit.grading.sandbox.driver import PARENT_DIED_FLAG
+
+    def kill_once_the_spare_is_forked():
+        deadline = time.monotonic() + 120
+        while len(warm._live) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)
+        os.kill(warm.process.pid, 9)
+
+    sandbox.keep_spares(True)
+    try:
+        killer = threading.Thread(target=kill_once_the_spare_is_forked)
+        killer.start()
+        run = run_hand_in(["import time\ntime.sleep(3)", "x = 1"], [], LIMITS, warm=warm)
+        killer.join()
+    finally:
+        sandbox.keep_spares(False)
+    assert run.failure and "parent process died" in run.failure
+    assert PARENT_DIED_FLAG in run.flags
+
+
+def test_a_parent_that_dies_as_it_forks_a_spare_costs_no_hand_in(warm, monkeypatch):
+    """A death while the grader's own request (a spare's fork) is in the parent's hands is
+    the grader's: the hand-in that runs meanwhile keeps its run; a new parent forks the
+    spare."""
+    real, died = warm._fork_locked, []
+
+    def dies_as_it_forks_a_spare(fds, spare):
+        if spare and not died:
+            died.append(warm.process.pid)
+            os.kill(warm.process.pid, 9)
+            warm.process.wait()
+        return real(fds, spare)
+
+    monkeypatch.setattr(warm, "_fork_locked", dies_as_it_forks_a_spare)
+    sandbox.keep_spares(True)
+    try:
+        run = run_hand_in(["import time\ntime.sleep(1)", "print('kept')"], [], LIMITS, warm=warm)
+        assert died and warm.process.pid != died[0]  # replaced, as the spare was forked
+        assert "kept" in _printed(run) and not run.flags
+    finally:
+        sandbox.keep_spares(False)
+
+
+def _counted_forks(warm, monkeypatch, events: list | None = None) -> list:
     forked = []
     real = warm.fork
 
-    def fork(fds):
-        child = real(fds)
+    def fork(fds, spare=False):
+        child = real(fds, spare=spare)
         forked.append(child.pid)
+        if events is not None:
+            events.append("spare forked" if spare else "forked")
         return child
 
     monkeypatch.setattr(warm, "fork", fork)
     return forked
 
 
-def test_a_batch_thread_starts_the_next_runner_while_it_ends_the_last(warm, monkeypatch):
-    forked = _counted_forks(warm, monkeypatch)
+def test_a_batch_thread_starts_the_next_runner_while_its_hand_in_runs(warm, monkeypatch):
+    events: list = []
+    forked = _counted_forks(warm, monkeypatch, events)
+    expect = sandbox.Session.expect
+
+    def logged(self, kind, *args, **kwargs):
+        events.append(f"waits for {kind}")
+        return expect(self, kind, *args, **kwargs)
+
+    monkeypatch.setattr(sandbox.Session, "expect", logged)
     before = runners_left()
     sandbox.keep_spares(True)
     try:
-        _printed(run_hand_in(["print('one')"], [], LIMITS, warm=warm))
-        assert len(forked) == 2  # its runner, then the next one's, forked as it ended
+        _printed(run_hand_in(["print('one')", "print('more')"], [], LIMITS, warm=warm))
+        # its runner; the next one's once the first cell was sent, to build on another core
+        # while this one works
+        assert events[:4] == ["forked", "waits for ready", "spare forked", "waits for cell"]
+        assert len(forked) == 2
         spare = sandbox._SPARES.runner[0]
         assert spare.process.pid == forked[1]
         assert "two" in _printed(run_hand_in(["print('two')"], [], LIMITS, warm=warm))

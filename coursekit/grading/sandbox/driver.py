@@ -103,7 +103,7 @@ class _Runner:
     """The runner's process (forked by the warm parent), its pipes and its host folder;
     :meth:`close` ends it all."""
 
-    def __init__(self, options: Options, limits: Limits, warm: WarmParent):
+    def __init__(self, options: Options, limits: Limits, warm: WarmParent, spare: bool = False):
         self.fds: list[int] = []
         self.process = None
         self.scratch = None
@@ -114,7 +114,7 @@ class _Runner:
             self.from_runner, runner_out = self._pipe()
             self.output, output_w = self._pipe()
             self.before = children()
-            self.process = warm.fork((runner_in, runner_out, output_w))
+            self.process = warm.fork((runner_in, runner_out, output_w), spare=spare)
             for fd in (runner_in, runner_out, output_w):  # the runner's ends
                 os.close(fd)
                 self.fds.remove(fd)
@@ -182,9 +182,10 @@ class _Runner:
 _SWEEPING = threading.Lock()
 
 # A grading thread that grades hand-in after hand-in keeps one spare runner: forked, sent its
-# job and building its sandbox (on another core) while the thread ends the last hand-in's
-# process and judges it. No hand-in code runs in a spare before it is taken for the next
-# hand-in (:func:`_spare_for`), so it is that hand-in's runner as if forked then.
+# job and building its sandbox (on another core) while the thread's hand-in runs, ends and is
+# judged. No hand-in code runs in a spare before it is taken for the next hand-in
+# (:func:`_spare_for`), so it is that hand-in's runner as if forked then; until then it is
+# not in use (:meth:`WarmParent.died_during` does not count it).
 _SPARES = threading.local()
 
 
@@ -204,7 +205,7 @@ def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
     if getattr(_SPARES, "runner", None) is not None or not (on() if callable(on) else on):
         return
     try:
-        runner = _Runner(options, limits, warm)
+        runner = _Runner(options, limits, warm, spare=True)
     except (Exception, SystemExit):  # noqa: BLE001 - no spare: the next hand-in forks its own
         return
     try:
@@ -239,7 +240,20 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     stop = {signal.SIGTERM, signal.SIGINT}  # a worker stops only after cleaning up
     signal.pthread_sigmask(signal.SIG_BLOCK, stop)
     runner = tail = None
-    death_judged = False
+    death_judged = spare_started = False
+
+    def start_spare_once() -> None:
+        """Fork the next hand-in's runner once this one has a command to work on: the
+        spare's sandbox builds on another core meanwhile."""
+        nonlocal spare_started
+        if not spare_started:
+            spare_started = True
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+            try:
+                _start_spare(options, limits, warm)
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
+
     try:
         runner = _spare_for(options, limits, warm)
         job_sent = runner is not None
@@ -272,10 +286,13 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                 continue
             attempt.position = ("cell", index)
             deadline = min(notebook_deadline, _backstop(limits.cell_timeout_s, limits))
-            reply = session.command("cell", deadline, index, source=source)
+            reply = session.command(
+                "cell", deadline, index, while_waiting=start_spare_once, source=source
+            )
             attempt.cells[index] = {"index": index, **cell_record(reply)}
         attempt.position = ("check",)
-        session.command("check", min(notebook_deadline, time.monotonic() + 30))
+        check_by = min(notebook_deadline, time.monotonic() + 30)
+        session.command("check", check_by, while_waiting=start_spare_once)
         # the dispatcher is read again after the last test that runs
         final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
         for index, task in enumerate(tasks):
@@ -308,9 +325,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         attempt.position = ("end",)
         with contextlib.suppress(Ended):
             session.send({"kind": "end"}, time.monotonic() + 5)
-        # judged before a spare is forked (a fork since makes any death no longer this one's)
         attempt.parent_died, death_judged = warm.died_during(runner.process), True
-        if not attempt.parent_died:
+        if not attempt.parent_died:  # the spare, if none could be forked while it ran
             signal.pthread_sigmask(signal.SIG_BLOCK, stop)
             _start_spare(options, limits, warm)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)

@@ -151,7 +151,8 @@ class Child:
         self.pid = pid
         self.returncode: int | None = None
         self.generation = self.sequence = 0  # which parent forked it, as its fork number
-        self.alone = False  # no other runner was live when it was forked
+        self.use = 0  # the parent's count of runners put in use, as this one was
+        self.alone = False  # no other runner was in use when it was put in use
         self.lost = False  # someone else reaped it: the grader's fault, never the hand-in's
         try:
             self._pidfd = os.pidfd_open(pid)

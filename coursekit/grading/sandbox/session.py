@@ -107,9 +107,13 @@ class Session:
                 raise Ended("violation", f"an answer out of turn ({str(frame.get('kind'))[:40]})")
             return frame
 
-    def command(self, kind: str, deadline: float, index=None, **fields) -> dict:
+    def command(self, kind: str, deadline: float, index=None, while_waiting=None, **fields) -> dict:
+        """Send a command and wait for its answer; ``while_waiting`` is called in between
+        (the grader's own work, done while the runner works)."""
         nonce = secrets.token_hex(8)
         self.send({"kind": kind, "index": index, "nonce": nonce, **fields}, deadline)
+        if while_waiting is not None:
+            while_waiting()
         return self.expect(kind, deadline, index, nonce)
 
 

@@ -82,6 +82,9 @@ class WarmParent:
         self.seconds_to_start = 0.0
         self._lock = threading.Lock()
         self._live: dict[int, Child] = {}
+        self._in_use: set[int] = set()  # live runners that hand-in code may run in (no spares)
+        self._uses = 0  # runners put in use so far (died_during)
+        self._died_forking: set[int] = set()  # generations that died as a spare was forked
         self._socket: socket.socket | None = None
         self._log = None
         self._sequence = 0
@@ -157,12 +160,19 @@ class WarmParent:
 
     def died_during(self, child: Child) -> bool:
         """Whether the parent that forked ``child`` died (or was replaced) while ``child``
-        was the only runner: no other was live when it was forked, and none was forked
-        since. Such a death only that hand-in was there to cause."""
+        was the only runner in use: no other was in use when it was put in use, and none
+        since. Such a death only that hand-in was there to cause. A spare (forked ahead,
+        building its sandbox, no hand-in code in it) is not in use; a parent that died
+        while it forked a spare died in the grader's work, and is charged to no one."""
         with self._lock:
             dead = self.process is None or self.process.poll() is not None
             replaced = dead or self.generation != child.generation
-            return replaced and child.alone and self._sequence == child.sequence
+            return (
+                replaced
+                and child.alone
+                and self._uses == child.use
+                and child.generation not in self._died_forking
+            )
 
     def _wait_ready(self, started: float) -> None:
         reply = self._receive(started + self.start_timeout_s)
@@ -197,8 +207,9 @@ class WarmParent:
             return " / ".join(lines[-3:])
         return ""
 
-    def fork(self, fds: tuple[int, int, int]) -> Child:
-        """A new runner process holding the runner's ends of one channel (in, out, output).
+    def fork(self, fds: tuple[int, int, int], spare: bool = False) -> Child:
+        """A new runner process holding the runner's ends of one channel (in, out, output):
+        in use at once, or with ``spare`` only once :meth:`adopt` takes it.
 
         A parent that has died (killed, out of memory) is started again. Only starts that
         fail count against :data:`MAX_RESTARTS` in a row (past that this raises
@@ -212,9 +223,11 @@ class WarmParent:
             for _ in range(2):
                 if self.process is not None and self.process.poll() is None:
                     try:
-                        return self._fork_locked(fds)
+                        return self._fork_locked(fds, spare)
                     except _Broken as broken:  # no answer, or a wrong one: end it, start anew
                         why = str(broken)
+                        if spare:
+                            self._died_forking.add(self.generation)
                         self._end_process()
                 else:
                     why = f"it ended ({self._log_tail()})"
@@ -237,7 +250,7 @@ class WarmParent:
                 self.failed_starts = 0
             raise SandboxSetupError(f"the grading sandbox's parent failed: {why}")
 
-    def _fork_locked(self, fds: tuple[int, int, int]) -> Child:
+    def _fork_locked(self, fds: tuple[int, int, int], spare: bool) -> Child:
         self._sequence += 1
         try:
             socket.send_fds(self._socket, [struct.pack(">Q", self._sequence)], list(fds))
@@ -249,30 +262,34 @@ class WarmParent:
         if reply.get("kind") != "forked" or not isinstance(reply.get("pid"), int):
             raise SandboxSetupError(f"the sandbox's parent could not fork: {reply.get('why')}")
         child = Child(reply["pid"])
-        child.generation, child.sequence, child.alone = (
-            self.generation,
-            self._sequence,
-            not self._live,
-        )
+        child.generation, child.sequence = self.generation, self._sequence
         self._live[child.pid] = child
+        if not spare:
+            self._put_in_use(child)
         return child
+
+    def _put_in_use(self, child: Child) -> None:
+        child.alone = not (self._in_use - {child.pid})
+        self._in_use.add(child.pid)
+        self._uses += 1
+        child.use = self._uses
 
     def adopt(self, child: Child) -> bool:
         """Take a runner forked ahead of its hand-in (a spare) into use, as if forked now:
         whether it may be. Not when the parent that forked it has died or been replaced
-        since (a death no hand-in of its own was there to cause). Its ``alone`` and
-        ``sequence`` are those of now, for :meth:`died_during`."""
+        since (a death no hand-in of its own was there to cause). Its ``alone`` and ``use``
+        are those of now, for :meth:`died_during`."""
         with self._lock:
             alive = self.process is not None and self.process.poll() is None
             if not alive or child.generation != self.generation or child.pid not in self._live:
                 return False
-            child.alone = set(self._live) == {child.pid}
-            child.sequence = self._sequence
+            self._put_in_use(child)
             return True
 
     def forget(self, child: Child) -> None:
         with self._lock:
             self._live.pop(child.pid, None)
+            self._in_use.discard(child.pid)
         child.release()
 
     def strays(
