@@ -18,6 +18,7 @@ import pytest
 
 from coursekit.checks import memory_peak
 from coursekit.checks.window_memory import memory_spec, run_measured
+from coursekit.grading.sandbox import trusted_fork
 from coursekit.grading.sandbox.driver import raise_a_grader_fault
 from coursekit.grading.sandbox.errors import GraderFault
 from tests.test_memory_peak import _python, honest
@@ -152,7 +153,7 @@ def test_a_failed_measurement_is_the_graders_fault_not_the_functions(monkeypatch
         ctypes.set_errno(11)
         return -1
 
-    monkeypatch.setattr(memory_peak, "_FORK", no_fork)
+    monkeypatch.setattr(trusted_fork, "_FORK", no_fork)
     with pytest.raises(memory_peak.MeasurementFailed, match="could not fork"):
         memory_peak.measured(lambda: {}, lambda: None)
 

@@ -26,11 +26,8 @@ call in a fork of its own, where
   closed in the child before its call), and the parent's own threads are held while it
   runs (the parent waits holding the GIL, so none of its Python runs);
 - no fork hook of the notebook's runs (``os.register_at_fork``: one in the child could raise
-  the peak before the warm-up's is read, or undo the confinement). The fork is libc's,
-  called with the GIL held, so no ``before`` or ``after_in_parent`` hook runs; in the child,
-  Python's own re-initialisation runs the ``after_in_child`` hooks in the order they were
-  registered, and the first after those of the modules imported before this one is
-  :func:`_take_over`, which runs the measured child and ends it there;
+  the peak before the warm-up's is read, or undo the confinement): the fork is
+  :func:`coursekit.grading.sandbox.trusted_fork.fork_running`'s;
 - the child's report starts with a number drawn for this measurement only, so that nothing
   else that writes into its pipe (a thread of the notebook's, in the parent) can pass for it.
 
@@ -52,7 +49,7 @@ import signal
 import sys
 
 from coursekit.checks import heap_plug
-from coursekit.grading.sandbox import seccomp_measured
+from coursekit.grading.sandbox import seccomp_measured, trusted_fork
 
 # mallopt's parameters (malloc.h): blocks of 64 KiB and more mapped on their own (unmapped
 # when freed); the heap never trimmed
@@ -85,20 +82,15 @@ class _Rusage(ctypes.Structure):
 if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's process
     _LIBC = ctypes.CDLL(None, use_errno=True)
     _MALLOPT, _PRCTL, _MPROTECT = _LIBC.mallopt, _LIBC.prctl, _LIBC.mprotect
-    _HELD = ctypes.PyDLL(None, use_errno=True)  # PyDLL: the GIL stays held
-    _WAIT4, _FORK = _HELD.wait4, _HELD.fork
+    _WAIT4 = ctypes.PyDLL(None, use_errno=True).wait4  # PyDLL: the GIL stays held
     _WAIT4.argtypes = [
         ctypes.c_int,
         ctypes.POINTER(ctypes.c_int),
         ctypes.c_int,
         ctypes.POINTER(_Rusage),
     ]
-    _FORK.argtypes, _FORK.restype = [], ctypes.c_int
-    _AFTER_FORK_CHILD = ctypes.pythonapi.PyOS_AfterFork_Child
-    _AFTER_FORK_CHILD.argtypes, _AFTER_FORK_CHILD.restype = [], None
-_GET_FRAME = sys._getframe
+_FORK_RUNNING = trusted_fork.fork_running
 _NONCE = 16  # bytes of the number that starts the child's report
-_NOT_TAKEN_OVER = 71  # the child's exit status should :func:`_take_over` not have run
 
 
 class MeasurementFailed(RuntimeError):
@@ -152,42 +144,18 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
 
 
 def _fork_measured(job: tuple) -> int:
-    """Fork for ``job`` (see :func:`measured`): the child's pid. Libc's fork, with the GIL
-    held: none of Python's ``before`` and ``after_in_parent`` fork hooks run (a notebook may
-    have registered some). In the child, Python's own re-initialisation (threads, locks,
-    signals) runs the ``after_in_child`` hooks in order, and :func:`_take_over` among them
-    runs the measured child and ends it, before any hook registered after this module was
-    imported. This function's frame holds the job: nothing but this frame says which fork
-    is a measured one."""
-    pid = _FORK()
-    if pid == 0:  # pragma: no cover - the child never returns from the next line
-        _AFTER_FORK_CHILD()
-        os._exit(_NOT_TAKEN_OVER)
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork")
-    return pid
+    """Fork for ``job`` (see :func:`measured`): the child's pid. No fork hook of the
+    notebook's runs, in this process or in the child (:mod:`trusted_fork`)."""
+    return _FORK_RUNNING(lambda: _measured_child(job))
 
 
-def _take_over() -> None:
-    """A hook Python runs in every fork's child: in one :func:`_fork_measured` made, the
-    measured child, here (it ends the process, so the hooks after it never run)."""
-    try:
-        frame = _GET_FRAME(1)
-    except ValueError:  # a fork made from C, with no Python frame: not a measured one
-        return
-    if frame.f_code is not _FORK_MEASURED_CODE:
-        return
-    call, warm_up, read_end, write_end, limit_s, shared, inherited, nonce = frame.f_locals["job"]
+def _measured_child(job: tuple) -> None:
+    call, warm_up, read_end, write_end, limit_s, shared, inherited, nonce = job
     os.close(read_end)
     for fd in inherited:  # no pipe or socket left to a process that could do the work
         if fd > 2 and fd != write_end:
             _close_quietly(fd)
     _child(call, warm_up, write_end, limit_s, shared, nonce)
-
-
-_FORK_MEASURED_CODE = _fork_measured.__code__
-if MEASURED:  # registered as this module is imported: in the grader, before any hand-in
-    os.register_at_fork(after_in_child=_take_over)
 
 
 def _child(call, warm_up, write_end: int, limit_s: int, shared=(), nonce=b"") -> None:

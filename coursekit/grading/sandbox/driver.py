@@ -291,10 +291,11 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             )
             attempt.cells[index] = {"index": index, **cell_record(reply)}
         attempt.position = ("check",)
-        check_by = min(notebook_deadline, time.monotonic() + 30)
-        session.command("check", check_by, while_waiting=start_spare_once)
-        # the dispatcher is read again after the last test that runs
+        # the dispatcher is read again after the last test that runs; the reading after the
+        # cells runs beside the tests when one will (the last waits for it)
         final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
+        check_by = min(notebook_deadline, time.monotonic() + 30)
+        session.command("check", check_by, while_waiting=start_spare_once, aside=final >= 0)
         for index, task in enumerate(tasks):
             if index in crashed:
                 attempt.tasks[index] = crashed_record(task, crashed[index])

@@ -16,13 +16,13 @@ def preload() -> None:
     from IPython.core.interactiveshell import InteractiveShell  # noqa: F401
 
     import coursekit.checks  # noqa: F401  (the questions' code)
-    import coursekit.checks.memory_peak  # noqa: F401  (its fork hook, before any hand-in's)
     import coursekit.grading.sandbox.confinement  # noqa: F401  (in the hand-in's process)
     import coursekit.grading.sandbox.landlock  # noqa: F401  (for confine)
     import coursekit.grading.sandbox.namespaces  # noqa: F401
     import coursekit.grading.sandbox.privileges  # noqa: F401
     import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
     import coursekit.grading.sandbox.seccomp  # noqa: F401
+    import coursekit.grading.sandbox.trusted_fork  # noqa: F401  (its fork hook: first)
     from coursekit.grading.sandbox import frame_hook_guard, tampering, torch_registrations
 
     _import_lazy_ones()

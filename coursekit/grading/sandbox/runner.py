@@ -146,6 +146,12 @@ def run_task(
         _disarm_timers()
 
 
+_READING_LOST = (
+    "the grader's reading of torch's dispatcher after the cells gave no report of its own "
+    "(its process was ended, or did not finish)"
+)
+
+
 def _close_all_but(keep: set[int]) -> None:
     """Close every inherited descriptor but ``keep`` (and 0, 1, 2)."""
     last = 2
@@ -179,6 +185,7 @@ def serve(
     _close_all_but({fd_in, fd_out})
     from coursekit.grading.sandbox import global_state as shared_global_state
     from coursekit.grading.sandbox import harness_seal, instruments
+    from coursekit.grading.sandbox import read_aside as shared_read_aside
     from coursekit.grading.sandbox import tampering as shared_tampering
     from coursekit.grading.sandbox import torch_registrations as shared_registrations
 
@@ -186,11 +193,12 @@ def serve(
     # copies of their modules' globals: a notebook that rebinds names in those modules, in
     # os or in builtins, does not reach them.
     tampering = shared_tampering.private_copy(shared_tampering)
-    own, wire, state, registrations = (
+    own, wire, state, registrations, aside = (
         shared_tampering.private_copy(sys.modules[__name__]),
         shared_tampering.private_copy(channel),
         shared_tampering.private_copy(shared_global_state),
         shared_tampering.private_copy(shared_registrations),
+        shared_tampering.private_copy(shared_read_aside),
     )
     encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
@@ -249,7 +257,7 @@ def serve(
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
-        for copy in (*copies, registrations.dispatcher_changes):
+        for copy in (*copies, registrations.dispatcher_changes, aside.start, aside.finish):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
 
@@ -286,6 +294,19 @@ def serve(
         for what in found:
             report(what)
 
+    reading: list = [None]  # the dispatcher's reading after the cells, while it runs aside
+
+    def reading_reported() -> bool:
+        """Wait for the reading after the cells, if one runs, and send its flags: whether it
+        gave a report of its own (see read_aside.py)."""
+        started, reading[0] = reading[0], None
+        if started is None:
+            return True
+        found = aside.finish(started)
+        for what in found or ():
+            report(what)
+        return found is not None
+
     def put_back() -> None:
         try:
             found = restore(baseline, provenance)
@@ -296,6 +317,10 @@ def serve(
 
     answer({"kind": "ready", "applied": applied})
     reported: set[str] = set()
+    # whether the state was put back by the last command and no cell ran since: the next
+    # test's own putting back would then find only what a thread of the notebook's did
+    # meanwhile, which the putting back after that test finds as well (and flags alike)
+    settled = False
     while True:
         try:
             command = receive(fd_in)
@@ -303,6 +328,7 @@ def serve(
             os._exit(0)
         kind, nonce = command.get("kind"), command.get("nonce")
         if kind == "cell":
+            settled = False
             reply = own.run_cell(
                 shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
             )
@@ -313,21 +339,38 @@ def serve(
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
-            put_back()
+            if not settled:
+                put_back()
             spec = command.get("spec")
-            if isinstance(spec, dict) and spec.get("memory") is True:
-                end_children()
-            reply = own.run_task(
-                shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
-            )
+            measured = isinstance(spec, dict) and spec.get("memory") is True
+            if (measured or command.get("final")) and not reading_reported():
+                reply = {"status": "grader_fault", "why": _READING_LOST}
+            else:
+                if measured:  # (after the reading: it is a child of this process too)
+                    end_children()
+                reply = own.run_task(
+                    shell.user_ns,
+                    questions,
+                    command,
+                    limits["task_timeout_s"],
+                    limits["wall_factor"],
+                )
             put_back()  # what the test itself left on
+            settled = True
             if command.get("final"):
                 dispatcher_read()
             if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             put_back()  # what the cells left on (their torch.library registrations taken back)
-            dispatcher_read()
+            settled = True
+            if command.get("aside"):  # beside the tests, on another core (read_aside.py)
+                try:
+                    reading[0] = aside.start(dispatcher)
+                except OSError:  # no room for a process: read here
+                    reading[0] = None
+            if reading[0] is None:
+                dispatcher_read()
             reply = {}
         else:
             sys.stdout.flush()
