@@ -17,7 +17,7 @@ import warnings
 import pytest
 import torch
 
-from coursekit.grading.sandbox import read_aside, torch_registrations, trusted_fork
+from coursekit.grading.sandbox import driver, read_aside, torch_registrations, trusted_fork
 from coursekit.grading.sandbox.driver import Limits, Options, run_hand_in
 
 pytestmark = [
@@ -112,12 +112,24 @@ def effective_batch_size(micro_batch_size, accum_steps, world_size=1):
 """
 
 
-def test_a_kernel_the_cells_registered_and_a_test_took_back_is_named():
+@pytest.mark.parametrize("cores", [64, 1], ids=["aside", "every-core-busy"])
+def test_a_kernel_the_cells_registered_and_a_test_took_back_is_named(monkeypatch, cores):
+    """Read aside where a core would otherwise idle; in the runner's own process where every
+    core runs a hand-in (a fork would only cost time there): named either way."""
     from coursekit.checks import QUESTIONS
 
+    monkeypatch.setattr(driver, "_cores", lambda: cores)
+    sent, command = [], driver.Session.command
+
+    def noted(self, kind, *args, **fields):
+        sent.append((kind, fields.get("aside")))
+        return command(self, kind, *args, **fields)
+
+    monkeypatch.setattr(driver.Session, "command", noted)
     question = QUESTIONS["effective_batch_size"]
     tasks = [{"question": question.name, "spec": spec} for spec in question.public_specs()]
     run = run_hand_in([_TAKEN_BACK_IN_A_TEST], tasks, Limits(hand_in_timeout_s=120), Options())
+    assert ("check", cores > 1) in sent, sent
     assert run.failure is None and all(t["status"] == "ok" for t in run.tasks), run.tasks
     flags = " ".join(run.flags)
     assert "aten::logit" in flags and "cannot be taken back" in flags, run.flags
