@@ -321,10 +321,6 @@ def serve(
     changes(sealed, provenance)
     answer({"kind": "ready", "applied": applied})
     reported: set[str] = set()
-    # whether the state was put back by the last command and no cell ran since: the next
-    # test's own putting back would then find only what a thread of the notebook's did
-    # meanwhile, which the putting back after that test finds as well (and flags alike)
-    settled = False
     while True:
         try:
             command = receive(fd_in)
@@ -332,7 +328,6 @@ def serve(
             os._exit(0)
         kind, nonce = command.get("kind"), command.get("nonce")
         if kind == "cell":
-            settled = False
             reply = own.run_cell(
                 shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
             )
@@ -343,8 +338,7 @@ def serve(
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
-            if not settled:
-                put_back()
+            put_back()
             spec = command.get("spec")
             measured = isinstance(spec, dict) and spec.get("memory") is True
             if command.get("final") and not reading_reported():
@@ -360,14 +354,12 @@ def serve(
                     limits["wall_factor"],
                 )
             put_back()  # what the test itself left on
-            settled = True
             if command.get("final"):
                 dispatcher_read()
             if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             put_back()  # what the cells left on (their torch.library registrations taken back)
-            settled = True
             reply = {}
         else:
             sys.stdout.flush()
