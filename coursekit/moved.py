@@ -18,7 +18,6 @@ on the package. No notebook ever imported them as modules.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
@@ -56,8 +55,11 @@ MOVED = {
 }
 
 
-class _SameModule(importlib.abc.Loader):
-    """Loads an old name as the module of its new name (imported once, shared)."""
+class _SameModule:
+    """Loads an old name as the module of its new name (imported once, shared). A loader by
+    its methods, not by ``importlib.abc``: importing that imports ``random`` (through
+    ``tempfile``), whose fork hook the grader's warm parent must register after its own
+    (:mod:`coursekit.grading.sandbox.trusted_fork`)."""
 
     def __init__(self, target: str):
         self.target = target
@@ -76,7 +78,7 @@ class _SameModule(importlib.abc.Loader):
         return importlib.util.find_spec(self.target).loader.get_code(self.target)
 
 
-class MovedModuleFinder(importlib.abc.MetaPathFinder):
+class MovedModuleFinder:
     """Finds the modules named in :data:`MOVED` under their old names."""
 
     def find_spec(self, fullname, path=None, target=None):

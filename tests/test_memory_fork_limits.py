@@ -153,7 +153,7 @@ def test_a_failed_measurement_is_the_graders_fault_not_the_functions(monkeypatch
         ctypes.set_errno(11)
         return -1
 
-    monkeypatch.setattr(trusted_fork, "_FORK", no_fork)
+    monkeypatch.setitem(trusted_fork.fork_running.__kwdefaults__, "_fork", no_fork)
     with pytest.raises(memory_peak.MeasurementFailed, match="could not fork"):
         memory_peak.measured(lambda: {}, lambda: None)
 
@@ -231,3 +231,56 @@ def test_a_report_the_measured_child_did_not_write_is_refused(monkeypatch):
     monkeypatch.setattr(memory_peak, "_fork_measured", after_a_forged_report)
     outputs = run_measured(SPEC, honest)
     assert set(outputs) == {"error"} and "wrote the memory test's report" in outputs["error"]
+
+
+_STANDARD_HOOKS = """
+from coursekit.grading.sandbox import trusted_fork  # first, as the warm parent imports it
+
+assert trusted_fork.FIRST
+import logging, random, threading
+from coursekit.checks.window_memory import LINE, memory_spec, run_measured, window_bytes
+from tests.test_memory_peak import whole
+
+
+def inflate(*args):  # raise the peak, then give it back, before the warm-up
+    block = bytearray(b"x") * (300 * 2**20)
+    del block
+
+
+class Thread(threading.Thread):  # made, never started: threading's hook still calls it
+    _reset_internal_locks = _stop = inflate
+
+
+class Handler(logging.Handler):  # logging's hook calls every handler's
+    _at_fork_reinit = inflate
+
+
+class Random(random.Random):  # random's hook reseeds its generator, whose class this is now
+    def __setattr__(self, name, value):
+        inflate()
+        super().__setattr__(name, value)
+
+
+made = Thread(), Handler()
+random._inst.__class__ = Random
+spec = memory_spec(5)
+print(run_measured(spec, whole)["peak_above_warm_up"], int(LINE * window_bytes(spec)))
+"""
+
+
+def test_the_standard_librarys_fork_hooks_run_no_code_of_the_notebooks_in_the_measured_fork():
+    """threading's, logging's and random's own fork hooks call methods of objects a notebook
+    can make (a Thread subclass never started, a handler, the generator's class changed):
+    registered after the grader's, they never run in the measured fork."""
+    done = _python(_STANDARD_HOOKS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rise, line = done.stdout.split()[-2:]
+    assert int(rise) > 2 * int(line), done.stdout
+
+
+def test_a_fork_hook_registered_before_the_graders_is_said():
+    done = _python(
+        "import threading\nfrom coursekit.grading.sandbox import trusted_fork\n"
+        "print(trusted_fork.FIRST)"
+    )
+    assert done.stdout.split() == ["False"], (done.stdout, done.stderr[-2000:])

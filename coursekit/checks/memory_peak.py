@@ -286,14 +286,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def end_children(keep: tuple = ()) -> int:
-    """End every process this one has as a child but ``keep`` (the grader's own), and those
-    they leave behind (the runner makes the hand-in's process their subreaper, so orphans
-    come back to it): a process the notebook left running could do a measured call's work in
-    memory of its own. The number ended."""
+def end_children() -> int:
+    """End every process this one has as a child, and those they leave behind (the runner
+    makes the hand-in's process their subreaper, so orphans come back to it): a process the
+    notebook left running could do a measured call's work in memory of its own. The number
+    ended."""
     ended = 0
     for _ in range(100):  # each round ends the children; their orphans are the next round's
-        pids = [pid for pid in _children() if pid not in keep]
+        pids = _children()
         if not pids:
             break
         for pid in pids:

@@ -291,13 +291,10 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             )
             attempt.cells[index] = {"index": index, **cell_record(reply)}
         attempt.position = ("check",)
-        # the dispatcher is read again after the last test that runs; the reading after the
-        # cells runs beside the tests when one will (the last waits for it) and a core would
-        # otherwise idle: where every core runs a hand-in, its fork would only cost time
+        start_spare_once()  # (where no cell ran: before the check's deadline is set)
+        session.command("check", min(notebook_deadline, time.monotonic() + 30))
+        # the dispatcher is read again after the last test that runs
         final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
-        aside = final >= 0 and warm.runners_in_use() < _cores()
-        check_by = min(notebook_deadline, time.monotonic() + 30)
-        session.command("check", check_by, while_waiting=start_spare_once, aside=aside)
         for index, task in enumerate(tasks):
             if index in crashed:
                 attempt.tasks[index] = crashed_record(task, crashed[index])
@@ -362,14 +359,6 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     attempt.seconds = time.monotonic() - started
     return attempt
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _backstop(limit_s: float, limits: Limits) -> float:

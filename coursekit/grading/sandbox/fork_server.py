@@ -13,6 +13,10 @@ this process's socket and builds the whole sandbox
 
 from __future__ import annotations
 
+# first, before any module that registers a fork hook (bz2, imported by shutil, imports
+# threading): the hook that keeps a notebook's code out of the memory test's fork runs first
+from coursekit.grading.sandbox import trusted_fork  # isort: skip
+
 import contextlib
 import ctypes
 import gc
@@ -44,6 +48,12 @@ def serve(control_fd: int, temp: str | None = None) -> None:
     control = socket.socket(fileno=control_fd)
     caches = None
     try:
+        if trusted_fork.FORKS and not trusted_fork.FIRST:
+            raise RuntimeError(
+                "a module that registers a fork hook was imported before trusted_fork "
+                f"(one of {', '.join(trusted_fork.HOOKING_MODULES)}): a notebook's objects "
+                "could run in the memory test's fork"
+            )
         # if this is killed, the grader removes it (scratch.folders_of finds it by its name)
         caches = str(scratch.make(grader, os.getpid(), parent=temp))
         os.environ["MPLCONFIGDIR"] = caches  # matplotlib's font cache, built once here

@@ -22,7 +22,6 @@ def preload() -> None:
     import coursekit.grading.sandbox.privileges  # noqa: F401
     import coursekit.grading.sandbox.runner  # noqa: F401  (the hand-in's command loop)
     import coursekit.grading.sandbox.seccomp  # noqa: F401
-    import coursekit.grading.sandbox.trusted_fork  # noqa: F401  (its fork hook: first)
     from coursekit.grading.sandbox import frame_hook_guard, tampering, torch_registrations
 
     _import_lazy_ones()

@@ -146,12 +146,6 @@ def run_task(
         _disarm_timers()
 
 
-_READING_LOST = (
-    "the grader's reading of torch's dispatcher after the cells gave no report of its own "
-    "(its process was ended, or did not finish)"
-)
-
-
 def _close_all_but(keep: set[int]) -> None:
     """Close every inherited descriptor but ``keep`` (and 0, 1, 2)."""
     last = 2
@@ -185,7 +179,6 @@ def serve(
     _close_all_but({fd_in, fd_out})
     from coursekit.grading.sandbox import global_state as shared_global_state
     from coursekit.grading.sandbox import harness_seal, instruments
-    from coursekit.grading.sandbox import read_aside as shared_read_aside
     from coursekit.grading.sandbox import tampering as shared_tampering
     from coursekit.grading.sandbox import torch_registrations as shared_registrations
 
@@ -193,12 +186,11 @@ def serve(
     # copies of their modules' globals: a notebook that rebinds names in those modules, in
     # os or in builtins, does not reach them.
     tampering = shared_tampering.private_copy(shared_tampering)
-    own, wire, state, registrations, aside = (
+    own, wire, state, registrations = (
         shared_tampering.private_copy(sys.modules[__name__]),
         shared_tampering.private_copy(channel),
         shared_tampering.private_copy(shared_global_state),
         shared_tampering.private_copy(shared_registrations),
-        shared_tampering.private_copy(shared_read_aside),
     )
     encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
@@ -257,7 +249,7 @@ def serve(
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
-        for copy in (*copies, registrations.dispatcher_changes, aside.start, aside.finish):
+        for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
 
@@ -294,19 +286,6 @@ def serve(
         for what in found:
             report(what)
 
-    reading: list = [None]  # the dispatcher's reading after the cells, while it runs aside
-
-    def reading_reported() -> bool:
-        """Wait for the reading after the cells, if one runs, and send its flags: whether it
-        gave a report of its own (see read_aside.py)."""
-        started, reading[0] = reading[0], None
-        if started is None:
-            return True
-        found = aside.finish(started)
-        for what in found or ():
-            report(what)
-        return found is not None
-
     def put_back() -> None:
         try:
             found = restore(baseline, provenance)
@@ -340,19 +319,11 @@ def serve(
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
             put_back()
             spec = command.get("spec")
-            measured = isinstance(spec, dict) and spec.get("memory") is True
-            if command.get("final") and not reading_reported():
-                reply = {"status": "grader_fault", "why": _READING_LOST}
-            else:
-                if measured:  # every process but the reading, the grader's own
-                    end_children(keep=(reading[0][0],) if reading[0] else ())
-                reply = own.run_task(
-                    shell.user_ns,
-                    questions,
-                    command,
-                    limits["task_timeout_s"],
-                    limits["wall_factor"],
-                )
+            if isinstance(spec, dict) and spec.get("memory") is True:
+                end_children()
+            reply = own.run_task(
+                shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
+            )
             put_back()  # what the test itself left on
             if command.get("final"):
                 dispatcher_read()
@@ -360,6 +331,7 @@ def serve(
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             put_back()  # what the cells left on (their torch.library registrations taken back)
+            dispatcher_read()
             reply = {}
         else:
             sys.stdout.flush()
@@ -373,13 +345,5 @@ def serve(
                     report(f"it changed {where}")
             for number in own.handled_signals():
                 report(f"it set a handler for {number.name}, which is given the running frame")
-        if kind == "check":  # after the seal's comparison, which a fork since would slow
-            if command.get("aside"):  # beside the tests, on another core (read_aside.py)
-                try:
-                    reading[0] = aside.start(dispatcher)
-                except OSError:  # no room for a process: read here
-                    reading[0] = None
-            if reading[0] is None:
-                dispatcher_read()
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})

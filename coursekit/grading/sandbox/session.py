@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 
 from coursekit.grading.sandbox import channel
@@ -109,11 +110,14 @@ class Session:
 
     def command(self, kind: str, deadline: float, index=None, while_waiting=None, **fields) -> dict:
         """Send a command and wait for its answer; ``while_waiting`` is called in between
-        (the grader's own work, done while the runner works)."""
+        (the grader's own work, done while the runner works; the time it takes is added to
+        the deadline, so that a slow fork of the next runner costs this one nothing)."""
         nonce = secrets.token_hex(8)
         self.send({"kind": kind, "index": index, "nonce": nonce, **fields}, deadline)
         if while_waiting is not None:
+            started = time.monotonic()
             while_waiting()
+            deadline += time.monotonic() - started
         return self.expect(kind, deadline, index, nonce)
 
 

@@ -274,11 +274,6 @@ class WarmParent:
         self._uses += 1
         child.use = self._uses
 
-    def runners_in_use(self) -> int:
-        """How many runners hand-in code may run in now (spares not counted)."""
-        with self._lock:
-            return len(self._in_use)
-
     def adopt(self, child: Child) -> bool:
         """Take a runner forked ahead of its hand-in (a spare) into use, as if forked now:
         whether it may be. Not when the parent that forked it has died or been replaced
