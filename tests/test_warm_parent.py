@@ -359,3 +359,18 @@ def test_a_spare_from_a_parent_since_replaced_is_not_used(warm, monkeypatch):
     assert len(forked) == 3  # the spare was closed and the hand-in got a fresh runner
     assert not os.path.exists(f"/proc/{spare.process.pid}")
     assert not os.path.exists(spare.scratch)
+
+
+def test_a_parent_whose_python_imports_threading_as_it_starts_refuses_to_serve(
+    tmp_path, monkeypatch
+):
+    """threading's fork hook calls methods of every Thread a notebook made: registered before
+    the grader's, it would run them in the memory test's fork. A Python that imports it as it
+    starts (here through a sitecustomize) is refused, with what to do."""
+    (tmp_path / "sitecustomize.py").write_text("import threading\n")
+    paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(paths))
+    parent = WarmParent(start_timeout_s=120)
+    with pytest.raises(SandboxSetupError, match="imported threading.* as it started"):
+        parent.start()
+    parent.close()

@@ -49,10 +49,12 @@ def serve(control_fd: int, temp: str | None = None) -> None:
     caches = None
     try:
         if trusted_fork.FORKS and not trusted_fork.FIRST:
+            early = [name for name in trusted_fork.HOOKING_MODULES if name in sys.modules]
             raise RuntimeError(
-                "a module that registers a fork hook was imported before trusted_fork "
-                f"(one of {', '.join(trusted_fork.HOOKING_MODULES)}): a notebook's objects "
-                "could run in the memory test's fork"
+                f"Python imported {', '.join(early)} as it started (a sitecustomize or .pth "
+                "file?), before the grader's fork hook: their hooks would run a notebook's "
+                "objects in the memory test's fork. Grade from an environment that does not "
+                "(`python -P -X importtime -c pass` shows what starts with Python)."
             )
         # if this is killed, the grader removes it (scratch.folders_of finds it by its name)
         caches = str(scratch.make(grader, os.getpid(), parent=temp))
