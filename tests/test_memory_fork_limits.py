@@ -221,14 +221,15 @@ def test_a_report_the_measured_child_did_not_write_is_refused(monkeypatch):
     """What a thread of the notebook's could do in the parent: write a report of its own
     into the pipe before the child's (a peak as high as it likes, a gradient it chose). The
     child's report starts with a number drawn for that measurement; this one does not."""
-    real = memory_peak._fork_measured
+    real = memory_peak._FORK_RUNNING
 
-    def after_a_forged_report(job):
+    def after_a_forged_report(work):
+        job = work.__defaults__[0]  # (make, in_child, read end, write end, ...)
         forged = {"grad_projection": [0.0], "passes": 16, "largest_forward": 16}
         os.write(job[3], (2**40).to_bytes(8, "little") + json.dumps(forged).encode())
-        return real(job)
+        return real(work)
 
-    monkeypatch.setattr(memory_peak, "_fork_measured", after_a_forged_report)
+    monkeypatch.setattr(memory_peak, "_FORK_RUNNING", after_a_forged_report)
     outputs = run_measured(SPEC, honest)
     assert set(outputs) == {"error"} and "wrote the memory test's report" in outputs["error"]
 

@@ -31,9 +31,13 @@ call in a fork of its own, where
 - the child's report starts with a number drawn for this measurement only, so that nothing
   else that writes into its pipe (a thread of the notebook's, in the parent) can pass for it.
 
-What the function could still reach is a process already running beside it; the grader
-ends every process the notebook left running before a measured test
-(:func:`end_children`). What the measure cannot see is memory the notebook held and the
+In the grader's runner, where the notebook's code ran before the measure in the same process
+and may have changed, for the moment, any name the measurement is about to use,
+:func:`measured_in_child` compares the harness with its seal with the GIL held until the
+fork (:mod:`coursekit.grading.sandbox.held_gil`), has the child put torch's state back
+before anything else, and makes the measured problem only in the child. It ends every
+process the notebook left running first (:func:`end_children`), and fails a measure that
+a process ran beside. What the measure cannot see is memory the notebook held and the
 function writes into without freeing it (a buffer filled with ``out=``): its pages were
 resident before the call. Off Linux (no ``fork``, no ``wait4``) nothing is measured, and
 the outputs say so.
@@ -42,14 +46,16 @@ the outputs say so.
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import resource
 import signal
 import sys
+import time
 
 from coursekit.checks import heap_plug
-from coursekit.grading.sandbox import seccomp_measured, trusted_fork
+from coursekit.grading.sandbox import held_gil, seccomp_measured, trusted_fork
 
 # mallopt's parameters (malloc.h): blocks of 64 KiB and more mapped on their own (unmapped
 # when freed); the heap never trimmed
@@ -89,7 +95,16 @@ if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's pr
         ctypes.c_int,
         ctypes.POINTER(_Rusage),
     ]
+# what the measurement's parent runs, taken on import (before any hand-in code): the runner
+# runs this module from a private copy of its globals, where these stay what they are now
 _FORK_RUNNING = trusted_fork.fork_running
+_HOLD, _LET_GO, _NO_CHILD_LEFT = held_gil.hold, held_gil.let_go, held_gil.no_child_left
+_MONOTONIC, _HELD_S, _HOLD_TRIES = time.monotonic, held_gil.HOLD_S / 2, 3
+_RANDOM_16, _PIPE, _CLOSE = held_gil.random_16, held_gil.pipe, held_gil.close
+_READ_FILE, _NAMES_IN = held_gil.read_file, held_gil.names_in
+_GC_ENABLED, _GC_ENABLE, _GC_DISABLE = gc.isenabled, gc.enable, gc.disable
+_READ, _FROM_BYTES = os.read, int.from_bytes
+_DECODE, _ENCODE = json.JSONDecoder().decode, json.dumps
 _NONCE = 16  # bytes of the number that starts the child's report
 
 
@@ -108,57 +123,171 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
     this process, with ``{"memory": "not measured"}``."""
     if not MEASURED:
         return {**call(), "memory": "not measured"}
-    inherited, shared = _open_descriptors(), _writable_shared_mappings()
-    nonce = os.urandom(_NONCE)
+    return measured_in_child(lambda: (call, warm_up), limit_s=limit_s)
+
+
+def measured_in_child(
+    make, *, limit_s: int = CPU_LIMIT_S, sealed=None, in_child=None, alone: bool = False
+) -> dict:
+    """:func:`measured`, for a caller that trusts nothing the notebook could have changed:
+    the grader's runner. ``make()``, called in the child, gives ``(call, warm_up)``.
+
+    ``sealed()`` (the harness against its seal) runs here: what it gives, in words, is
+    returned as ``{"error": ..., "tampered": [...]}``, and nothing is measured.
+    ``in_child()`` runs first thing in the child and gives two lists: what it put back of
+    torch's and the interpreter's state (returned as ``"put_back"``, and the child goes on
+    with ``make()``), and what it found changed that it cannot put back (returned as
+    ``"tampered"``, as ``sealed()``'s is: a finalizer of the notebook's run as the state was
+    put back could change a name, so the caller compares the seal again then). With
+    ``alone`` (the caller has ended every process it had: :func:`end_children`), a process
+    alive at the fork fails the measure (``{"error": ..., "beside": True}``).
+
+    From ``sealed()`` until the child has ended, no other thread of this process runs
+    Python (:mod:`coursekit.grading.sandbox.held_gil`): until the fork, every step keeps
+    the GIL (the descriptors the child closes, the shared mappings it makes inaccessible,
+    the pipe, the number that starts its report and the look for children are taken by libc
+    calls that keep it), and no thread asks for it in that time, which is checked; then this
+    process waits for the child in C, keeping it. So the child starts with what
+    ``sealed()`` saw, and no process can be started beside it: the child cannot start one,
+    and none of this process's threads runs while it does."""
+    collecting = _GC_ENABLED()
+    _GC_DISABLE()  # no finalizer of the notebook's runs from here until the child's call
     try:
-        read_end, write_end = os.pipe()
-        job = (call, warm_up, read_end, write_end, limit_s, shared, inherited, nonce)
-        pid = _fork_measured(job)
-    except OSError as error:  # no room for a process, or for its memory: the machine's
-        raise MeasurementFailed(f"the memory test could not fork ({error})") from None
-    os.close(write_end)
+        for _ in range(_HOLD_TRIES):
+            previous = _HOLD()
+            started = _MONOTONIC()
+            try:
+                found = list(sealed()) if sealed is not None else []
+                if found:
+                    return {"error": _TAMPERED_TEXT, "tampered": found}
+                if alone and not _NO_CHILD_LEFT():
+                    return {"error": _BESIDE_TEXT, "beside": True}
+                nonce = _RANDOM_16()
+                inherited = _descriptors_held()
+                shared = _shared_in(_READ_FILE("/proc/self/maps"))
+                if _MONOTONIC() - started > _HELD_S:
+                    continue  # a thread may have asked for the GIL: take it all again
+                read_end, write_end = _PIPE()
+                job = (make, in_child, read_end, write_end, limit_s, shared, inherited, nonce)
+                pid = _FORK_RUNNING(lambda job=job: _measured_child(job))
+                _CLOSE(write_end)
+                try:
+                    status, peak_kib = _wait(pid)
+                except BaseException:
+                    _CLOSE(read_end)
+                    raise
+                break
+            except OSError as error:  # no room for a process, or its memory: the machine's
+                raise MeasurementFailed(f"the memory test could not fork ({error})") from None
+            finally:
+                _LET_GO(previous)
+        else:
+            raise MeasurementFailed(
+                "the memory test could not hold the interpreter long enough to check what "
+                "it forks (the machine was too busy)"
+            )
+    finally:
+        if collecting:
+            _GC_ENABLE()
     try:
-        status, peak_kib = _wait(pid)
         data = _read_all(read_end)
     finally:
-        os.close(read_end)
+        _CLOSE(read_end)
+    return _outputs(data, nonce, status, peak_kib)
+
+
+_TAMPERED_TEXT = (
+    "The grader's code was changed while your function's tests ran, so its memory was not "
+    "measured; your instructor is told what changed."
+)
+_BESIDE_TEXT = (
+    "A process your notebook started was running beside the memory test, where it could "
+    "do the function's work in memory the test does not count."
+)
+_FORGED_TEXT = (
+    "Something other than the measured call wrote the memory test's report "
+    "(the notebook's code wrote into the grader's pipe)."
+)
+_FOUND_LENGTH = 4  # bytes of the length of what in_child() found, after the nonce
+
+
+def _outputs(data: bytes, nonce: bytes, status: int, peak_kib: int) -> dict:
+    """What the child reported, read: made of new objects throughout (:func:`_plain`), so
+    that nothing of the notebook's holds the dict the peak is written into."""
     if data and not data.startswith(nonce):
-        return {
-            "error": "Something other than the measured call wrote the memory test's report "
-            "(the notebook's code wrote into the grader's pipe)."
-        }
-    data = data[_NONCE:]
-    warm_kib = int.from_bytes(data[:_HEADER], "little") if len(data) >= _HEADER else None
+        return {"error": _FORGED_TEXT}
+    data, (put_back, changed) = _found_in_child(data[_NONCE:])
+    if changed:
+        return {"error": _TAMPERED_TEXT, "tampered": changed, "put_back": put_back}
+    warm_kib = _FROM_BYTES(data[:_HEADER], "little") if len(data) >= _HEADER else None
     try:
-        outputs = json.loads(data[_HEADER:].decode("utf-8")) if len(data) > _HEADER else None
+        parsed = _DECODE(data[_HEADER:].decode("utf-8")) if len(data) > _HEADER else None
     except ValueError:
-        outputs = None
-    if not isinstance(outputs, dict):
+        parsed = None
+    outputs = _plain(parsed) if type(parsed) is dict else None
+    if outputs is None:
         outputs = {"died": _how_it_ended(status)}
     if warm_kib is None:  # the warm-up itself did not finish: the check's own failure
         raise MeasurementFailed(f"the memory test's fork {_how_it_ended(status)}")
     if outputs.get("not_implemented") is True:
         raise NotImplementedError("the function is the exercise's stub")
     outputs["peak_above_warm_up"] = max(0, peak_kib - warm_kib) * 1024
+    if put_back:
+        outputs["put_back"] = put_back
     return outputs
 
 
-def _fork_measured(job: tuple) -> int:
-    """Fork for ``job`` (see :func:`measured`): the child's pid. No fork hook of the
-    notebook's runs, in this process or in the child (:mod:`trusted_fork`)."""
-    return _FORK_RUNNING(lambda: _measured_child(job))
+def _found_in_child(data: bytes) -> tuple[bytes, tuple[list[str], list[str]]]:
+    """What in_child() found (written first, before any of the function's code ran in the
+    child): (put back, changed); and the rest of the report."""
+    size = _FROM_BYTES(data[:_FOUND_LENGTH], "little") if len(data) >= _FOUND_LENGTH else 0
+    end = _FOUND_LENGTH + size
+    try:
+        found = _DECODE(data[_FOUND_LENGTH:end].decode("utf-8")) if size else [[], []]
+    except ValueError:
+        found = [[], ["what the memory test's child found could not be read"]]
+    if type(found) is not list or len(found) != 2:
+        found = [[], ["what the memory test's child found could not be read"]]
+    lists = [[str(item) for item in part] if type(part) is list else [] for part in found]
+    return data[end:], (lists[0], lists[1])
+
+
+def _plain(value, depth: int = 0):
+    """A copy of decoded JSON, every container new (deeper than 32 levels: None)."""
+    if depth > 32:
+        return None
+    kind = type(value)
+    if kind is dict:
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if kind is list:
+        return [_plain(v, depth + 1) for v in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return None
+
+
+def _descriptors_held() -> list[int]:
+    """This process's open descriptors (``/proc/self/fd``, read keeping the GIL)."""
+    return [int(name) for name in _NAMES_IN("/proc/self/fd") if name.isdigit()]
 
 
 def _measured_child(job: tuple) -> None:
-    call, warm_up, read_end, write_end, limit_s, shared, inherited, nonce = job
-    os.close(read_end)
-    for fd in inherited:  # no pipe or socket left to a process that could do the work
+    make, in_child, read_end, write_end, limit_s, shared, inherited, nonce = job
+    _CLOSE(read_end)
+    for fd in inherited:  # no pipe, socket or file left to do the work in, or keep it
         if fd > 2 and fd != write_end:
-            _close_quietly(fd)
-    _child(call, warm_up, write_end, limit_s, shared, nonce)
+            _CLOSE(fd)
+    put_back, changed = in_child() if in_child is not None else ((), ())
+    found = [[str(item) for item in put_back], [str(item) for item in changed]]
+    report = _ENCODE(found).encode("utf-8") if put_back or changed else b""
+    _write_all(write_end, nonce + len(report).to_bytes(_FOUND_LENGTH, "little") + report)
+    if changed:
+        return
+    call, warm_up = make()
+    _child(call, warm_up, write_end, limit_s, shared)
 
 
-def _child(call, warm_up, write_end: int, limit_s: int, shared=(), nonce=b"") -> None:
+def _child(call, warm_up, write_end: int, limit_s: int, shared=()) -> None:
     """In the fork: confine, warm up, record the peak so far, run ``call``, report."""
     code = 0
     try:
@@ -182,7 +311,8 @@ def _child(call, warm_up, write_end: int, limit_s: int, shared=(), nonce=b"") ->
         _PRCTL(_PR_SET_THP_DISABLE, 1, 0, 0, 0)  # a huge page: 2 MiB resident for one write
         warm_up()
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        _write_all(write_end, nonce + int(usage.ru_maxrss).to_bytes(_HEADER, "little"))
+        _write_all(write_end, int(usage.ru_maxrss).to_bytes(_HEADER, "little"))
+        _GC_ENABLE()  # off since before the fork (measured_in_child): the call runs as usual
         try:
             outputs = call()
         except NotImplementedError:  # the exercise as handed out: not attempted
@@ -222,30 +352,20 @@ def _wait(pid: int) -> tuple[int, int]:
         raise
 
 
-def _open_descriptors() -> list[int]:
-    """This process's open descriptors, from its own ``/proc`` folder (which the sandbox
-    leaves readable; a fork's would not be)."""
-    try:
-        return sorted(int(name) for name in os.listdir(f"/proc/{os.getpid()}/fd"))
-    except (OSError, ValueError):
-        return []
-
-
-def _writable_shared_mappings() -> list[tuple[int, int]]:
-    """This process's writable shared mappings (a file or ``memfd`` mapped ``MAP_SHARED``,
-    a SysV segment), from its own ``/proc`` folder: the fork makes them inaccessible before
-    the call, since their pages live in the page cache, where a write fills them without a
-    page fault of the process's."""
+def _shared_in(maps: bytes) -> list[tuple[int, int]]:
+    """The writable shared mappings (a file or ``memfd`` mapped ``MAP_SHARED``, a SysV
+    segment) in the text of ``/proc/<pid>/maps``: the fork makes them inaccessible before the
+    call, since their pages live in the page cache, where a write fills them without a page
+    fault of the process's."""
     found = []
-    try:
-        with open(f"/proc/{os.getpid()}/maps") as handle:
-            for line in handle:
-                fields = line.split(maxsplit=2)
-                if len(fields) >= 2 and fields[1][1] == "w" and fields[1][3] == "s":
-                    start, _, end = fields[0].partition("-")
-                    found.append((int(start, 16), int(end, 16)))
-    except (OSError, ValueError, IndexError):
-        pass
+    for line in maps.decode("ascii", "replace").splitlines():
+        fields = line.split(maxsplit=2)
+        try:
+            if len(fields) >= 2 and fields[1][1] == "w" and fields[1][3] == "s":
+                start, _, end = fields[0].partition("-")
+                found.append((int(start, 16), int(end, 16)))
+        except (ValueError, IndexError):
+            continue
     return found
 
 
@@ -275,7 +395,7 @@ def _how_it_ended(status: int) -> str:
 
 def _read_all(fd: int) -> bytes:
     chunks = []
-    while chunk := os.read(fd, 1 << 16):
+    while chunk := _READ(fd, 1 << 16):
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -166,12 +166,37 @@ def run_measured(spec: dict, call, warm_up_with=None) -> dict:
     coursekit's own, which the grader's tripwire watches), called as ``call`` is, on the
     first micro-batches before the measure, so that what an honest call first uses (an
     optimizer's step, a scaler's, a module torch imports on first use) is in place; without
-    it, a plain accumulation loop."""
-    model, micro_batches = wide_problem(spec)
-    loss_fn = None if spec.get("problem") == "tokens" else nn.MSELoss()
-    _prime(spec, call, loss_fn)
+    it, a plain accumulation loop. The grader's runner makes the same two steps, :func:`prime`
+    and :func:`measurement`, itself (``runner.py``)."""
+    prime(spec, call)
+    return measured(*measurement(spec, call, warm_up_with))
+
+
+def prime(spec: dict, call) -> None:
+    """``call`` once, in this process, on a problem of the spec's kind and size but of
+    another seed, drawn now: what a function's first run sets up is then in place before
+    the measured fork (:func:`_prime`), and nothing it sees tells it the measured problem,
+    which is made only in the fork (:func:`measurement`). A function that found the measured
+    problem here could compute the window in this process, where memory is not counted,
+    and hand the fork its result."""
+    decoy = {**spec, "seed": int.from_bytes(os.urandom(4), "little") % 10**6}
+    _prime(decoy, call, None if spec.get("problem") == "tokens" else nn.MSELoss())
+
+
+def measurement(spec: dict, call, warm_up_with=None) -> tuple:
+    """``(call_and_read, warm_up)`` for :func:`coursekit.checks.memory_peak.measured`: the
+    wide problem is made by the warm-up, in the fork, so that this process never holds it."""
+    made: list = []
+
+    def problem() -> tuple:
+        if not made:
+            model, micro_batches = wide_problem(spec)
+            loss_fn = None if spec.get("problem") == "tokens" else nn.MSELoss()
+            made.append((model, loss_fn, micro_batches))
+        return made[0]
 
     def warm_up() -> None:
+        model, loss_fn, micro_batches = problem()
         if warm_up_with is not None:
             warm_up_with(model, loss_fn, micro_batches[:WARM_UP])
         else:
@@ -182,6 +207,7 @@ def run_measured(spec: dict, call, warm_up_with=None) -> dict:
         # the largest forward the model saw and the autograd passes that reached its last
         # bias: only to name the mistake (a whole-batch forward, one backward for the
         # window, gradients cleared); the verdict is the kernel's peak alone
+        model, loss_fn, micro_batches = problem()
         passes, largest = [], [0]
         list(model.parameters())[-1].register_hook(lambda grad: passes.append(1))
         model.register_forward_pre_hook(
@@ -195,7 +221,7 @@ def run_measured(spec: dict, call, warm_up_with=None) -> dict:
             read = projection(model, spec["seed"], reads)
         return {"grad_projection": read, "passes": len(passes), "largest_forward": largest[0]}
 
-    return measured(call_and_read, warm_up)
+    return call_and_read, warm_up
 
 
 def _prime(spec: dict, call, loss_fn) -> None:

@@ -388,9 +388,14 @@ class AmpWindow(Question):
         # the memory test: the window on a wide model, its fresh memory counted by the kernel
         return [*specs, memory_spec(rng.randrange(10**6), reads="weights")]
 
+    def memory_call(self, fn) -> tuple:
+        """How the memory test calls ``fn``, and the right answer its warm-up runs
+        (:func:`coursekit.checks.window_memory.run_measured`)."""
+        return _wide_window(fn), _wide_window(_warm_up)
+
     def run(self, fn, spec):
         if is_memory_spec(spec):
-            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(_warm_up))
+            return run_measured(spec, *self.memory_call(fn))
         model, optimizer, scaler, micro_batches = _amp_problem(spec)
         counter = StepCounter(model, optimizer)
         watch = Watch(model)

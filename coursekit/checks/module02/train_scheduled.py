@@ -266,9 +266,14 @@ class TrainScheduled(Question):
         # the memory test: one window on a wide model, its fresh memory counted by the kernel
         return [*specs, memory_spec(rng.randrange(10**6), reads="weights")]
 
+    def memory_call(self, fn) -> tuple:
+        """How the memory test calls ``fn``, and the right answer its warm-up runs
+        (:func:`coursekit.checks.window_memory.run_measured`)."""
+        return _one_window(fn), _one_window(_warm_up)
+
     def run(self, fn, spec):
         if is_memory_spec(spec):
-            return run_measured(spec, _one_window(fn), warm_up_with=_one_window(_warm_up))
+            return run_measured(spec, *self.memory_call(fn))
         model, optimizer, scheduler, micro_batches = _scheduled_problem(spec)
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)

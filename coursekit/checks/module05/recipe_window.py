@@ -213,9 +213,14 @@ class RecipeWindow(Question):
         seed = rng.randrange(10**6)
         return [*specs, memory_spec(seed, reads="weights", problem="tokens", dtype="float32")]
 
+    def memory_call(self, fn) -> tuple:
+        """How the memory test calls ``fn``, and the right answer its warm-up runs
+        (:func:`coursekit.checks.window_memory.run_measured`)."""
+        return _wide_window(fn), _wide_window(_warm_up)
+
     def run(self, fn, spec):
         if is_memory_spec(spec):
-            return run_measured(spec, _wide_window(fn), warm_up_with=_wide_window(_warm_up))
+            return run_measured(spec, *self.memory_call(fn))
         model, optimizer, scheduler, windows = recipe_problem(spec)
         counter = StepCounter(model, optimizer)
         scheduler_steps = SchedulerSteps(scheduler)

@@ -146,6 +146,46 @@ def run_task(
         _disarm_timers()
 
 
+def run_memory_task(
+    namespace: dict, questions: dict, task: dict, timeout_s: float, wall_factor: float, measure
+) -> dict:
+    """A memory test: the hand-in's function primed here, on a problem of the spec's kind
+    but of a seed it is not told (:func:`coursekit.checks.window_memory.prime`), then
+    ``measure(question, fn, spec)``: the runner's own path (:func:`serve`), where the measured
+    problem is made. Nothing of the spec's seed reaches code the notebook could have
+    changed before the measure has checked it. Outputs are plain data, nothing is judged."""
+    from coursekit.checks.memory_peak import MeasurementFailed
+    from coursekit.checks.registry import error_message
+    from coursekit.checks.window_memory import prime
+
+    name = task["question"]
+    fn = namespace.get(name)
+    if not callable(fn):
+        return {"status": "missing"}
+    question, spec = questions[name], task["spec"]
+    _arm_timers(timeout_s, wall_factor)
+    try:
+        prime({k: v for k, v in spec.items() if k != "seed"}, question.memory_call(fn)[0])
+        return {"status": "ok", "outputs": measure(question, fn, spec)}
+    except NotImplementedError:
+        return {"status": "not_attempted"}
+    except MeasurementFailed as error:  # raised by the check's own code, in this process
+        return {"status": "grader_fault", "why": str(error)[:300]}
+    except CellTimeout:
+        return {"status": "timeout"}
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: all the hand-in's
+        return {"status": "error", "message": error_message(exc)}
+    finally:
+        _disarm_timers()
+
+
+def torch_set_num_threads():
+    """torch's ``set_num_threads``, taken before any hand-in code runs."""
+    import torch
+
+    return torch.set_num_threads
+
+
 def _close_all_but(keep: set[int]) -> None:
     """Close every inherited descriptor but ``keep`` (and 0, 1, 2)."""
     last = 2
@@ -218,10 +258,11 @@ def serve(
         os._exit(SETUP_FAILED)
     # orphans of the hand-in's processes come back to this one, where a memory test finds
     # and ends them before it measures (no process may work beside a measured call)
-    from coursekit.checks import memory_peak
+    from coursekit.checks import memory_peak, window_memory
 
     applied["subreaper"] = memory_peak.set_subreaper()
-    end_children = shared_tampering.private_copy(memory_peak).end_children
+    peak = shared_tampering.private_copy(memory_peak)
+    end_children = peak.end_children
     limits = job["limits"]
     sys.stdout = sys.stderr = CappedText(1, limits["output_bytes"])
     from IPython.core.interactiveshell import InteractiveShell
@@ -245,10 +286,11 @@ def serve(
     # The instruments the warm parent made before any hand-in existed, taken out of their
     # module now, so that no hand-in code finds them by name.
     taken = instruments.take()
-    provenance, tripwire_provenance, reporter, arm_tripwires, sealed, dispatcher = taken
+    provenance, tripwire_provenance, reporter, arm_tripwires, sealed_record, dispatcher = taken
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
+        copies += (peak.measured_in_child,)
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
@@ -294,12 +336,53 @@ def serve(
         for what in found:
             report(what)
 
+    set_threads, get_handler, set_handler = torch_set_num_threads(), signal.getsignal, signal.signal
+    sigchld, by_default = signal.SIGCHLD, signal.SIG_DFL
+
+    reported: set[str] = set()  # the seal's findings reported so far
+
+    def measure(question, fn, spec: dict) -> dict:
+        """A memory test's measured call, on the runner's own path: the harness compared with
+        its seal just before the fork, torch's state put back in the child before anything
+        else runs there, and the problem made in the child (memory_peak.measured_in_child).
+        A change of the harness since the last comparison fails the test (the change could
+        blind the measure, and cannot be undone); one found before was flagged then, and
+        stays flagged. What the child put back is flagged."""
+        end_children()  # what the priming call left running
+        if get_handler(sigchld) is not by_default:  # ignored, a child is reaped unseen
+            set_handler(sigchld, by_default)
+
+        def sealed() -> list[str]:
+            return [
+                f"it changed {where}"
+                for where in changes(sealed_record, provenance)
+                if where not in reported
+            ]
+
+        def in_child() -> tuple[list[str], list[str]]:
+            set_threads(1)  # before any torch operation: the parent's pool is not here
+            put_back = restore(baseline, provenance)
+            # what was put back was the notebook's, and no longer held: a finalizer of its
+            # may have run, and changed a name the warm-up is about to use
+            return put_back, (sealed() if put_back else [])
+
+        def make() -> tuple:
+            call, warm_up_with = question.memory_call(fn)
+            return window_memory.measurement(spec, call, warm_up_with)
+
+        outputs = peak.measured_in_child(make, sealed=sealed, in_child=in_child, alone=True)
+        for what in (*outputs.pop("put_back", ()), *outputs.get("tampered", ())):
+            reported.add(what.removeprefix("it changed "))
+            report(what)
+        if outputs.get("beside"):
+            report("a process it started ran beside its memory test")
+        return outputs
+
     # Compared once before any hand-in code runs (nothing can differ yet): the first
     # comparison in a process forked from the warm parent copies every page it touches (some
     # 25 ms), and a runner is built ahead of its hand-in, on another core (driver.py).
-    changes(sealed, provenance)
+    changes(sealed_record, provenance)
     answer({"kind": "ready", "applied": applied})
-    reported: set[str] = set()
     while True:
         try:
             command = receive(fd_in)
@@ -319,11 +402,12 @@ def serve(
                 report(f"its {command['question']} is coursekit's own answer ({owner})")
             put_back()
             spec = command.get("spec")
+            timeouts = limits["task_timeout_s"], limits["wall_factor"]
             if isinstance(spec, dict) and spec.get("memory") is True:
                 end_children()
-            reply = own.run_task(
-                shell.user_ns, questions, command, limits["task_timeout_s"], limits["wall_factor"]
-            )
+                reply = own.run_memory_task(shell.user_ns, questions, command, *timeouts, measure)
+            else:
+                reply = own.run_task(shell.user_ns, questions, command, *timeouts)
             put_back()  # what the test itself left on
             if command.get("final"):
                 dispatcher_read()
@@ -339,10 +423,10 @@ def serve(
         # the harness against its seal: after the cells, and after each question's last test
         # (a change that one test made and undid is seen only by the instruments above)
         if kind == "check" or (kind == "task" and command.get("last", True)):
-            for where in changes(sealed, provenance)[:10]:
-                if where not in reported:
-                    reported.add(where)
-                    report(f"it changed {where}")
+            found = changes(sealed_record, provenance)
+            for where in [w for w in found if w not in reported][:10]:
+                report(f"it changed {where}")
+            reported.update(found)  # all of them: a memory test fails only on a new one
             for number in own.handled_signals():
                 report(f"it set a handler for {number.name}, which is given the running frame")
         reply.setdefault("question", command.get("question"))
