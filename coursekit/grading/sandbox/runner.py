@@ -340,6 +340,7 @@ def serve(
     sigchld, by_default = signal.SIGCHLD, signal.SIG_DFL
 
     reported: set[str] = set()  # the seal's findings reported so far
+    measured_now = [False]  # whether this task's memory test compared the seal
 
     def measure(question, fn, spec: dict) -> dict:
         """A memory test's measured call, on the runner's own path: the harness compared with
@@ -353,6 +354,7 @@ def serve(
             set_handler(sigchld, by_default)
 
         def sealed() -> list[str]:
+            measured_now[0] = True
             return [
                 f"it changed {where}"
                 for where in changes(sealed_record, provenance)
@@ -394,7 +396,7 @@ def serve(
                 shell, command["source"], limits["cell_timeout_s"], limits["wall_factor"]
             )
         elif kind == "task":
-            testing[0] = str(command.get("question", ""))
+            testing[0], measured_now[0] = str(command.get("question", "")), False
             if not arm_tripwires() or reporter[0] is not answer_called:
                 report("it changed the grader's tripwires on coursekit's own answers")
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
@@ -414,6 +416,7 @@ def serve(
             if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
+            measured_now[0] = False
             put_back()  # what the cells left on (their torch.library registrations taken back)
             dispatcher_read()
             reply = {}
@@ -421,12 +424,14 @@ def serve(
             sys.stdout.flush()
             os._exit(0)  # skip interpreter teardown: a hand-in's atexit hooks can't stall it
         # the harness against its seal: after the cells, and after each question's last test
-        # (a change that one test made and undid is seen only by the instruments above)
+        # (a change that one test made and undid is seen only by the instruments above), but
+        # a memory test's, which compared it before its fork, unless it is the hand-in's last
         if kind == "check" or (kind == "task" and command.get("last", True)):
-            found = changes(sealed_record, provenance)
-            for where in [w for w in found if w not in reported][:10]:
-                report(f"it changed {where}")
-            reported.update(found)  # all of them: a memory test fails only on a new one
+            if not (measured_now[0] and not command.get("final")):
+                found = changes(sealed_record, provenance)
+                for where in [w for w in found if w not in reported][:10]:
+                    report(f"it changed {where}")
+                reported.update(found)  # all of them: a memory test fails only on a new one
             for number in own.handled_signals():
                 report(f"it set a handler for {number.name}, which is given the running frame")
         reply.setdefault("question", command.get("question"))
