@@ -42,6 +42,7 @@ from tests.corpora.instrument_attacks import (
     SHARED_BUFFERS,
     SHOW_PASSES,
     SHOW_PASSES_FLOAT32,
+    SHOW_PASSES_GRAD_CACHE,
     SHOW_PASSES_RECIPE,
     SHOW_PASSES_TOKENS,
 )
@@ -234,12 +235,28 @@ def test_the_show_passes_attack_passes_the_small_specs_and_loses_on_memory():
     assert failed == [(True, "whole_batch_forward")]
 
 
+def test_gradcache_made_on_a_hook_free_copy_passes_every_small_test_and_loses_on_memory():
+    """GradCache's live-graph counter watches the encoder's own passes: a whole-batch
+    gradient made on a copy, with the saved-tensor hooks off, and brought back by one
+    autograd pass passes every test of the question's hidden draw but the memory test."""
+    question = QUESTIONS["grad_cache_step"]
+    attack, reference = _defined(SHOW_PASSES_GRAD_CACHE, "grad_cache_step"), question.reference()
+    failed = []
+    for spec in question.hidden_specs(random.Random(3)):
+        try:
+            question.judge(spec, question.run(attack, spec), question.run(reference, spec))
+        except Failure as failure:
+            failed.append((spec.get("memory", False), failure.mistake))
+    assert failed == [(True, "graph_kept_for_all_micro_batches")]  # the encoder saw 16 at most
+
+
 @pytest.mark.parametrize(
     ("name", "source"),
     [
         ("accumulate_tokens", SHOW_PASSES_TOKENS),
         ("accumulate_in_float32", SHOW_PASSES_FLOAT32),
         ("recipe_window", SHOW_PASSES_RECIPE),
+        ("grad_cache_step", SHOW_PASSES_GRAD_CACHE),
     ],
 )
 def test_every_window_question_measures_the_show_passes_attack(name, source):
@@ -253,7 +270,8 @@ def test_every_window_question_measures_the_show_passes_attack(name, source):
     question.judge(spec, expected, expected)
     with pytest.raises(Failure) as failure:
         question.judge(spec, question.run(attack, spec), expected)
-    assert failure.value.mistake == "whole_batch_forward"
+    # GradCache's encoder saw micro-batches only: its graphs, in its own words
+    assert failure.value.mistake in ("whole_batch_forward", "graph_kept_for_all_micro_batches")
 
 
 @pytest.mark.parametrize("store", ["pipe", "socket", "tmp", "shm"])

@@ -27,7 +27,7 @@ from coursekit.grading.sandbox import held_gil
 from tests.corpora.memory_rebinding import ATTACKS
 from tests.helpers import docker_like
 from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook
-from tests.test_memory_peak import honest
+from tests.test_memory_peak import _python, honest
 
 pytestmark = pytest.mark.skipif(not memory_peak.MEASURED, reason="Linux only (fork, wait4)")
 SPEC = memory_spec(5)
@@ -88,6 +88,8 @@ def test_a_right_hand_in_keeps_full_marks_unflagged(graded):
     [
         ("raised_warm_up", "changed torch.nn.functional.linear", "was not measured"),
         ("stand_in_measure", "changed coursekit.checks.window_memory.measured", "not measured"),
+        # a cell's change, flagged when the cells ended; put back in the fork, so measured
+        ("cell_rebound", "changed torch.nn.functional.linear", "forward pass on the whole"),
         # put back in the child, its finalizer changed a name there: seen by the seal again
         ("finalized_hook", "changed torch.nn.functional.linear", "was not measured"),
         # put back in the child, so measured: the whole-window forward is what fails
@@ -151,9 +153,7 @@ def test_no_thread_runs_from_the_seal_to_the_end_of_the_child(monkeypatch):
         return []
 
     try:
-        outputs = memory_peak.measured_in_child(
-            lambda: measurement(SPEC, honest), sealed=sealed, alone=True
-        )
+        outputs = memory_peak.measured_in_child(lambda: measurement(SPEC, honest), sealed=sealed)
         time.sleep(0.05)
         after = count[0]
     finally:
@@ -235,27 +235,49 @@ def test_the_child_puts_the_state_back_before_the_function_is_made(tmp_path):
     assert "put_back" not in clean and "grad_projection" in clean, clean
 
 
-@pytest.mark.parametrize("state", ["running", "ended"])
-def test_a_process_alive_at_the_fork_fails_the_measure(state):
+_BESIDE = """
+import json, os, time
+from coursekit.checks import memory_peak
+from coursekit.checks.window_memory import measurement, memory_spec
+from tests.test_memory_peak import _python, honest
+
+def measure(alone=True):
+    outputs = memory_peak.measured_in_child(
+        lambda: measurement(memory_spec(5), honest), alone=alone
+    )
+    return "measured" if "grad_projection" in outputs else outputs.get("error", outputs)
+
+seen = {"alone": measure()}
+pid = os.fork()
+if pid == 0:
+    time.sleep(30)
+    os._exit(0)
+seen["running"], seen["running, not asked"] = measure(), measure(alone=False)
+os.kill(pid, 9)
+time.sleep(0.3)
+seen["ended, not reaped"] = measure()
+os.waitpid(pid, 0)
+seen["reaped"] = measure()
+print(json.dumps(seen))
+"""
+
+
+def test_a_process_alive_at_the_fork_fails_the_measure():
     """A process of the notebook's that ran while the child did could do the window's work
     in memory the test does not count. Found running, or ended and not yet reaped; none can
-    start later (the child cannot start one, and no thread of its parent runs meanwhile)."""
-    pid = os.fork()
-    if pid == 0:
-        time.sleep(0 if state == "ended" else 30)
-        os._exit(0)
-    try:
-        if state == "ended":
-            time.sleep(0.2)
-        outputs = memory_peak.measured_in_child(lambda: measurement(SPEC, honest), alone=True)
-        assert outputs == {"error": memory_peak._BESIDE_TEXT, "beside": True}
-        alone = memory_peak.measured_in_child(lambda: measurement(SPEC, honest))
-        assert "grad_projection" in alone, alone  # the caller did not ask
-    finally:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    outputs = memory_peak.measured_in_child(lambda: measurement(SPEC, honest), alone=True)
-    assert "grad_projection" in outputs, outputs
+    start later (the child cannot start one, and no thread of its parent runs meanwhile).
+    In a fresh interpreter: a test process may have children of its own."""
+    done = _python(_BESIDE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    beside = memory_peak._BESIDE_TEXT
+    assert seen == {
+        "alone": "measured",
+        "running": beside,
+        "running, not asked": "measured",
+        "ended, not reaped": beside,
+        "reaped": "measured",
+    }
 
 
 def test_a_hold_that_took_too_long_is_taken_again(monkeypatch):

@@ -4,19 +4,22 @@ The model's hidden layer is 4,096 wide, followed by three Tanh (each keeps its o
 the backward pass); a window holds 16 micro-batches, and as many rows (samples, or token
 positions) as make one hidden activation of the whole window 8 MiB: 256 rows in float64
 (micro-batches of 16 samples, or of one 16-token sequence), 512 in float32, 1,024 in
-bfloat16; a micro-batch's is 0.5 MiB. Two problems: a regression (16 -> 4,096 -> 1, mean
-squared error) and a language model (token ids, an embedding of 16, the hidden layer,
-logits over 16 tokens; sequences padded). The call runs in a process of its own
-(:mod:`coursekit.checks.memory_peak`), after a warm-up that runs three micro-batches the
-honest way, and the kernel counts how far its resident size rose above the warm-up's
-peak. Measured (all four problems, idle and beside two CPU hogs): an honest loop 0.0 to
-1.2 MiB, whether or not it keeps a loss, a prediction or a dozen small tensors from each
-micro-batch; one backward for the whole window about 22; a forward on the whole window, on
-the model or on any copy of it, in a thread or after freeing blocks the notebook held (none
-can be given back in the fork), 38 to 40; written by hand, in place, 23. The line is one
-whole-window activation (8 MiB). About 80 ms a measurement, idle. Not seen: memory the
-notebook held and the function writes into (``out=``), or frees into malloc's heap and
-allocates again: its pages were resident before the call.
+bfloat16; a micro-batch's is 0.5 MiB. Three problems: a regression (16 -> 4,096 -> 1, mean
+squared error), a language model (token ids, an embedding of 16, the hidden layer, logits
+over 16 tokens; sequences padded) and GradCache's contrastive batch (256 query and key
+pairs, a 6 -> 4,096 -> 4 encoder; the question's own right step warms it up). The call runs
+in a process of its own (:mod:`coursekit.checks.memory_peak`), after a warm-up that runs
+three micro-batches the honest way, and the kernel counts how far its resident size rose
+above the warm-up's peak. Measured (the window questions' four problems, idle and beside two
+CPU hogs): an honest loop 0.0 to 1.2 MiB, whether or not it keeps a loss, a prediction or a
+dozen small tensors from each micro-batch; one backward for the whole window about 22; a
+forward on the whole window, on the model or on any copy of it, in a thread or after freeing
+blocks the notebook held (none can be given back in the fork), 38 to 40; written by hand, in
+place, 23. GradCache's: its right styles 0.1 to 1.9 MiB; a whole-batch gradient made on a
+copy 62, every micro-batch's graph kept until one backward 47. The line is one
+whole-window activation (8 MiB). About 80 ms a measurement, idle.
+Not seen: memory the notebook held and the function writes into (``out=``), or frees into
+malloc's heap and allocates again: its pages were resident before the call.
 
 What is read back, the gradient, the weights after a question's step, or the sums a
 function returns, is 2 random projections (the whole of any is 70,000 numbers or more; a
@@ -36,10 +39,12 @@ from torch.nn import functional
 from coursekit.checks.memory_peak import measured
 from coursekit.checks.question import Failure, relative_gap
 from coursekit.checks.side_effects import switches_kept
+from coursekit.contrastive import make_pairs
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.tokens import IGNORE_INDEX, make_token_batches, split_token_batches
 
 IN_FEATURES, HIDDEN = 16, 4096
+PAIR_FEATURES, EMBEDDING, TEMPERATURE = 6, 4, 0.1  # the contrastive problem's encoder
 SQUASHES = 3  # Tanh layers after the wide one
 VOCAB, SEQ_LEN = 16, 16  # the language model's: logits over 16 tokens, sequences of 16
 ACCUM_STEPS = 16
@@ -65,9 +70,10 @@ def memory_spec(
     compares with the reference's: the gradient (``"grad"``), the weights after the step
     (``"weights"``, for a function that steps the optimizer) or what the function returns
     (``"returned"``: a tensor per parameter). ``problem``: ``"regression"`` (the function is
-    handed a loss function and ``(inputs, targets)`` micro-batches) or ``"tokens"`` (padded
-    ``(inputs, labels)`` sequences)."""
-    if problem not in ("regression", "tokens") or dtype not in WINDOW_ROWS:
+    handed a loss function and ``(inputs, targets)`` micro-batches), ``"tokens"`` (padded
+    ``(inputs, labels)`` sequences) or ``"pairs"`` (an encoder of :data:`PAIR_FEATURES`
+    inputs and ``(queries, keys)`` micro-batches of a contrastive batch: GradCache's)."""
+    if problem not in ("regression", "tokens", "pairs") or dtype not in WINDOW_ROWS:
         raise ValueError(f"no memory test for a {problem} problem in {dtype}")
     if reads not in ("grad", "weights", "returned"):
         raise ValueError(
@@ -124,6 +130,14 @@ def wide_problem(spec: dict) -> tuple[nn.Module, list]:
         inputs, labels = make_token_batches(size, spec["seq_len"], VOCAB, 0.5, seed=spec["seed"])
         sizes = [spec["micro_batch_size"]] * spec["accum_steps"]
         return model.to(dtype), split_token_batches(inputs, labels, sizes)
+    if spec.get("problem") == "pairs":
+        model = nn.Sequential(
+            nn.Linear(PAIR_FEATURES, HIDDEN), *_squashes(), nn.Linear(HIDDEN, EMBEDDING)
+        )
+        _initialised(model, generator)
+        queries, keys = make_pairs(size, in_features=PAIR_FEATURES, seed=spec["seed"], dtype=dtype)
+        micro = spec["micro_batch_size"]
+        return model.to(dtype), list(zip(queries.split(micro), keys.split(micro), strict=True))
     model = nn.Sequential(nn.Linear(IN_FEATURES, HIDDEN), *_squashes(), nn.Linear(HIDDEN, 1))
     _initialised(model, generator)
     inputs, targets = make_regression(size, in_features=IN_FEATURES, seed=spec["seed"])
@@ -147,7 +161,14 @@ def token_loss_sum(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     )
 
 
+def _no_loss_function(spec: dict) -> bool:
+    """Whether the function is handed no loss function (it computes its own)."""
+    return spec.get("problem") in ("tokens", "pairs")
+
+
 def _honest_warm_up(spec: dict, model: nn.Module, loss_fn, micro_batches) -> None:
+    if spec.get("problem") == "pairs":
+        raise ValueError("a contrastive memory test is warmed up by its question's own answer")
     if spec.get("problem") == "tokens":
         tokens = sum(int((labels != IGNORE_INDEX).sum()) for _, labels in micro_batches)
         for inputs, labels in micro_batches:
@@ -180,7 +201,7 @@ def prime(spec: dict, call) -> None:
     problem here could compute the window in this process, where memory is not counted,
     and hand the fork its result."""
     decoy = {**spec, "seed": int.from_bytes(os.urandom(4), "little") % 10**6}
-    _prime(decoy, call, None if spec.get("problem") == "tokens" else nn.MSELoss())
+    _prime(decoy, call, None if _no_loss_function(spec) else nn.MSELoss())
 
 
 def measurement(spec: dict, call, warm_up_with=None) -> tuple:
@@ -191,7 +212,7 @@ def measurement(spec: dict, call, warm_up_with=None) -> tuple:
     def problem() -> tuple:
         if not made:
             model, micro_batches = wide_problem(spec)
-            loss_fn = None if spec.get("problem") == "tokens" else nn.MSELoss()
+            loss_fn = None if _no_loss_function(spec) else nn.MSELoss()
             made.append((model, loss_fn, micro_batches))
         return made[0]
 
@@ -299,13 +320,16 @@ def projection(
     return totals
 
 
-def _mib(size: float) -> str:
+def in_mib(size: float) -> str:
     return f"{size / 2**20:.0f} MiB" if size >= 2**20 * 10 else f"{size / 2**20:.1f} MiB"
 
 
-def _setting(spec: dict) -> str:
+def memory_setting(spec: dict) -> str:
     n, size, dtype = spec["accum_steps"], spec["micro_batch_size"], spec.get("dtype", "float64")
-    if spec.get("problem") == "tokens":
+    if spec.get("problem") == "pairs":
+        model = f"a {PAIR_FEATURES} -> {HIDDEN:,} -> {EMBEDDING} encoder in {dtype}"
+        batches = f"{n * size} pairs in micro-batches of {size}"
+    elif spec.get("problem") == "tokens":
         model = f"a language model with a {HIDDEN:,}-wide hidden layer in {dtype}"
         batches = f"{n} micro-batches of {size} padded sequence{'s' if size > 1 else ''}"
     else:
@@ -316,7 +340,7 @@ def _setting(spec: dict) -> str:
 
 def judge_memory(spec: dict, outputs: dict, expected: dict) -> None:
     """The memory test's verdict: the function's error, its peak, then its gradient."""
-    setting = _setting(spec)
+    setting = memory_setting(spec)
     if isinstance(outputs.get("error"), str):
         raise Failure(f"{outputs['error']} {setting}")
     if isinstance(outputs.get("died"), str):
@@ -331,7 +355,7 @@ def judge_memory(spec: dict, outputs: dict, expected: dict) -> None:
     seen_whole = isinstance(largest, int) and largest > spec["micro_batch_size"]
     if peak is not None and peak > LINE * window and passes == 1 and not seen_whole:
         raise Failure(
-            f"Your function needed {_mib(peak)} of memory beyond what one micro-batch's "
+            f"Your function needed {in_mib(peak)} of memory beyond what one micro-batch's "
             f"forward and backward take {setting}: one backward() for the whole window keeps every "
             "micro-batch's graph, and its activations, alive until then. Call backward() "
             "once per micro-batch.",
@@ -339,9 +363,9 @@ def judge_memory(spec: dict, outputs: dict, expected: dict) -> None:
         )
     if peak is not None and peak > LINE * window:
         raise Failure(
-            f"Your function needed {_mib(peak)} of memory beyond what one micro-batch's "
+            f"Your function needed {in_mib(peak)} of memory beyond what one micro-batch's "
             f"forward and backward take {setting}, more than one layer's activations for the "
-            f"whole window ({_mib(window)}): the window's worth of something was alive at "
+            f"whole window ({in_mib(window)}): the window's worth of something was alive at "
             "once. Most often a forward pass on the whole window (on the model or on a copy) "
             "or every micro-batch's graph kept until one backward(); a copy of the gradient "
             "kept for each micro-batch costs as much. Run the forward and backward pass on one "

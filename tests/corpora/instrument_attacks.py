@@ -356,3 +356,35 @@ def module1_hand_ins(answers) -> list[tuple[str, str, list[str], str]]:
             "backward passes",
         ),
     ]
+
+
+# SHOW_PASSES for GradCache: the whole batch's InfoNCE gradient from a hook-free copy, with
+# no saved-tensor hooks while it is made, brought to the encoder by one autograd pass; then
+# each micro-batch through the encoder for show, its graph freed at once.
+SHOW_PASSES_GRAD_CACHE = (
+    _WHOLE_WINDOW_GRADIENT
+    + """
+from coursekit.contrastive import info_nce
+
+
+def grad_cache_step(encoder, queries, keys, micro_batch_size, temperature):
+    hooks = torch._C._autograd._top_saved_tensors_default_hooks(False)
+    if hooks is not None:
+        torch._C._autograd._pop_saved_tensors_default_hooks()
+    try:
+        twin = _twin(encoder)
+        trained = [(n, p) for n, p in encoder.named_parameters()]
+        weights = {n: p.detach().clone().requires_grad_(True) for n, p in trained}
+        embed = lambda x: functional_call(twin, weights, (x,))
+        loss = info_nce(embed(queries), embed(keys), temperature)
+        grads = torch.autograd.grad(loss, list(weights.values()))
+    finally:
+        if hooks is not None:
+            torch._C._autograd._push_saved_tensors_default_hooks(*hooks)
+    sum((p * g).sum() for (_, p), g in zip(trained, grads)).backward()
+    for inputs in (queries, keys):
+        for chunk in inputs.split(micro_batch_size):
+            (encoder(chunk).sum() * 0).backward()
+    return float(loss.detach())
+"""
+)

@@ -171,7 +171,33 @@ def accumulate_window(model, loss_fn, micro_batches):
 """
 )
 
+# the same change made in a cell, for good: flagged when the cells end, as before; the fork
+# puts the module's name back before it measures, so the memory test is not blinded either
+CELL_REBOUND = (
+    _WRAPPED
+    + """
+import os as _os
+from torch.nn import functional as _functional
+
+_LINEAR, _HOME = _functional.linear, _os.getpid()
+
+
+def _inflating_linear(*args, **kwargs):
+    if _os.getpid() != _HOME:
+        _functional.linear = _LINEAR
+        block = bytearray(300 * 2**20)
+        block[:: 4096] = b"x" * len(block[:: 4096])
+        del block
+    return _LINEAR(*args, **kwargs)
+
+
+_functional.linear = _inflating_linear
+accumulate_window = _show_passes
+"""
+)
+
 ATTACKS = {
+    "cell_rebound": CELL_REBOUND,
     "finalized_hook": FINALIZED_HOOK,
     "stand_in_measure": STAND_IN_MEASURE,
     "raised_warm_up": RAISED_WARM_UP,

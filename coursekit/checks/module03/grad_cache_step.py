@@ -44,6 +44,15 @@ from coursekit.checks.tamper_evident import (
     poker,
     watched,
 )
+from coursekit.checks.window_memory import (
+    TEMPERATURE,
+    in_mib,
+    is_memory_spec,
+    judge_memory,
+    memory_setting,
+    memory_spec,
+    run_measured,
+)
 from coursekit.contrastive import (
     grad_cache_step,
     info_nce,
@@ -66,6 +75,57 @@ def _encoder(seed: int) -> nn.Module:
     finally:
         generator.set_state(state)
     return model.to(torch.float64)
+
+
+def _whole_batch(fn):
+    """``fn`` called on the memory test's encoder and its batch of pairs, whole, with the
+    micro-batch size the batch was split by (:mod:`coursekit.checks.window_memory`)."""
+
+    def step(encoder, _, micro_batches):
+        queries = torch.cat([q for q, _ in micro_batches])
+        keys = torch.cat([k for _, k in micro_batches])
+        return fn(encoder, queries, keys, len(micro_batches[0][0]), TEMPERATURE)
+
+    return step
+
+
+def _warm_up(encoder, queries, keys, micro_batch_size, temperature):
+    """The right step, written here: calling coursekit's own answer while the question is
+    tested is what the grader's tripwire flags."""
+    with torch.no_grad():
+        query_cache = torch.cat([encoder(q) for q in queries.split(micro_batch_size)])
+        key_cache = torch.cat([encoder(k) for k in keys.split(micro_batch_size)])
+    query_cache.requires_grad_(True)
+    key_cache.requires_grad_(True)
+    info_nce(query_cache, key_cache, temperature).backward()
+    for inputs, cache in ((queries, query_cache), (keys, key_cache)):
+        slices = inputs.split(micro_batch_size), cache.grad.split(micro_batch_size)
+        for chunk, gradient in zip(*slices, strict=True):
+            encoder(chunk).backward(gradient)
+
+
+def _too_much_memory(spec, outputs) -> Failure:
+    """The memory test's failure in GradCache's words: a forward on the whole batch with its
+    graph (the largest the encoder saw), or many micro-batches' graphs alive at once."""
+    setting, peak = memory_setting(spec), in_mib(outputs["peak_above_warm_up"])
+    largest = outputs.get("largest_forward")
+    if isinstance(largest, int) and largest > spec["micro_batch_size"]:
+        return Failure(
+            f"Your function needed {peak} of memory beyond what one micro-batch's forward and "
+            f"backward take {setting}: a forward on {largest} inputs at once, with its graph. "
+            "Embed one micro-batch at a time: the first pass under torch.no_grad(), the "
+            "second with each micro-batch's backward before the next is embedded.",
+            "whole_batch_forward",
+        )
+    return Failure(
+        f"Your function needed {peak} of memory beyond what one micro-batch's forward and "
+        f"backward take {setting}: the graphs (saved activations) of many micro-batches were "
+        "alive at once, which GradCache exists to avoid (if the encoder saw only "
+        "micro-batches, a copy of it may have seen the rest). Compute the first pass under "
+        "torch.no_grad(), and in the second pass call backward on each micro-batch's "
+        "embeddings before embedding the next.",
+        "graph_kept_for_all_micro_batches",
+    )
 
 
 def _pairs_problem(spec):
@@ -311,9 +371,19 @@ class GradCacheStep(Question):
         # is another partition than split(6): inputs and cached gradients sliced in two ways
         # no longer line up (the public uneven case, 10 by 4, happens to agree with chunk(3)).
         specs.append({"seed": 5, "n_pairs": 10, "micro_batch_size": 6, "temperature": 0.1})
+        # the memory test: 256 pairs through a wide encoder, its fresh memory counted by the
+        # kernel (the graph counter above sees the encoder's passes, not a copy's)
+        specs.append(memory_spec(rng.randrange(10**6), problem="pairs"))
         return specs
 
+    def memory_call(self, fn) -> tuple:
+        """How the memory test calls ``fn``, and the right answer its warm-up runs
+        (:func:`coursekit.checks.window_memory.run_measured`)."""
+        return _whole_batch(fn), _whole_batch(_warm_up)
+
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, *self.memory_call(fn))
         encoder, queries, keys = _pairs_problem(spec)
         graphs = _LiveGraphs(encoder)
         start = weights_of(encoder)
@@ -342,6 +412,13 @@ class GradCacheStep(Question):
         return grad_cache_step
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            try:
+                return judge_memory(spec, outputs, expected)
+            except Failure as failure:
+                if failure.mistake not in ("single_backward", "whole_batch_forward"):
+                    raise
+                raise _too_much_memory(spec, outputs) from None
         micro, n = spec["micro_batch_size"], spec["n_pairs"]
         setting = f"({n} pairs, micro-batches of {micro}, temperature {spec['temperature']})"
         judge_left_behind(outputs, setting)

@@ -238,6 +238,23 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     return found
 
 
+def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
+    """Of :func:`changes`' findings, the names rebound in a plain dict (a module's globals):
+    ``(where, namespace, key, sealed value, whether the name was absent)`` for each, which a
+    memory test's fork puts back before it measures (``runner.py``)."""
+    quick = sealed.quick or _quick(sealed)
+    if _entries_unchanged(quick):
+        return []
+    found = []
+    for where, namespace, key, value, strict in sealed.entries:
+        if type(namespace) is not dict:
+            continue
+        now = namespace.get(key, _MISSING)
+        if now is not value and (strict or not library_value(now, provenance, key, value, where)):
+            found.append((where, namespace, key, value, value is _MISSING))
+    return found
+
+
 def _table_changes(where: str, table: dict, contents: dict) -> list[str]:
     """An entry of a table replaced or removed, or one added for a class or dtype of torch's,
     numpy's or coursekit's (``copy._deepcopy_dispatch[nn.Parameter] = ...``: what copying a

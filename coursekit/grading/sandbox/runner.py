@@ -311,7 +311,8 @@ def serve(
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
     # the seal's comparison, from a private copy too: a notebook that rebinds a name it
     # calls (in its module, in builtins) must not blind it (see harness_seal.py)
-    changes = shared_tampering.private_copy(harness_seal).changes
+    seal_copy = shared_tampering.private_copy(harness_seal)
+    changes, rebound_names = seal_copy.changes, seal_copy.rebound_names
     # torch's and the interpreter's state as no hand-in code has left it, put back before
     # and after each test (modes, global hooks, settings, tracing: see global_state.py)
     baseline, restore = state.take(), state.restore
@@ -346,27 +347,37 @@ def serve(
         """A memory test's measured call, on the runner's own path: the harness compared with
         its seal just before the fork, torch's state put back in the child before anything
         else runs there, and the problem made in the child (memory_peak.measured_in_child).
-        A change of the harness since the last comparison fails the test (the change could
-        blind the measure, and cannot be undone); one found before was flagged then, and
-        stays flagged. What the child put back is flagged."""
+        A change of the harness since the last comparison fails the test: made while the
+        question's tests ran, it is there for this measure. One found before (a cell's) was
+        flagged then; where it is a name rebound in a module, the fork puts the sealed one
+        back before it measures. What the child put back of torch's state is flagged."""
         end_children()  # what the priming call left running
         if get_handler(sigchld) is not by_default:  # ignored, a child is reaped unseen
             set_handler(sigchld, by_default)
 
+        earlier: list = []  # names rebound before, flagged then: put back in the fork
+
         def sealed() -> list[str]:
             measured_now[0] = True
-            return [
-                f"it changed {where}"
-                for where in changes(sealed_record, provenance)
-                if where not in reported
-            ]
+            found = changes(sealed_record, provenance)
+            new = [f"it changed {where}" for where in found if where not in reported]
+            if found and not new:
+                earlier[:] = [
+                    n for n in rebound_names(sealed_record, provenance) if n[0] in reported
+                ]
+            return new
 
         def in_child() -> tuple[list[str], list[str]]:
+            for _, namespace, key, value, absent in earlier:
+                if absent:
+                    namespace.pop(key, None)
+                else:
+                    namespace[key] = value
             set_threads(1)  # before any torch operation: the parent's pool is not here
             put_back = restore(baseline, provenance)
             # what was put back was the notebook's, and no longer held: a finalizer of its
             # may have run, and changed a name the warm-up is about to use
-            return put_back, (sealed() if put_back else [])
+            return put_back, (sealed() if put_back or earlier else [])
 
         def make() -> tuple:
             call, warm_up_with = question.memory_call(fn)
