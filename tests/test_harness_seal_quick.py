@@ -168,4 +168,6 @@ def test_the_runner_compares_with_a_private_copy():
 
     from coursekit.grading.sandbox import runner
 
-    assert "private_copy(harness_seal).changes" in inspect.getsource(runner.serve)
+    source = inspect.getsource(runner.serve)
+    assert "seal_copy = shared_tampering.private_copy(harness_seal)" in source
+    assert "changes, rebound_names = seal_copy.changes, seal_copy.rebound_names" in source

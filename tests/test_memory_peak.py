@@ -274,10 +274,11 @@ def test_every_window_question_measures_the_show_passes_attack(name, source):
     assert failure.value.mistake in ("whole_batch_forward", "graph_kept_for_all_micro_batches")
 
 
-@pytest.mark.parametrize("store", ["pipe", "socket", "tmp", "shm"])
+@pytest.mark.parametrize("store", ["pipe", "socket", "tmp", "shm", "symlink"])
 def test_activations_kept_outside_the_process_are_refused(store, expected):
     """The second review's break: one backward for the window, its saved activations parked
-    where the kernel's count of the process does not reach (pipes, a socket pair, a file)."""
+    where the kernel's count of the process does not reach (pipes, a socket pair, a file;
+    the third's: symbolic links' targets)."""
     attack = _defined(OFFLOADED.replace("{store}", store))
     outputs = run_measured(SPEC, attack)
     assert "PermissionError" in outputs.get("error", ""), outputs

@@ -92,6 +92,8 @@ def test_a_right_hand_in_keeps_full_marks_unflagged(graded):
         ("cell_rebound", "changed torch.nn.functional.linear", "forward pass on the whole"),
         # put back in the child, its finalizer changed a name there: seen by the seal again
         ("finalized_hook", "changed torch.nn.functional.linear", "was not measured"),
+        # a handler would be handed the measure's frame: the memory test does not run
+        ("signalled", "handler for SIGUSR1", "signal handler"),
         # put back in the child, so measured: the whole-window forward is what fails
         ("hooked_warm_up", "a global hook in torch.nn.modules", "forward pass on the whole"),
     ],
@@ -169,7 +171,8 @@ def test_the_held_steps_keep_the_gil():
     os.listdir, os.pipe or os.urandom would let it go."""
     count, stopped = _spinning()
     try:
-        previous = held_gil.hold()
+        previous = sys.getswitchinterval()
+        held_gil.hold(previous)
         try:
             before = count[0]
             for _ in range(50):
@@ -280,10 +283,38 @@ def test_a_process_alive_at_the_fork_fails_the_measure():
     }
 
 
+_STREAMS = """
+import os, tempfile
+from coursekit.checks import memory_peak
+from coursekit.checks.window_memory import measurement, memory_spec
+from tests.test_memory_peak import honest
+
+store = tempfile.TemporaryFile()
+os.dup2(store.fileno(), 0)  # a file where the child's standard input was
+
+def keeps(model, loss_fn, micro_batches):
+    honest(model, loss_fn, micro_batches)
+    os.pwrite(0, b"x" * 4096, 0)  # would keep data in the page cache, not in its memory
+    return None
+
+outputs = memory_peak.measured_in_child(lambda: measurement(memory_spec(5), keeps))
+print("measured" if "grad_projection" in outputs else outputs, os.fstat(0).st_size)
+"""
+
+
+def test_the_measured_child_keeps_nothing_in_its_standard_streams():
+    """Descriptors 0, 1 and 2 are /dev/null's in the child: a file the notebook put there
+    (where the child's other inherited descriptors are closed) would hold data out of its
+    memory. In a fresh interpreter: a test process's own streams are its runner's."""
+    done = _python(_STREAMS)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "measured 0", done.stdout
+
+
 def test_a_hold_that_took_too_long_is_taken_again(monkeypatch):
     """Past half the hold, a waiting thread may have asked for the GIL: the steps are taken
     again, and after three tries the measure is the grader's failure, never a score."""
-    clock = iter(range(0, 1000, 10))
+    clock = iter(range(0, 1000, 10))  # each step ten seconds on
     monkeypatch.setattr(memory_peak, "_MONOTONIC", lambda: next(clock))
     calls = []
 

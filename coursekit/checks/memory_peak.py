@@ -99,11 +99,12 @@ if MEASURED:  # looked up once, on import: nothing is resolved in a hand-in's pr
 # runs this module from a private copy of its globals, where these stay what they are now
 _FORK_RUNNING = trusted_fork.fork_running
 _HOLD, _LET_GO, _NO_CHILD_LEFT = held_gil.hold, held_gil.let_go, held_gil.no_child_left
+_GET_INTERVAL = sys.getswitchinterval
 _MONOTONIC, _HELD_S, _HOLD_TRIES = time.monotonic, held_gil.HOLD_S / 2, 3
 _RANDOM_16, _PIPE, _CLOSE = held_gil.random_16, held_gil.pipe, held_gil.close
 _READ_FILE, _NAMES_IN = held_gil.read_file, held_gil.names_in
 _GC_ENABLED, _GC_ENABLE, _GC_DISABLE = gc.isenabled, gc.enable, gc.disable
-_READ, _FROM_BYTES = os.read, int.from_bytes
+_READ, _FROM_BYTES, _OPEN, _DUP2 = os.read, int.from_bytes, os.open, os.dup2
 _DECODE, _ENCODE = json.JSONDecoder().decode, json.dumps
 _NONCE = 16  # bytes of the number that starts the child's report
 
@@ -152,24 +153,35 @@ def measured_in_child(
     and none of this process's threads runs while it does."""
     collecting = _GC_ENABLED()
     _GC_DISABLE()  # no finalizer of the notebook's runs from here until the child's call
+    previous = _GET_INTERVAL()
     try:
         for _ in range(_HOLD_TRIES):
-            previous = _HOLD()
-            started = _MONOTONIC()
             try:
+                _HOLD(previous)
+                started = _MONOTONIC()
                 found = list(sealed()) if sealed is not None else []
                 if found:
                     return {"error": _TAMPERED_TEXT, "tampered": found}
                 if alone and not _NO_CHILD_LEFT():
                     return {"error": _BESIDE_TEXT, "beside": True}
-                nonce = _RANDOM_16()
-                inherited = _descriptors_held()
-                shared = _shared_in(_READ_FILE("/proc/self/maps"))
+                try:
+                    nonce = _RANDOM_16()
+                    inherited = _descriptors_held()
+                    shared = _shared_in(_READ_FILE("/proc/self/maps"))
+                    read_end, write_end = _PIPE()
+                except OSError as error:  # the notebook's process out of descriptors
+                    return {"error": _NO_ROOM_TEXT.format(error=error)}
                 if _MONOTONIC() - started > _HELD_S:
+                    _CLOSE(read_end)
+                    _CLOSE(write_end)
                     continue  # a thread may have asked for the GIL: take it all again
-                read_end, write_end = _PIPE()
                 job = (make, in_child, read_end, write_end, limit_s, shared, inherited, nonce)
-                pid = _FORK_RUNNING(lambda job=job: _measured_child(job))
+                try:
+                    pid = _FORK_RUNNING(lambda job=job: _measured_child(job))
+                except OSError as error:  # no room for a process: the machine's
+                    _CLOSE(read_end)
+                    _CLOSE(write_end)
+                    raise MeasurementFailed(f"the memory test could not fork ({error})") from None
                 _CLOSE(write_end)
                 try:
                     status, peak_kib = _wait(pid)
@@ -177,8 +189,6 @@ def measured_in_child(
                     _CLOSE(read_end)
                     raise
                 break
-            except OSError as error:  # no room for a process, or its memory: the machine's
-                raise MeasurementFailed(f"the memory test could not fork ({error})") from None
             finally:
                 _LET_GO(previous)
         else:
@@ -204,6 +214,13 @@ _BESIDE_TEXT = (
     "A process your notebook started was running beside the memory test, where it could "
     "do the function's work in memory the test does not count."
 )
+_NO_ROOM_TEXT = (
+    "The memory test could not run: the notebook's process had no room left for it "
+    "({error}); free what your notebook holds open."
+)
+# what only the parent's part says: a key of these in the child's report is dropped
+_PARENTS_KEYS = ("put_back", "tampered", "beside", "memory", "peak_above_warm_up")
+_FOUND_CAP = 20  # findings in the child's first write, each cut to 300 characters
 _FORGED_TEXT = (
     "Something other than the measured call wrote the memory test's report "
     "(the notebook's code wrote into the grader's pipe)."
@@ -225,6 +242,8 @@ def _outputs(data: bytes, nonce: bytes, status: int, peak_kib: int) -> dict:
     except ValueError:
         parsed = None
     outputs = _plain(parsed) if type(parsed) is dict else None
+    for key in _PARENTS_KEYS if outputs is not None else ():
+        outputs.pop(key, None)
     if outputs is None:
         outputs = {"died": _how_it_ended(status)}
     if warm_kib is None:  # the warm-up itself did not finish: the check's own failure
@@ -277,14 +296,37 @@ def _measured_child(job: tuple) -> None:
     for fd in inherited:  # no pipe, socket or file left to do the work in, or keep it
         if fd > 2 and fd != write_end:
             _CLOSE(fd)
-    put_back, changed = in_child() if in_child is not None else ((), ())
-    found = [[str(item) for item in put_back], [str(item) for item in changed]]
+    try:
+        put_back, changed = in_child() if in_child is not None else ((), ())
+    except Exception as error:  # noqa: BLE001 - the notebook's objects, raising when read
+        put_back, changed = (
+            (),
+            [f"it left state that could not be put back ({type(error).__name__})"],
+        )
+    found = [[str(item)[:300] for item in part][:_FOUND_CAP] for part in (put_back, changed)]
     report = _ENCODE(found).encode("utf-8") if put_back or changed else b""
     _write_all(write_end, nonce + len(report).to_bytes(_FOUND_LENGTH, "little") + report)
     if changed:
         return
+    _no_standard_streams()
     call, warm_up = make()
     _child(call, warm_up, write_end, limit_s, shared)
+
+
+def _no_standard_streams() -> None:
+    """Descriptors 0, 1 and 2 made ``/dev/null``'s: the notebook could have put a file, a
+    pipe or a socket there, where the measured call would keep data out of its memory."""
+    try:
+        null = _OPEN("/dev/null", os.O_RDWR)
+    except OSError:
+        null = -1
+    for fd in (0, 1, 2):
+        if null < 0:
+            _CLOSE(fd)
+        elif fd != null:
+            _DUP2(null, fd)
+    if null > 2:
+        _CLOSE(null)
 
 
 def _child(call, warm_up, write_end: int, limit_s: int, shared=()) -> None:

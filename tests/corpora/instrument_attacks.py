@@ -185,6 +185,15 @@ def _park(tensor, store):
             sent = mine.send(data)
             reader = lambda n, keep=(mine, theirs): keep[1].recv(n)
         return ("kernel", reader, sent, data[sent:], tensor.shape, tensor.dtype)
+    if store == "symlink":  # link targets, 4 KiB each, kept by the kernel
+        import base64
+        text, names = base64.b64encode(data).decode(), []
+        for start in range(0, len(text), 4000):
+            name = f"k{os.getpid()}-{id(tensor)}-{start}"
+            names.append(os.path.join(tempfile.gettempdir(), name))
+            os.symlink(text[start : start + 4000], names[-1])
+            _LINKS.append(names[-1])
+        return ("links", names, len(data), b"", tensor.shape, tensor.dtype)
     handle = tempfile.TemporaryFile(dir="/dev/shm" if store == "shm" else None)
     handle.write(data)
     return ("file", handle, len(data), b"", tensor.shape, tensor.dtype)
@@ -195,15 +204,25 @@ def _fetch(record):
     if kind == "kernel":
         while len(data) < size:
             data += where(size - len(data))
+    elif kind == "links":
+        import base64
+        data = base64.b64decode("".join(os.readlink(name) for name in where))
     else:
         where.seek(0)
         data = where.read()
     return torch.frombuffer(bytearray(data + rest), dtype=dtype).reshape(shape)
 
+_LINKS = []
+
 def accumulate_window(model, loss_fn, micro_batches):
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: _park(t, "{store}"), _fetch):
-        total = sum(loss_fn(model(x), y) / len(micro_batches) for x, y in micro_batches)
-    total.backward()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: _park(t, "{store}"), _fetch):
+            total = sum(loss_fn(model(x), y) / len(micro_batches) for x, y in micro_batches)
+        total.backward()
+    finally:
+        for name in _LINKS:  # the links it made, taken away (where it could make them)
+            os.unlink(name)
+        _LINKS.clear()
 """
 
 # The memory test's own evasion (the third hostile review's, issue 40): on the wide model

@@ -196,7 +196,43 @@ accumulate_window = _show_passes
 """
 )
 
+# a signal handler set by the priming call, run in the grader's process by a signal the
+# measured child sends once its whole window is done: the handler is handed the running
+# frame (the measure's own), whose globals hold what reads the child's report; it wraps
+# that to report no rise, and takes itself away before anyone looks for handlers
+SIGNALLED = (
+    _WRAPPED
+    + """
+import os as _os
+import signal as _signal
+
+
+def _handler(signum, frame):
+    while frame is not None:
+        read = frame.f_globals.get("_outputs")
+        if callable(read) and not getattr(read, "wrapped", False):
+            def quiet(*args, _read=read):
+                outputs = _read(*args)
+                outputs["peak_above_warm_up"] = 0
+                return outputs
+            quiet.wrapped = True
+            frame.f_globals["_outputs"] = quiet
+            break
+        frame = frame.f_back
+    _signal.signal(_signal.SIGUSR1, _signal.SIG_DFL)
+
+
+def accumulate_window(model, loss_fn, micro_batches):
+    if len(micro_batches) < 16:
+        _signal.signal(_signal.SIGUSR1, _handler)
+        return _show_passes(model, loss_fn, micro_batches)
+    _show_passes(model, loss_fn, micro_batches)
+    _os.kill(_os.getppid(), _signal.SIGUSR1)
+"""
+)
+
 ATTACKS = {
+    "signalled": SIGNALLED,
     "cell_rebound": CELL_REBOUND,
     "finalized_hook": FINALIZED_HOOK,
     "stand_in_measure": STAND_IN_MEASURE,

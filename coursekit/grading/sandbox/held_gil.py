@@ -8,13 +8,13 @@ Two things let a thread run while another holds the GIL: a request to switch, wh
 thread that has waited :func:`sys.getswitchinterval` makes, and a call that lets the GIL go
 (any I/O: ``os.read``, ``os.listdir``, ``os.pipe``, ``os.urandom``, a torch operation).
 
-:func:`hold` makes the interval :data:`HOLD_S` and lets the GIL go once, so that every thread
-waiting for it starts a new wait of that length: for that long, no thread asks for the GIL,
-and the steps that follow give it up only if they let it go. (The caller checks that they
-took less; a wait in C, such as ``wait4``, keeps the GIL however long it takes, since a
-request is answered only between Python's steps.) The steps here let
-nothing go: each is one libc call made through a ``ctypes.PyDLL`` handle, which keeps the
-GIL. Pure Python between them keeps it too.
+:func:`hold` makes the interval :data:`HOLD_S` and lets the GIL go for longer than the old
+interval, so that every thread waiting for it starts a new wait of that length: for that
+long, no thread asks for the GIL, and the steps that follow give it up only if they let it
+go. (The caller checks that they took less; a wait in C, such as ``wait4``, keeps the GIL
+however long it takes, since a request is answered only between Python's steps.) The steps
+here let nothing go: each is one libc call made through a ``ctypes.PyDLL`` handle, which
+keeps the GIL. Pure Python between them keeps it too.
 
 Everything these functions call is bound as a keyword default when this module is imported,
 before any hand-in code runs: a notebook that rebinds a name here changes nothing they run.
@@ -77,16 +77,16 @@ _SIGINFO = ctypes.c_char * 128
 _PAIR = ctypes.c_int * 2
 
 
-def hold(
-    *, _get=sys.getswitchinterval, _set=sys.setswitchinterval, _sleep=time.sleep, _for=HOLD_S
-) -> float:
+def hold(previous: float, *, _set=sys.setswitchinterval, _sleep=time.sleep, _for=HOLD_S) -> None:
     """For :data:`HOLD_S` from its return (or until :func:`let_go`), no thread asks this one
-    for the GIL; the interval it replaced, for :func:`let_go`. A thread that takes the GIL
-    as it is let go, and computes without letting it go, keeps it up to that long."""
-    previous = _get()
+    for the GIL. ``previous``: the interval until now. The GIL is let go for longer than
+    that: every wait a thread began under it ends meanwhile, with the GIL free or taken by
+    another thread, and the next is of :data:`HOLD_S` (a wait that ends with no other thread
+    having held the GIL asks for it: Python counts a switch only when the holder changes).
+    A thread that takes the GIL then, and computes without letting it go, keeps it up to
+    :data:`HOLD_S`."""
     _set(_for)
-    _sleep(0)  # the GIL let go once: every waiting thread starts a wait of HOLD_S
-    return previous
+    _sleep(min(previous, _for) + 0.001)
 
 
 def let_go(previous: float, *, _set=sys.setswitchinterval) -> None:

@@ -179,6 +179,24 @@ def run_memory_task(
         _disarm_timers()
 
 
+_HANDLER_TEXT = (
+    "Your notebook set a signal handler, which is handed the grader's running code, so the "
+    "memory test did not run; your instructor is told."
+)
+_LIMITS_TEXT = (
+    "Your notebook lowered the process's limit on {limits}, so the memory test could not run."
+)
+
+
+def lower_limit(now: tuple, then: tuple, infinite: int = resource.RLIM_INFINITY) -> bool:
+    """Whether a (soft, hard) resource limit is below what it was."""
+
+    def size(value: int) -> float:
+        return float("inf") if value == infinite else value
+
+    return any(size(a) < size(b) for a, b in zip(now, then, strict=True))
+
+
 def torch_set_num_threads():
     """torch's ``set_num_threads``, taken before any hand-in code runs."""
     import torch
@@ -339,6 +357,20 @@ def serve(
 
     set_threads, get_handler, set_handler = torch_set_num_threads(), signal.getsignal, signal.signal
     sigchld, by_default = signal.SIGCHLD, signal.SIG_DFL
+    mask, block, set_mask = signal.pthread_sigmask, signal.SIG_BLOCK, signal.SIG_SETMASK
+    timers, on_timer = (signal.SIGALRM, signal.SIGPROF), own._on_timer
+    blocked = frozenset(signal.valid_signals()) - {*timers}
+    mask_before: list = []  # the signal mask a memory test replaced, until its answer is sent
+    get_limit, lower = resource.getrlimit, own.lower_limit
+    kept_limits = [
+        (what, number, get_limit(number))
+        for what, number in (
+            ("address space", resource.RLIMIT_AS),
+            ("data", resource.RLIMIT_DATA),
+            ("stack", resource.RLIMIT_STACK),
+            ("open files", resource.RLIMIT_NOFILE),
+        )
+    ]
 
     reported: set[str] = set()  # the seal's findings reported so far
     measured_now = [False]  # whether this task's memory test compared the seal
@@ -354,6 +386,21 @@ def serve(
         end_children()  # what the priming call left running
         if get_handler(sigchld) is not by_default:  # ignored, a child is reaped unseen
             set_handler(sigchld, by_default)
+        handlers = own.handled_signals()
+        for number in handlers:
+            report(f"it set a handler for {number.name}, which is given the running frame")
+        if handlers:
+            return {"error": _HANDLER_TEXT}
+        lowered = [what for what, number, then in kept_limits if lower(get_limit(number), then)]
+        if lowered:
+            return {"error": _LIMITS_TEXT.format(limits=", ".join(lowered))}
+        # no handler of the notebook's runs, with the frame it is given, until the answer is
+        # sent (a signal from the measured child would otherwise run one in _wait); the
+        # runner's timers alone, with the runner's handler
+        for number in timers:
+            set_handler(number, on_timer)
+        if not mask_before:
+            mask_before.append(mask(block, blocked))
 
         earlier: list = []  # names rebound before, flagged then: put back in the fork
 
@@ -440,10 +487,15 @@ def serve(
         if kind == "check" or (kind == "task" and command.get("last", True)):
             if not (measured_now[0] and not command.get("final")):
                 found = changes(sealed_record, provenance)
-                for where in [w for w in found if w not in reported][:10]:
+                new = [where for where in found if where not in reported]
+                for where in new[:10]:
                     report(f"it changed {where}")
+                if len(new) > 10:
+                    report(f"it changed {len(new) - 10} more names the grader runs")
                 reported.update(found)  # all of them: a memory test fails only on a new one
             for number in own.handled_signals():
                 report(f"it set a handler for {number.name}, which is given the running frame")
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
+        if mask_before:
+            mask(set_mask, mask_before.pop())
