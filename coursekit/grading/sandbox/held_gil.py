@@ -77,16 +77,26 @@ _SIGINFO = ctypes.c_char * 128
 _PAIR = ctypes.c_int * 2
 
 
-def hold(previous: float, *, _set=sys.setswitchinterval, _sleep=time.sleep, _for=HOLD_S) -> None:
+def hold(
+    previous: float,
+    *,
+    _set=sys.setswitchinterval,
+    _sleep=time.sleep,
+    _for=HOLD_S,
+    _frames=sys._current_frames,
+) -> None:
     """For :data:`HOLD_S` from its return (or until :func:`let_go`), no thread asks this one
     for the GIL. ``previous``: the interval until now. The GIL is let go for longer than
     that: every wait a thread began under it ends meanwhile, with the GIL free or taken by
     another thread, and the next is of :data:`HOLD_S` (a wait that ends with no other thread
     having held the GIL asks for it: Python counts a switch only when the holder changes).
     A thread that takes the GIL then, and computes without letting it go, keeps it up to
-    :data:`HOLD_S`."""
+    :data:`HOLD_S`. Where no other thread runs Python code (none has a frame), nothing is
+    let go: none waits for the GIL (a thread that is starting has no frame yet, but the
+    thread that started it has, unless it has just ended)."""
     _set(_for)
-    _sleep(min(previous, _for) + 0.001)
+    if len(_frames()) > 1:
+        _sleep(min(previous, _for) + 0.001)
 
 
 def let_go(previous: float, *, _set=sys.setswitchinterval) -> None:
