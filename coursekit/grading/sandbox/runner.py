@@ -120,9 +120,15 @@ def run_cell(shell, source: str, timeout_s: float, wall_factor: float) -> dict:
 
 
 def run_task(
-    namespace: dict, questions: dict, task: dict, timeout_s: float, wall_factor: float
+    namespace: dict,
+    questions: dict,
+    task: dict,
+    timeout_s: float,
+    wall_factor: float,
+    measure=None,
 ) -> dict:
-    """Call the hand-in's function on one spec; outputs are plain data, nothing is judged."""
+    """Call the hand-in's function on one spec; outputs are plain data, nothing is judged.
+    With ``measure``, the spec is a memory test's: see :func:`run_memory_task`."""
     from coursekit.checks.memory_peak import MeasurementFailed
     from coursekit.checks.registry import error_message
 
@@ -132,7 +138,10 @@ def run_task(
         return {"status": "missing"}
     _arm_timers(timeout_s, wall_factor)
     try:
-        outputs = questions[name].run(fn, task["spec"])
+        if measure is None:
+            outputs = questions[name].run(fn, task["spec"])
+        else:
+            outputs = _primed_and_measured(questions[name], fn, task["spec"], measure)
         return {"status": "ok", "outputs": outputs}
     except NotImplementedError:
         return {"status": "not_attempted"}
@@ -154,29 +163,14 @@ def run_memory_task(
     ``measure(question, fn, spec)``: the runner's own path (:func:`serve`), where the measured
     problem is made. Nothing of the spec's seed reaches code the notebook could have
     changed before the measure has checked it. Outputs are plain data, nothing is judged."""
-    from coursekit.checks.memory_peak import MeasurementFailed
-    from coursekit.checks.registry import error_message
+    return run_task(namespace, questions, task, timeout_s, wall_factor, measure)
+
+
+def _primed_and_measured(question, fn, spec: dict, measure) -> dict:
     from coursekit.checks.window_memory import prime
 
-    name = task["question"]
-    fn = namespace.get(name)
-    if not callable(fn):
-        return {"status": "missing"}
-    question, spec = questions[name], task["spec"]
-    _arm_timers(timeout_s, wall_factor)
-    try:
-        prime({k: v for k, v in spec.items() if k != "seed"}, question.memory_call(fn)[0])
-        return {"status": "ok", "outputs": measure(question, fn, spec)}
-    except NotImplementedError:
-        return {"status": "not_attempted"}
-    except MeasurementFailed as error:  # raised by the check's own code, in this process
-        return {"status": "grader_fault", "why": str(error)[:300]}
-    except CellTimeout:
-        return {"status": "timeout"}
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: all the hand-in's
-        return {"status": "error", "message": error_message(exc)}
-    finally:
-        _disarm_timers()
+    prime({k: v for k, v in spec.items() if k != "seed"}, question.memory_call(fn)[0])
+    return measure(question, fn, spec)
 
 
 _HANDLER_TEXT = (
