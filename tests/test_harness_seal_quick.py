@@ -34,6 +34,8 @@ def _probe_module() -> types.ModuleType:
         "    later = None\n"
         "    del later\n"
         "    return closed\n"
+        "def bare(x):\n"
+        "    return x\n"
         "closed = make()\n"
         "empty = make_empty()\n"
         "LIMIT = 1\n",
@@ -171,3 +173,69 @@ def test_the_runner_compares_with_a_private_copy():
     source = inspect.getsource(runner.serve)
     assert "seal_copy = shared_tampering.private_copy(harness_seal)" in source
     assert "changes, rebound_names = seal_copy.changes, seal_copy.rebound_names" in source
+
+
+# A function's referents, which the quick comparison reads all at once, leave out what is
+# absent: each of these sets a value where there was none, or takes one away, alone or
+# with another change that shifts the rest back into line by count.
+SHIFTS = {
+    "defaults where there were none": ["bare.__defaults__ = (1,)"],
+    "keyword defaults where there were none": ["bare.__kwdefaults__ = {'y': 2}"],
+    "defaults set, the doc taken away": ["bare.__defaults__ = (1,)", "del bare.__doc__"],
+    "defaults set, the annotations taken away": [
+        "bare.__defaults__ = (1,)",
+        "bare.__annotations__ = None",
+    ],
+    "keyword defaults set, the doc taken away": [
+        "bare.__kwdefaults__ = {'y': 2}",
+        "del bare.__doc__",
+    ],
+    "defaults taken away, a doc object in their place": [
+        "closed.__defaults__ = None",
+        "closed.__doc__ = closed.__kwdefaults__",
+    ],
+    "defaults swapped for a tuple the seal holds elsewhere": [
+        "closed.__defaults__ = closed.__closure__",
+    ],
+}
+
+
+@pytest.mark.parametrize("lines", SHIFTS.values(), ids=SHIFTS.keys())
+def test_a_shift_in_what_a_function_holds_is_seen_by_the_quick_comparison(sealed, lines):
+    module, seal = sealed
+    function = module.bare if lines[0].startswith("bare") else module.closed
+    saved = {n: getattr(function, n) for n in ("__defaults__", "__kwdefaults__", "__doc__")}
+    saved["__annotations__"] = function.__annotations__
+    assert harness_seal._functions_unchanged(seal.quick)
+    for line in lines:
+        exec(line, vars(module))  # noqa: S102 - the change under test
+    try:
+        assert not harness_seal._functions_unchanged(seal.quick)
+        code_changed = any("defaults" in line.split("=")[0] for line in lines)
+        if code_changed:
+            assert f"the code of {PROBE}.{function.__name__}" in _names(seal)
+    finally:
+        for name, value in saved.items():
+            setattr(function, name, value)
+    assert harness_seal._functions_unchanged(seal.quick)
+    assert _names(seal) == set()
+
+
+def test_the_quick_comparison_reads_no_function_attribute_that_is_audited(sealed):
+    """Reading a function's ``__code__`` or defaults raises an audit event, which the
+    runner's audit hook sees: thousands a comparison cost some 25 ms a hand-in."""
+    _, seal = sealed
+    events = []
+    calls_before = len(events)
+
+    def count(event, args):
+        if event == "object.__getattr__" and events is not None:
+            events.append(args[1] if len(args) > 1 else "?")
+
+    sys.addaudithook(count)  # stays for this process: it only counts, and stops below
+    try:
+        assert harness_seal.changes(seal) == []
+        seen = events[calls_before:]
+    finally:
+        events = None
+    assert seen == [], f"the comparison read {len(seen)} audited attributes: {set(seen)}"

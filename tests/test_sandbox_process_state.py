@@ -186,6 +186,70 @@ def test_a_logging_handler_inside_torchs_computation_is_named_and_taken_off(prov
     assert honest == [] and not logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
+_SWAPS_A_TORCH_LOGGER = """
+import logging
+class Doubles(logging.Handler):
+    def emit(self, record):
+        pass
+table = logging.Logger.manager.loggerDict
+stand_in = logging.Logger("torch.autograd.graph")  # torch's name, another object
+stand_in.addHandler(Doubles())
+table["torch.autograd.graph"] = stand_in  # as many loggers as before, in the same order
+"""
+
+_A_NEW_TORCH_LOGGER = """
+import logging
+class Doubles(logging.Handler):
+    def emit(self, record):
+        pass
+logging.getLogger("torch.made_by_the_cell").addHandler(Doubles())
+"""
+
+
+_SWAPS_THE_ROOT_LOGGER = """
+import logging
+class Doubles(logging.Handler):
+    def emit(self, record):
+        pass
+stand_in = logging.RootLogger(logging.WARNING)
+stand_in.addHandler(Doubles())
+logging.Logger.manager.root = logging.root = logging.Logger.root = stand_in
+"""
+
+
+@pytest.mark.parametrize(
+    "source", [_SWAPS_A_TORCH_LOGGER, _A_NEW_TORCH_LOGGER, _SWAPS_THE_ROOT_LOGGER]
+)
+def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, source):
+    """``put_back`` reads torch's loggers again only when the root logger or the logger
+    table changed (the same names and loggers, in the same order): a logger put in
+    another's place, or a new one, is read, and its handler named and taken off."""
+    import logging
+
+    manager = logging.Logger.manager
+    table, root = manager.loggerDict, manager.root
+    kept = table.get("torch.autograd.graph")
+    assert isinstance(kept, logging.Logger)  # made as torch.autograd.graph is imported
+    baseline = global_state.take()
+    assert global_state.restore(baseline, provenance) == []  # the table as seen: kept
+    try:
+        namespace = cell(source)
+        found = global_state.restore(baseline, provenance)
+        logger = namespace.get("stand_in") or logging.getLogger("torch.made_by_the_cell")
+        assert logger.handlers == []
+    finally:
+        table["torch.autograd.graph"] = kept
+        table.pop("torch.made_by_the_cell", None)
+        manager.root = logging.root = logging.Logger.root = root
+        global_state.restore(baseline, provenance)
+    name = {
+        _SWAPS_A_TORCH_LOGGER: "torch.autograd.graph",
+        _A_NEW_TORCH_LOGGER: "torch.made_by_the_cell",
+        _SWAPS_THE_ROOT_LOGGER: "the root logger",
+    }[source]
+    assert found == [f"it added a logging handler of its own to {name}"]
+
+
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
     baseline = global_state.take()
     stop = threading.Event()

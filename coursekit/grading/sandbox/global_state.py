@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import gc
 import logging
+import operator
 import sys
 import threading
 import types
@@ -53,6 +54,8 @@ from dataclasses import dataclass, field
 import torch
 
 from coursekit.grading.sandbox import torch_registrations
+
+_IS_NOT = operator.is_not  # bound as the module is imported, before any hand-in exists
 
 # torch._C getter/setter pairs that are per-thread names or need arguments, not settings.
 _NOT_SETTINGS = frozenset(
@@ -91,6 +94,8 @@ class Baseline:
     kept: list = field(default_factory=list)  # guards that keep a restored state on
     reported_threads: set = field(default_factory=set)
     loggers: list = field(default_factory=list)  # (logger, level, handlers, filters, ...)
+    loggers_by_id: dict = field(default_factory=dict)  # the same, by id(logger) (held here)
+    logger_names: list = field(default_factory=list)  # [table, keys, values, (logger, state)s]
     logging_disabled: int = 0  # logging.disable's level
     warnings: tuple = ()  # warnings.showwarning, _showwarnmsg, filters
 
@@ -208,6 +213,7 @@ def take() -> Baseline:
     base.warnings = (warnings.showwarning, warnings._showwarnmsg, list(warnings.filters))
     base.tools["warnings"] = warnings
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
+    base.loggers_by_id = {id(state[0]): state for state in base.loggers}
     return base
 
 
@@ -220,6 +226,33 @@ def _loggers(manager) -> list:
         ours = name in ("torch", "py.warnings") or name.startswith("torch.")
         if ours and type(logger).__name__ != "PlaceHolder":  # py.warnings: warnings, logged
             found.append(logger)
+    return found
+
+
+def _loggers_now(base: Baseline, manager) -> list:
+    """``(logger, state it had at take())`` for the root logger and torch's (:func:`_loggers`),
+    read again only when the root logger or the logger table has changed: the same table
+    holding the very same names and loggers, in the same order, holds the same torch
+    loggers (a check in two C-level passes, where reading them again costs a Python step
+    per logger, and ``put_back`` runs before and after every test). A logger made since
+    starts bare."""
+    table = manager.loggerDict
+    kept = base.logger_names
+    if (
+        kept
+        and kept[0] is table
+        and kept[3][0][0] is manager.root
+        and len(table) == len(kept[1])
+        and not any(map(_IS_NOT, table.keys(), kept[1]))
+        and not any(map(_IS_NOT, table.values(), kept[2]))
+    ):
+        return kept[3]
+    then = base.loggers_by_id
+    found = [
+        (logger, then.get(id(logger)) or (logger, 0, (), (), True, False))
+        for logger in _loggers(manager)
+    ]
+    base.logger_names[:] = [table, tuple(table.keys()), tuple(table.values()), found]
     return found
 
 
@@ -505,9 +538,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     manager = base.tools["logging_manager"]
     if manager.disable != base.logging_disabled:
         manager.disable = base.logging_disabled
-    then = {id(state[0]): state for state in base.loggers}
-    for logger in _loggers(manager):
-        state = then.get(id(logger)) or (logger, 0, (), (), True, False)
+    for logger, state in _loggers_now(base, manager):
         _, level, handlers, filters, propagate, disabled = state
         for what, now, before in (
             ("handler", logger.handlers, handlers),

@@ -25,6 +25,7 @@ of its own would be called through the shared one, where a notebook can rebind i
 
 from __future__ import annotations
 
+import gc
 import operator
 import sys
 import types
@@ -58,9 +59,7 @@ class _Quick:
     proxies: tuple  # ... in a mapping proxy (a class's members)
     groups: tuple  # (namespace, keys, values) for each namespace of another type
     functions: tuple  # the sealed functions
-    codes: tuple  # ... their code, defaults and keyword defaults, in the same order
-    defaults: tuple
-    kwdefaults: tuple
+    referents: tuple  # ... what they hold, all in one (see :func:`_functions_unchanged`)
     cells: tuple  # the closure cells of those whose every cell was full when sealed
     contents: tuple  # ... what each held
     others: tuple  # (function, contents) of those with a cell empty when sealed
@@ -93,6 +92,8 @@ def _quick(found: Seal) -> _Quick:
             full_cells += closure
             contents += cells
     functions = [entry[1] for entry in found.functions]
+    for function in functions:  # made now if missing, so no later read adds one (below)
+        function.__annotations__  # noqa: B018
     return _Quick(
         dicts=_flat(dicts),
         proxies=_flat(proxies),
@@ -100,9 +101,7 @@ def _quick(found: Seal) -> _Quick:
             (ns, tuple(keys), tuple(values)) for ns, keys, values in by_namespace.values()
         ),
         functions=tuple(functions),
-        codes=tuple(entry[2] for entry in found.functions),
-        defaults=tuple(entry[3] for entry in found.functions),
-        kwdefaults=tuple(entry[4] for entry in found.functions),
+        referents=tuple(_REFERENTS(*functions)),
         cells=tuple(full_cells),
         contents=tuple(contents),
         others=tuple(others),
@@ -123,9 +122,7 @@ _DICT_GET = dict.get
 _PROXY_GET = types.MappingProxyType.get
 _CODE_TYPE = types.CodeType
 _MODULES = sys.modules
-_CODE = operator.attrgetter("__code__")
-_DEFAULTS = operator.attrgetter("__defaults__")
-_KWDEFAULTS = operator.attrgetter("__kwdefaults__")
+_REFERENTS = gc.get_referents
 _CONTENTS = operator.attrgetter("cell_contents")
 
 
@@ -151,13 +148,20 @@ def _entries_unchanged(quick: _Quick) -> bool:
 def _functions_unchanged(quick: _Quick) -> bool:
     """Whether every sealed function still has the code, defaults, keyword defaults and
     closure contents it had when sealed (a closure tuple cannot be replaced: it is read-only,
-    and new ``__code__`` must have as many free variables)."""
-    functions = quick.functions
-    if (
-        _differs(map(_CODE, functions), quick.codes)
-        or _differs(map(_DEFAULTS, functions), quick.defaults)
-        or _differs(map(_KWDEFAULTS, functions), quick.kwdefaults)
-    ):
+    and new ``__code__`` must have as many free variables).
+
+    The first three are read all at once, as what the functions hold, in one call of
+    ``gc.get_referents``: reading ``__code__`` or a default raises an audit event, and
+    thousands of those, each through the runner's audit hook, cost more than the
+    comparison. A function's referents come in a fixed order (code, globals, builtins,
+    module, defaults, keyword defaults, doc, name, attributes, closure, annotations,
+    qualified name), absent ones left out. A replaced value puts another object at its
+    place; one set where there was none, or taken away, shifts every later place by one, and
+    cannot make the whole line up again: the object that moves into a place would have to
+    be the very one the seal holds there, of the type that place takes (a tuple of
+    defaults where a dict of keyword defaults or a docstring was, for example)."""
+    now = _REFERENTS(*quick.functions)
+    if len(now) != len(quick.referents) or _differs(now, quick.referents):
         return False
     try:
         if _differs(map(_CONTENTS, quick.cells), quick.contents):

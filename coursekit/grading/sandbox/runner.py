@@ -299,10 +299,14 @@ def serve(
     # module now, so that no hand-in code finds them by name.
     taken = instruments.take()
     provenance, tripwire_provenance, reporter, arm_tripwires, sealed_record, dispatcher = taken
+    # the seal's comparison, from a private copy too: a notebook that rebinds a name it
+    # calls (in its module, in builtins) must not blind it (see harness_seal.py)
+    seal_copy = shared_tampering.private_copy(harness_seal)
+    changes, rebound_names = seal_copy.changes, seal_copy.rebound_names
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
-        copies += (peak.measured_in_child,)
+        copies += (peak.measured_in_child, changes)
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
@@ -321,10 +325,6 @@ def serve(
 
     reporter.append(answer_called)
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
-    # the seal's comparison, from a private copy too: a notebook that rebinds a name it
-    # calls (in its module, in builtins) must not blind it (see harness_seal.py)
-    seal_copy = shared_tampering.private_copy(harness_seal)
-    changes, rebound_names = seal_copy.changes, seal_copy.rebound_names
     # torch's and the interpreter's state as no hand-in code has left it, put back before
     # and after each test (modes, global hooks, settings, tracing: see global_state.py)
     baseline, restore = state.take(), state.restore
