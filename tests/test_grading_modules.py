@@ -89,6 +89,8 @@ HAND_INS = {
             "ddp_window": "correct_with_if_else",
             "zero_memory": "world_size_ignored",
         },
+        # passes every test but the memory test, measured in the runner's own fork
+        "eve": {"ddp_window": "whole_window_elsewhere"},
     },
     "05_capstone": {
         "ada": {},

@@ -6,6 +6,8 @@ communication hook counts (with the micro-batch each synchronisation happened in
 use of ``no_sync()``). The notebook then runs the same function on two processes. The
 gradient is compared with the window's mean; the check answers ``dist.get_world_size()``
 with 2, so a loss divided by the world size (DDP divides already) shows as half of it.
+The hidden draw ends with a memory test (:mod:`coursekit.checks.module04.ddp_memory`): those
+counts are made inside the process, and the kernel's count of memory is not.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module04.common import MODULE
+from coursekit.checks.module04.ddp_memory import in_ddp, right_window
 from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
@@ -37,6 +40,12 @@ from coursekit.checks.tamper_evident import (
     poke,
     poker,
     watched,
+)
+from coursekit.checks.window_memory import (
+    is_memory_spec,
+    judge_memory,
+    memory_spec,
+    run_measured,
 )
 from coursekit.data import make_regression, split_micro_batches
 from coursekit.distributed import _COLLECTIVES, CollectiveCounter, ensure_single_process_group
@@ -227,7 +236,7 @@ class DdpWindow(Question):
     rules = (
         Rule(
             "the gradients all-reduced exactly once, in the last micro-batch's backward",
-            "every spec: a communication hook counts the all-reduces",
+            "every spec but the memory test: a communication hook counts the all-reduces",
             (
                 "no_sync_missing",
                 "forward_outside_no_sync",
@@ -238,18 +247,27 @@ class DdpWindow(Question):
                 "synced_twice",
                 "enumerate_from_one",
             ),
-            lambda spec: spec["accum_steps"] > 1,
+            lambda spec: spec["accum_steps"] > 1 and not is_memory_spec(spec),
+        ),
+        Rule(
+            "Run each micro-batch's forward and backward through `model`, one at a time",
+            "the memory test: 16 micro-batches on a 4,096-wide model in DDP, the memory the "
+            "call takes counted by the kernel (ddp_memory.py)",
+            ("whole_window_elsewhere",),
+            is_memory_spec,
         ),
         Rule(
             "and `micro_batches` left as it was given",
-            "every spec: the list is compared after the call",
+            "every spec but the memory test: the list is compared after the call",
             ("popped_last_micro_batch", "divided_by_count_after_pop"),
+            lambda spec: not is_memory_spec(spec),
         ),
         Rule(
             "DDP already averages over the processes, so divide only by the number of "
             "micro-batches",
-            "every spec: get_world_size() answers 2",
+            "every spec but the memory test (one process there): get_world_size() answers 2",
             ("loss_not_divided", "divided_by_world_size", "float32_scale", "zero_grad_inside_loop"),
+            lambda spec: not is_memory_spec(spec),
         ),
     )
 
@@ -261,7 +279,8 @@ class DdpWindow(Question):
         ]
 
     def hidden_specs(self, rng):
-        # One drawn window (each spec builds a DDP model: the costly part) and a fixed one.
+        # One drawn window (each spec builds a DDP model: the costly part), a fixed one and
+        # the memory test.
         return [
             {
                 "seed": rng.randrange(10**6),
@@ -272,9 +291,19 @@ class DdpWindow(Question):
             # Fixed: 1/3 is not a float32 number, so a scale rounded to float32
             # (torch.tensor(1 / n)) shows; the public windows (4, 2, 1) are powers of two.
             {"seed": 7, "accum_steps": 3, "micro_batch_size": 2},
+            # the memory test: the wide model in DDP (ddp_memory.py), its fresh memory
+            # counted by the kernel
+            memory_spec(rng.randrange(10**6)),
         ]
 
+    def memory_call(self, fn) -> tuple:
+        """How the memory test calls ``fn`` (on the wide model, wrapped in DDP), and the
+        right answer its warm-up runs (:func:`coursekit.checks.window_memory.run_measured`)."""
+        return in_ddp(fn), in_ddp(right_window)
+
     def run(self, fn, spec):
+        if is_memory_spec(spec):
+            return run_measured(spec, *self.memory_call(fn))
         ddp, micro_batches = _ddp_problem(spec)
         given = [tensor for pair in micro_batches for tensor in pair]
         snapshot = [tensor.clone() for tensor in given]
@@ -317,6 +346,8 @@ class DdpWindow(Question):
         return reference_ddp_window
 
     def judge(self, spec, outputs, expected):
+        if is_memory_spec(spec):
+            return judge_memory(spec, outputs, expected)
         n, micro = spec["accum_steps"], spec["micro_batch_size"]
         setting = f"({n} micro-batches of {micro})"
         judge_left_behind(outputs, setting)

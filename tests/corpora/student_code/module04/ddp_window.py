@@ -46,6 +46,27 @@ def ddp_window(model, loss_fn, micro_batches):
         net = model if i == len(micro_batches) - 1 else model.module
         (loss_fn(net(x), y) / len(micro_batches)).backward()
 """,
+    # The window's gradient made on the module, whole (each layer's forward called
+    # directly, where no module hook sees it), and brought back through autograd behind
+    # micro-batch passes made for show: DDP synchronises once, in the last one.
+    "whole_window_elsewhere": """
+import torch
+def ddp_window(model, loss_fn, micro_batches):
+    n = len(micro_batches)
+    out = torch.cat([x for x, _ in micro_batches])
+    for layer in model.module:
+        out = layer.forward(out)
+    targets = torch.cat([y for _, y in micro_batches])
+    grads = torch.autograd.grad(loss_fn(out, targets), list(model.parameters()))
+    for i, (x, y) in enumerate(micro_batches):
+        if i < n - 1:
+            with model.no_sync():
+                (model(x).sum() * 0).backward()
+        else:
+            shown = model(x).sum() * 0
+            shown = shown + sum((p * g).sum() for p, g in zip(model.parameters(), grads))
+            shown.backward()
+""",
     "synced_by_hand": """
 import torch.distributed as dist
 def ddp_window(model, loss_fn, micro_batches):
@@ -94,6 +115,7 @@ def ddp_window(model, loss_fn, micro_batches):
 
 # Variants whose mistake is named after another one that shows first.
 NAMED_AS = {
+    "whole_window_elsewhere": "whole_batch_forward",
     "synced_twice": "off_by_one_boundary",
     "divided_by_count_after_pop": "inputs_changed",
     "enumerate_from_one": "off_by_one_boundary",
@@ -107,9 +129,11 @@ NON_TEXTBOOK = {
     ("ddp_window", "popped_last_micro_batch"),  # in-place change to the input list
     ("ddp_window", "divided_by_count_after_pop"),  # in-place change, then a stale length
     ("ddp_window", "synced_twice"),  # boundary: the last two micro-batches
+    ("ddp_window", "whole_window_elsewhere"),  # a way around the check, not a slip
 }
-# Only the grader's fixed spec catches this one (a window of 3).
-HIDDEN_ONLY = {("ddp_window", "float32_scale")}
+# Only the grader's fixed spec catches the first (a window of 3); only its memory test the
+# second.
+HIDDEN_ONLY = {("ddp_window", "float32_scale"), ("ddp_window", "whole_window_elsewhere")}
 # No name fits these (the message says what differs: the scale).
 UNNAMED = {
     ("ddp_window", "float32_scale"),
