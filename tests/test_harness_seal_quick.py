@@ -36,6 +36,12 @@ def _probe_module() -> types.ModuleType:
         "    return closed\n"
         "def bare(x):\n"
         "    return x\n"
+        "def no_module(x=1, *, y=2):\n"
+        "    return x\n"
+        "del no_module.__module__\n"
+        "def no_doc(x=1, *, y=2):\n"
+        "    return x\n"
+        "del no_doc.__doc__\n"
         "closed = make()\n"
         "empty = make_empty()\n"
         "LIMIT = 1\n",
@@ -197,14 +203,31 @@ SHIFTS = {
     "defaults swapped for a tuple the seal holds elsewhere": [
         "closed.__defaults__ = closed.__closure__",
     ],
+    # found by review: __module__ and __doc__ take any object, and can be emptied
+    "defaults moved into an emptied module": [
+        "no_module.__module__ = no_module.__defaults__",
+        "no_module.__defaults__ = None",
+    ],
+    "keyword defaults moved into an emptied module": [
+        "no_module.__module__ = no_module.__kwdefaults__",
+        "no_module.__kwdefaults__ = None",
+    ],
+    "keyword defaults moved into an emptied doc": [
+        "no_doc.__doc__ = no_doc.__kwdefaults__",
+        "no_doc.__kwdefaults__ = None",
+    ],
 }
+
+
+EMPTIED = {"no_module": "__module__", "no_doc": "__doc__"}  # what the probe deleted
 
 
 @pytest.mark.parametrize("lines", SHIFTS.values(), ids=SHIFTS.keys())
 def test_a_shift_in_what_a_function_holds_is_seen_by_the_quick_comparison(sealed, lines):
     module, seal = sealed
-    function = module.bare if lines[0].startswith("bare") else module.closed
-    saved = {n: getattr(function, n) for n in ("__defaults__", "__kwdefaults__", "__doc__")}
+    function = getattr(module, lines[0].split(".")[0])
+    names = ("__defaults__", "__kwdefaults__", "__doc__", "__module__")
+    saved = {name: getattr(function, name) for name in names}
     saved["__annotations__"] = function.__annotations__
     assert harness_seal._functions_unchanged(seal.quick)
     for line in lines:
@@ -217,6 +240,8 @@ def test_a_shift_in_what_a_function_holds_is_seen_by_the_quick_comparison(sealed
     finally:
         for name, value in saved.items():
             setattr(function, name, value)
+        if function.__name__ in EMPTIED:  # as it was sealed: emptied, not None
+            delattr(function, EMPTIED[function.__name__])
     assert harness_seal._functions_unchanged(seal.quick)
     assert _names(seal) == set()
 

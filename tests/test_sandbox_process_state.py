@@ -217,8 +217,27 @@ logging.Logger.manager.root = logging.root = logging.Logger.root = stand_in
 """
 
 
+# found by review: the same object in the table, of another class
+_MAKES_A_PLACEHOLDER_A_LOGGER = """
+import logging
+class Doubles(logging.Handler):
+    def emit(self, record):
+        pass
+stand_in = logging.Logger.manager.loggerDict["torch.placeholder_of_the_test"]
+stand_in.__class__ = logging.Logger
+logging.Logger.__init__(stand_in, "torch.placeholder_of_the_test")
+stand_in.addHandler(Doubles())
+"""
+
+
 @pytest.mark.parametrize(
-    "source", [_SWAPS_A_TORCH_LOGGER, _A_NEW_TORCH_LOGGER, _SWAPS_THE_ROOT_LOGGER]
+    "source",
+    [
+        _SWAPS_A_TORCH_LOGGER,
+        _A_NEW_TORCH_LOGGER,
+        _SWAPS_THE_ROOT_LOGGER,
+        _MAKES_A_PLACEHOLDER_A_LOGGER,
+    ],
 )
 def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, source):
     """``put_back`` reads torch's loggers again only when the root logger or the logger
@@ -230,6 +249,7 @@ def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, sourc
     table, root = manager.loggerDict, manager.root
     kept = table.get("torch.autograd.graph")
     assert isinstance(kept, logging.Logger)  # made as torch.autograd.graph is imported
+    logging.getLogger("torch.placeholder_of_the_test.child")  # its parent: a placeholder
     baseline = global_state.take()
     assert global_state.restore(baseline, provenance) == []  # the table as seen: kept
     try:
@@ -240,12 +260,15 @@ def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, sourc
     finally:
         table["torch.autograd.graph"] = kept
         table.pop("torch.made_by_the_cell", None)
+        table.pop("torch.placeholder_of_the_test", None)
+        table.pop("torch.placeholder_of_the_test.child", None)
         manager.root = logging.root = logging.Logger.root = root
         global_state.restore(baseline, provenance)
     name = {
         _SWAPS_A_TORCH_LOGGER: "torch.autograd.graph",
         _A_NEW_TORCH_LOGGER: "torch.made_by_the_cell",
         _SWAPS_THE_ROOT_LOGGER: "the root logger",
+        _MAKES_A_PLACEHOLDER_A_LOGGER: "torch.placeholder_of_the_test",
     }[source]
     assert found == [f"it added a logging handler of its own to {name}"]
 

@@ -16,29 +16,31 @@ torch's ``FakeProcessGroup`` (its collectives do nothing, which for one process 
 all-reduce computes) behind a ``HashStore``, held in memory. DDP's own all-reduce is
 replaced by a communication hook that hands the bucket back as it is: the sum over one
 process. While the function runs that group is also the default one, so a collective the
-function calls itself, or ``dist.get_world_size()``, is answered at once (the other tests
-judge those).
+function calls itself is answered at once (the other tests judge those), and
+``dist.get_world_size()`` answers 2, as in the other tests.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-_WRAPPER = "_coursekit_memory_test_ddp"  # where a model holds its DDP (not a submodule)
 
-
-def one_process_group() -> dist.ProcessGroup:
-    """A process group of this process alone, with no store on disk, socket or thread."""
+def one_process_group() -> tuple[dist.ProcessGroup, dist.Store]:
+    """A process group of this process alone, with no store on disk, socket or thread, and
+    its store."""
     from torch._C._distributed_c10d import FakeProcessGroup
 
     backend_type = dist.ProcessGroup.BackendType.CUSTOM
-    group = dist.ProcessGroup(dist.HashStore(), 0, 1)
+    store = dist.HashStore()
+    group = dist.ProcessGroup(store, 0, 1)
     make = getattr(FakeProcessGroup, "_create_internal", FakeProcessGroup)
     group._set_default_backend(backend_type)
     group._register_backend(torch.device("cpu"), backend_type, make(0, 1))
-    return group
+    return group, store
 
 
 def _own_gradient(_state, bucket):  # no annotation: DDP reads it, and this module's are text
@@ -48,32 +50,54 @@ def _own_gradient(_state, bucket):  # no annotation: DDP reads it, and this modu
     return done
 
 
-def _wrapped(model: nn.Module) -> nn.parallel.DistributedDataParallel:
-    """``model`` in DDP, made once per model: the warm-up makes it (DDP's buckets are then
-    allocated before the measure), and the measured call is handed the same. The model
-    holds it outside its submodules, so the two go together when the model does."""
-    ddp = vars(model).get(_WRAPPER)
-    if ddp is None:
-        ddp = nn.parallel.DistributedDataParallel(model, process_group=one_process_group())
+def _wrapped(model: nn.Module, made: dict) -> tuple:
+    """``(ddp, store)`` for ``model``, made once per model and kept in ``made`` (one memory
+    test's): the warm-up makes it, so DDP's buckets are allocated before the measure, and
+    the measured call is handed the same. Nothing of it is left on the model."""
+    if id(model) not in made:
+        group, store = one_process_group()
+        ddp = nn.parallel.DistributedDataParallel(model, process_group=group)
         ddp.register_comm_hook(None, _own_gradient)
-        object.__setattr__(model, _WRAPPER, ddp)
-    return ddp
+        made[id(model)] = (model, ddp, store)  # the model held: its id stays its own
+    return made[id(model)][1:]
 
 
-def in_ddp(fn):
+@contextlib.contextmanager
+def _the_world(group: dist.ProcessGroup, store, world_size: int):
+    """``group`` as the default group, registered as torch registers one (so that
+    ``dist.get_backend()`` and the like answer), with ``dist.get_world_size()`` answering
+    ``world_size`` as the check's other tests do; all put back after."""
+    from torch.distributed import distributed_c10d
+
+    world = distributed_c10d._world
+    default, real_world_size = world.default_pg, dist.get_world_size
+
+    def pretended(group=None):  # DDP asks about its own group: it gets the truth
+        return world_size if group is None else real_world_size(group)
+
+    world.pg_map[group] = ("gloo", store)  # what the other tests' group is
+    world.pg_group_ranks[group] = {0: 0}
+    world.pg_names[group] = "coursekit-memory-test"
+    try:
+        world.default_pg = group  # no gloo group's collective waits in the fork for ever
+        dist.get_world_size = pretended
+        yield
+    finally:
+        dist.get_world_size = real_world_size
+        world.default_pg = default
+        for table in (world.pg_map, world.pg_group_ranks, world.pg_names):
+            table.pop(group, None)
+
+
+def in_ddp(fn, made: dict, world_size: int):
     """``fn(ddp_model, loss_fn, micro_batches)``, called as the memory test calls a window
-    function (:func:`coursekit.checks.window_memory.run_measured`): on the plain model."""
+    function (:func:`coursekit.checks.window_memory.run_measured`): on the plain model.
+    ``made``: the DDP wrappers of one memory test, shared by its warm-up and its call."""
 
     def call(model, loss_fn, micro_batches):
-        from torch.distributed.distributed_c10d import _world
-
-        ddp = _wrapped(model)
-        default = _world.default_pg
-        _world.default_pg = ddp.process_group  # no gloo group's collective waits in the fork
-        try:
+        ddp, store = _wrapped(model, made)
+        with _the_world(ddp.process_group, store, world_size):
             return fn(ddp, loss_fn, micro_batches)
-        finally:
-            _world.default_pg = default
 
     return call
 

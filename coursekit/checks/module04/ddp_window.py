@@ -299,7 +299,11 @@ class DdpWindow(Question):
     def memory_call(self, fn) -> tuple:
         """How the memory test calls ``fn`` (on the wide model, wrapped in DDP), and the
         right answer its warm-up runs (:func:`coursekit.checks.window_memory.run_measured`)."""
-        return in_ddp(fn), in_ddp(right_window)
+        made: dict = {}  # the wrapper the warm-up makes, handed to the call
+        return (
+            in_ddp(fn, made, PRETENDED_WORLD_SIZE),
+            in_ddp(right_window, made, PRETENDED_WORLD_SIZE),
+        )
 
     def run(self, fn, spec):
         if is_memory_spec(spec):

@@ -56,6 +56,7 @@ import torch
 from coursekit.grading.sandbox import torch_registrations
 
 _IS_NOT = operator.is_not  # bound as the module is imported, before any hand-in exists
+_TYPE = type
 
 # torch._C getter/setter pairs that are per-thread names or need arguments, not settings.
 _NOT_SETTINGS = frozenset(
@@ -95,7 +96,7 @@ class Baseline:
     reported_threads: set = field(default_factory=set)
     loggers: list = field(default_factory=list)  # (logger, level, handlers, filters, ...)
     loggers_by_id: dict = field(default_factory=dict)  # the same, by id(logger) (held here)
-    logger_names: list = field(default_factory=list)  # [table, keys, values, (logger, state)s]
+    logger_names: list = field(default_factory=list)  # [table, keys, values, found, types]
     logging_disabled: int = 0  # logging.disable's level
     warnings: tuple = ()  # warnings.showwarning, _showwarnmsg, filters
 
@@ -232,10 +233,10 @@ def _loggers(manager) -> list:
 def _loggers_now(base: Baseline, manager) -> list:
     """``(logger, state it had at take())`` for the root logger and torch's (:func:`_loggers`),
     read again only when the root logger or the logger table has changed: the same table
-    holding the very same names and loggers, in the same order, holds the same torch
-    loggers (a check in two C-level passes, where reading them again costs a Python step
-    per logger, and ``put_back`` runs before and after every test). A logger made since
-    starts bare."""
+    holding the very same names and loggers, of the same classes (a placeholder made a
+    logger in place is read), in the same order, holds the same torch loggers (a check in
+    C-level passes, where reading them again costs a Python step per logger, and
+    ``put_back`` runs before and after every test). A logger made since starts bare."""
     table = manager.loggerDict
     kept = base.logger_names
     if (
@@ -245,6 +246,7 @@ def _loggers_now(base: Baseline, manager) -> list:
         and len(table) == len(kept[1])
         and not any(map(_IS_NOT, table.keys(), kept[1]))
         and not any(map(_IS_NOT, table.values(), kept[2]))
+        and not any(map(_IS_NOT, map(_TYPE, kept[2]), kept[4]))
     ):
         return kept[3]
     then = base.loggers_by_id
@@ -252,7 +254,8 @@ def _loggers_now(base: Baseline, manager) -> list:
         (logger, then.get(id(logger)) or (logger, 0, (), (), True, False))
         for logger in _loggers(manager)
     ]
-    base.logger_names[:] = [table, tuple(table.keys()), tuple(table.values()), found]
+    values = tuple(table.values())
+    base.logger_names[:] = [table, tuple(table.keys()), values, found, tuple(map(_TYPE, values))]
     return found
 
 

@@ -60,6 +60,8 @@ class _Quick:
     groups: tuple  # (namespace, keys, values) for each namespace of another type
     functions: tuple  # the sealed functions
     referents: tuple  # ... what they hold, all in one (see :func:`_functions_unchanged`)
+    modules: tuple  # ... their __module__ and __doc__, each read on its own
+    docs: tuple
     cells: tuple  # the closure cells of those whose every cell was full when sealed
     contents: tuple  # ... what each held
     others: tuple  # (function, contents) of those with a cell empty when sealed
@@ -102,6 +104,8 @@ def _quick(found: Seal) -> _Quick:
         ),
         functions=tuple(functions),
         referents=tuple(_REFERENTS(*functions)),
+        modules=tuple(map(_MODULE, functions)),
+        docs=tuple(map(_DOC, functions)),
         cells=tuple(full_cells),
         contents=tuple(contents),
         others=tuple(others),
@@ -123,6 +127,8 @@ _PROXY_GET = types.MappingProxyType.get
 _CODE_TYPE = types.CodeType
 _MODULES = sys.modules
 _REFERENTS = gc.get_referents
+_MODULE = operator.attrgetter("__module__")  # neither read raises an audit event
+_DOC = operator.attrgetter("__doc__")
 _CONTENTS = operator.attrgetter("cell_contents")
 
 
@@ -156,12 +162,23 @@ def _functions_unchanged(quick: _Quick) -> bool:
     comparison. A function's referents come in a fixed order (code, globals, builtins,
     module, defaults, keyword defaults, doc, name, attributes, closure, annotations,
     qualified name), absent ones left out. A replaced value puts another object at its
-    place; one set where there was none, or taken away, shifts every later place by one, and
-    cannot make the whole line up again: the object that moves into a place would have to
-    be the very one the seal holds there, of the type that place takes (a tuple of
-    defaults where a dict of keyword defaults or a docstring was, for example)."""
-    now = _REFERENTS(*quick.functions)
-    if len(now) != len(quick.referents) or _differs(now, quick.referents):
+    place. A value set where there was none, or taken away, shifts the places after it by
+    one; for the whole to line up again, the object moved into a place would have to be
+    the very one the seal holds there. ``__module__`` and ``__doc__`` take any object and
+    can be emptied, so they are compared one by one as well (a defaults tuple moved into
+    an empty ``__module__``, with the defaults taken away, would otherwise line up); what
+    is left to move into the places of the defaults is a string (a name) or a dict, never
+    the tuple of defaults there was. A function cannot make up for another's shift: each
+    one's list starts with its code, which has to stay where it was.
+    """
+    functions = quick.functions
+    now = _REFERENTS(*functions)
+    if (
+        len(now) != len(quick.referents)
+        or _differs(now, quick.referents)
+        or _differs(map(_MODULE, functions), quick.modules)
+        or _differs(map(_DOC, functions), quick.docs)
+    ):
         return False
     try:
         if _differs(map(_CONTENTS, quick.cells), quick.contents):
