@@ -226,13 +226,20 @@ def test_the_show_passes_attack_passes_the_small_specs_and_loses_on_memory():
     ``.grad`` brought by an autograd pass. The question's hidden draw still fails it."""
     question, attack = QUESTIONS["accumulate_window"], _show_passes()
     reference = question.reference()
+    failed = _hidden_failures(question, attack, reference)
+    assert failed == [(True, "whole_batch_forward")]
+
+
+def _hidden_failures(question, attack, reference) -> list[tuple[bool, str | None]]:
+    """(whether it is the memory test, the mistake named) for each test of the hidden draw
+    of seed 3 that ``attack`` fails."""
     failed = []
     for spec in question.hidden_specs(random.Random(3)):
         try:
             question.judge(spec, question.run(attack, spec), question.run(reference, spec))
         except Failure as failure:
             failed.append((spec.get("memory", False), failure.mistake))
-    assert failed == [(True, "whole_batch_forward")]
+    return failed
 
 
 def test_gradcache_made_on_a_hook_free_copy_passes_every_small_test_and_loses_on_memory():
@@ -241,12 +248,7 @@ def test_gradcache_made_on_a_hook_free_copy_passes_every_small_test_and_loses_on
     autograd pass passes every test of the question's hidden draw but the memory test."""
     question = QUESTIONS["grad_cache_step"]
     attack, reference = _defined(SHOW_PASSES_GRAD_CACHE, "grad_cache_step"), question.reference()
-    failed = []
-    for spec in question.hidden_specs(random.Random(3)):
-        try:
-            question.judge(spec, question.run(attack, spec), question.run(reference, spec))
-        except Failure as failure:
-            failed.append((spec.get("memory", False), failure.mistake))
+    failed = _hidden_failures(question, attack, reference)
     assert failed == [(True, "graph_kept_for_all_micro_batches")]  # the encoder saw 16 at most
 
 
