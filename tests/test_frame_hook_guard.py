@@ -110,3 +110,76 @@ def test_the_audit_hook_judges_the_callback_and_who_set_it(guarded):
         library = tampering._frame_hook("set_eval_frame", keeps, record)
         assert library[0].endswith("to code of its own") and library[1] is False, keeps
     assert tampering._frame_hook("set_eval_frame", None, record) == (None, True)
+
+
+# tests/corpora/hostile.py's frame_hook_off_before_read: a callback that turns itself off at
+# the first frame it is handed (torch puts it back when it returns, so it stays on), run in a
+# process of its own, since it is handed every frame.
+_SETS_THE_HOOK_AGAIN = """
+import json, os, sys
+import torch, torch._dynamo
+from torch._C._dynamo import eval_frame
+from torch._dynamo.types import ConvertFrameReturn, FrameAction, FrameExecStrategy
+from coursekit.grading.sandbox import frame_hook_guard, global_state
+from coursekit.grading.sandbox.provenance import Provenance
+
+site = os.path.dirname(os.path.dirname(torch.__file__))
+record = Provenance((site + "/", os.path.dirname(os.__file__) + "/"))
+record.seal()
+torchs = [vars(eval_frame)[name] for name in ("set_eval_frame", "set_bytecode_debugger_callback")]
+frame_hook_guard.guard()
+base = global_state.take()  # as the hand-in's process takes it, before any hand-in code
+default = ConvertFrameReturn(
+    frame_exec_strategy=FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT),
+    apply_to_code=False,
+)
+off = eval_frame.set_eval_frame  # the guard, as a notebook finds it
+refused = []
+
+def once(frame, *rest):  # off at the first frame it is handed
+    try:
+        off(None)
+    except RuntimeError as error:
+        refused.append(str(error))
+    return default
+
+off(once)
+global_state.restore(base, record)  # the grader's put-back, with the callback on
+after_restore = eval_frame.get_eval_frame_callback()
+off(once)
+off(None)  # through the guard, as torch's own code sets it, with the callback on
+print(json.dumps({
+    "put_back_by_torchs_own": [hook[2] for hook in base.frame_hooks] == torchs
+    and all(hook[2] is setter for hook, setter in zip(base.frame_hooks, torchs)),
+    "after_restore": repr(after_restore),
+    "refused": refused,
+    "after_guard": repr(eval_frame.get_eval_frame_callback()),
+    "originals_left": sorted(frame_hook_guard._ORIGINALS),
+}))
+"""
+
+
+def test_a_callback_that_sets_the_hook_again_holds_neither_the_grader_nor_the_guard():
+    """Such a callback, on when the grader put the hook back through the guard, set it again
+    from the guard's own frame and waited for ever on the guard's lock: the hand-in was held
+    until its time ran out (20 s a hand-in). The put-back now calls torch's setter directly,
+    and the guard refuses a call from inside itself."""
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _SETS_THE_HOOK_AGAIN],
+            capture_output=True,
+            text=True,
+            timeout=300,  # a backstop: the process takes a few seconds, or hangs
+        )
+    except subprocess.TimeoutExpired:
+        done = None
+    assert done is not None, "the process waited on the guard's lock (it never finished)"
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["put_back_by_torchs_own"] is True
+    assert seen["after_restore"] == "None" and seen["after_guard"] == "None", seen
+    assert any("called from a frame callback while it ran: refused" in r for r in seen["refused"])
+    assert seen["originals_left"] == []  # taken out of the module by the hand-in's process

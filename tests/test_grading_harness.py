@@ -233,6 +233,20 @@ def test_reaching_into_its_own_process_is_named_in_every_mode(graded, name):
         assert expected in flags, (name, expected, flags)
 
 
+def test_no_attack_holds_its_process_until_the_time_limit(graded):
+    """Every hand-in here is graded, or ends of its own doing: none is stopped by a time
+    limit. A frame callback that set torch's hook again as the grader put it back once held
+    its process on the guard's own lock until the limit ran out, ungraded (frame_hook_guard.py)."""
+    _, run = graded
+    held = {
+        name: said
+        for name, result in run["results"].items()
+        for said in (result.get("error") or "", *(q["feedback"] for q in result["questions"]))
+        if "took too long" in said
+    }
+    assert held == {}
+
+
 @pytest.mark.parametrize("name", sorted(ROOT_ATTACKS))
 def test_nothing_of_the_graders_or_of_others_is_reached(graded, name):
     _, run = graded

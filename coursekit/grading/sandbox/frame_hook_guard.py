@@ -13,7 +13,12 @@ notebook's own code.
 
 The original setter must be out of the notebook's reach, or it would call it directly. It
 is held only as a local of a suspended generator's frame: reaching it takes ``gi_frame`` or
-``gc.get_referents``, both of which the audit hook reports.
+``gc.get_referents``, both of which the audit hook reports. The grader's own put-back
+(:mod:`global_state`) takes the originals (:func:`take_originals`, in the hand-in's process
+before any hand-in code) and calls them directly: the guard runs Python frames, and a
+callback that is on sees each of them start. Through the guard, a callback that set the hook
+again as it saw the guard's frame would have waited for ever on the guard's own lock, and
+the grader with it; the guard now refuses a call made from inside itself.
 """
 
 from __future__ import annotations
@@ -25,6 +30,9 @@ import types
 EVENT = "coursekit.frame_hook"
 # torch._C._dynamo.eval_frame's setters of callbacks that are handed frames or their locals
 SETTERS = ("set_eval_frame", "set_bytecode_debugger_callback", "set_guard_error_hook")
+# torch's own setters, by name, from :func:`guard` (in the warm parent) until the hand-in's
+# process takes them (:func:`take_originals`, before any hand-in code runs)
+_ORIGINALS: dict = {}
 
 
 def guard() -> list[str]:
@@ -38,6 +46,7 @@ def guard() -> list[str]:
         original = vars(eval_frame).get(name)
         if original is None or isinstance(original, types.FunctionType):
             continue  # absent in this torch, or guarded already (torch's are compiled)
+        _ORIGINALS[name] = original
         guarded = _guarded(original, name)
         for module_name, module in list(sys.modules.items()):
             namespace = getattr(module, "__dict__", None)
@@ -55,11 +64,18 @@ def _guarded(original, name: str):
     generator's frame (see the module's docstring)."""
     calls = _calls(original, sys.audit, name)
     next(calls)
-    lock = threading.Lock()
+    lock, get_ident = threading.Lock(), threading.get_ident
+    holder = [None]  # the thread in the guard now
 
     def setter(*args):
+        if holder[0] == get_ident():  # a callback, handed the guard's own frame, set it again
+            raise RuntimeError(f"{name} was called from a frame callback while it ran: refused")
         with lock:
-            ok, result = calls.send(args)
+            holder[0] = get_ident()
+            try:
+                ok, result = calls.send(args)
+            finally:
+                holder[0] = None
         if ok:
             return result
         raise result
@@ -81,3 +97,12 @@ def _calls(original, audit, name: str):
             error.__traceback__ = None
             outcome = (False, error)
         args = yield outcome
+
+
+def take_originals() -> dict:
+    """torch's own setters by name, taken out of this module: called once, in the hand-in's
+    process, before any hand-in code runs (:func:`coursekit.grading.sandbox.global_state.take`).
+    Empty where :func:`guard` did not run, or they were taken already."""
+    taken = dict(_ORIGINALS)
+    _ORIGINALS.clear()
+    return taken

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from coursekit.grading.sandbox import torch_registrations
+from coursekit.grading.sandbox import frame_hook_guard, torch_registrations
 
 _IS_NOT = operator.is_not  # bound as the module is imported, before any hand-in exists
 _TYPE = type
@@ -199,7 +199,7 @@ def take() -> Baseline:
     base.transforms = C._functorch.get_dynamic_layer_stack_depth()
     base.saved_tensor_hooks = autograd._top_saved_tensors_default_hooks(True)
     base.tracing = (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile())
-    base.frame_hooks = _frame_hooks()
+    base.frame_hooks = _frame_hooks(frame_hook_guard.take_originals())
     base.threads = frozenset(sys._current_frames())
     base.gc_list = gc.callbacks
     base.gc_callbacks = list(gc.callbacks)
@@ -474,9 +474,13 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
         callbacks[:] = base.gc_callbacks
 
 
-def _frame_hooks() -> list:
+def _frame_hooks(originals: dict) -> list:
     """torch._dynamo's hooks on frame evaluation, each handed every frame as it starts (its
-    locals and globals): (what, getter, setter, value now), where this torch has them."""
+    locals and globals): (what, getter, setter, value now), where this torch has them. The
+    setter is torch's own where ``originals`` has it (frame_hook_guard.py): put back from
+    the frame that reads the hook, with no Python frame between, so that no callback left on
+    runs before it is taken off (through the guard, one that set the hook again as it saw the
+    guard's frames once held the grader until its time ran out)."""
     try:
         from torch._C._dynamo import eval_frame
     except ImportError:  # a torch without dynamo: nothing to put back
@@ -494,7 +498,8 @@ def _frame_hooks() -> list:
             "set_bytecode_debugger_callback",
         ),
     ):
-        getter, setter = getattr(eval_frame, get, None), getattr(eval_frame, put, None)
+        getter = getattr(eval_frame, get, None)
+        setter = originals.get(put) or getattr(eval_frame, put, None)
         if callable(getter) and callable(setter):
             hooks.append((what, getter, setter, getter()))
     return hooks
