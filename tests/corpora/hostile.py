@@ -677,6 +677,47 @@ _shell.events.register(
 """
 HARNESS_ATTACKS["answer_through_a_library_caller"] = _ANSWER_THROUGH_A_LIBRARY_CALLER
 
+# What a tripwire's closure leads to, walked without an audited step (a cell's contents
+# are plain to read): the runner's flags sent so far filled (every later flag dropped), its
+# questions swapped for ones whose tests run coursekit's own answer, and any generator
+# closed. Placed before the wrong answers like the others.
+_TRIPWIRE_REACH = """
+import types, coursekit.training
+_cells_of, _owner_of, _answer_of = "__clo" + "sure__", "__se" + "lf__", "refer" + "ence"
+class _Fake:
+    def __init__(self, real):
+        self._real = real
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+    def run(self, fn, spec):
+        return self._real.run(getattr(self._real, _answer_of)(), spec)
+_seen, _stack = set(), [coursekit.training.train_accumulated]
+while _stack:
+    _item = _stack.pop()
+    if id(_item) in _seen:
+        continue
+    _seen.add(id(_item))
+    if isinstance(_item, types.FunctionType):
+        for _cell in getattr(_item, _cells_of) or ():
+            try:
+                _stack.append(_cell.cell_contents)
+            except ValueError:
+                pass
+    elif isinstance(_item, (types.MethodType, types.BuiltinMethodType)):
+        _stack.append(getattr(_item, _owner_of, None))
+    elif isinstance(_item, types.GeneratorType):
+        _item.close()
+    elif isinstance(_item, list):
+        _stack += _item
+    elif isinstance(_item, set):
+        _item.update(f"filler {_i}" for _i in range(100))
+    elif isinstance(_item, dict) and "accumulate_window" in _item:
+        for _name in list(_item):
+            if hasattr(_item[_name], _answer_of):
+                _item[_name] = _Fake(_item[_name])
+"""
+HARNESS_ATTACKS["tripwire_reach"] = _TRIPWIRE_REACH
+
 # What each attack must be flagged for (a part of a flag's text).
 PROCESS_ATTACK_FLAGS = {
     "torch_state_left_on": (
@@ -705,6 +746,7 @@ PROCESS_ATTACK_FLAGS = {
     "frame_hook_left_on": ("a frame-evaluation callback",),
     "frame_hook_off_before_read": ("set_eval_frame callback, which is handed every frame",),
     "memory_test_evaded": ("it opened clear_refs",),
+    "tripwire_reach": ("it changed the grader's tripwires on coursekit's own answers",),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

@@ -11,12 +11,13 @@ frame hook, wherever torch bound it by name, with a function that raises the aud
 callback that is not the libraries' own, whoever sets it, and any callback set by the
 notebook's own code.
 
-The original setter must be out of the notebook's reach, or it would call it directly. It
-is held only as a local of a suspended generator's frame: reaching it takes ``gi_frame`` or
-``gc.get_referents``, both of which the audit hook reports. The grader's own put-back
-(:mod:`global_state`) takes the originals (:func:`take_originals`, in the hand-in's process
-before any hand-in code) and calls them directly: the guard runs Python frames, and a
-callback that is on sees each of them start. Through the guard, a callback that set the hook
+The original setter must be out of the notebook's reach, or it would call it directly. The
+guard holds it only as a local of a suspended generator's frame: reaching it takes
+``gi_frame`` or ``gc.get_referents``, both of which the audit hook reports. The grader's own
+put-back (:mod:`global_state`) takes the originals (:func:`take_originals`, in the hand-in's
+process before any hand-in code), keeps them in its baseline, which only the runner's own
+frames hold, and calls them directly: the guard runs Python frames, and a callback that is on
+sees each of them start. Through the guard, a callback that set the hook
 again as it saw the guard's frame would have waited for ever on the guard's own lock, and
 the grader with it; the guard now refuses a call made from inside itself.
 """

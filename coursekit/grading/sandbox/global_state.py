@@ -477,10 +477,12 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
 def _frame_hooks(originals: dict) -> list:
     """torch._dynamo's hooks on frame evaluation, each handed every frame as it starts (its
     locals and globals): (what, getter, setter, value now), where this torch has them. The
-    setter is torch's own where ``originals`` has it (frame_hook_guard.py): put back from
-    the frame that reads the hook, with no Python frame between, so that no callback left on
-    runs before it is taken off (through the guard, one that set the hook again as it saw the
-    guard's frames once held the grader until its time ran out)."""
+    setter is torch's own where ``originals`` has it (frame_hook_guard.py), called from the
+    frame that reads the hook, with no Python frame between the reading and the setting.
+    A callback left on still sees the frames that lead there (``restore``'s own), but none
+    inside the guard: through the guard, one that set the hook again as it saw the guard's
+    frames once held the grader until its time ran out. Taken once: a second :func:`take`
+    in the same process gets the guarded setters."""
     try:
         from torch._C._dynamo import eval_frame
     except ImportError:  # a torch without dynamo: nothing to put back
@@ -509,9 +511,9 @@ def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
     for what, get, put, value in base.frame_hooks:  # first: they see every frame after this
         now = get()
         if now is not value:
+            put(value)  # before any other frame of the grader's starts, then judged
             if now is not None and not library_code(now):
                 found.append(f"it left {what} on, which is handed every frame")
-            put(value)
     tools = base.tools
     trace, profile, thread_trace, thread_profile = base.tracing
     for what, get, put, value in (

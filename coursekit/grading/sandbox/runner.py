@@ -223,6 +223,28 @@ def _move_high(fd_in: int, fd_out: int) -> tuple[int, int]:
     return top - 1, top
 
 
+def _answer_calls(report, modules: dict[str, str], testing: list[str]):
+    """The tripwires' record of calls to coursekit's answers, as a generator: each
+    ``(question, where)`` sent is a call to coursekit's answer to ``question``, reported when
+    that question is one of the assignment's own (the module of the question tested now).
+    An earlier module's answer is library code to a later one (module 7's tuner may plan its
+    window with module 5's planner). Anything else sent (``None``: whether it is still whole)
+    is passed over. What it holds lives in its frame alone (see where ``serve`` makes it)."""
+    while True:
+        sent = yield
+        # plain strings alone (no method of the notebook's runs in this frame)
+        if type(sent) is not tuple or len(sent) != 2 or not all(type(x) is str for x in sent):
+            continue
+        question, where = sent
+        now = modules.get(testing[0])
+        if now is None or modules.get(question) != now:
+            continue
+        if question == testing[0]:
+            report(f"its {question} called coursekit's own answer ({where})")
+        else:
+            report(f"its {testing[0]} called coursekit's own answer to {question} ({where})")
+
+
 def serve(
     fd_in: int, fd_out: int, job: dict, namespaces, applied: dict, trusted, user, python
 ) -> None:
@@ -310,18 +332,28 @@ def serve(
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
+    # What a tripwire reaches, it reaches without an audited step: its reporter
+    # (reporter[0]) and all that reporter's closure holds (a cell's contents are plain to
+    # read). So the reporter holds only the way in to a generator, whose frame keeps what
+    # the runner must not share (the flags sent so far, the questions it runs, the question
+    # tested now): reaching those takes gi_frame or gc.get_referents, which the audit hook
+    # reports. A generator closed or broken from outside is seen at the next task.
+    calls = _answer_calls(report, {name: q.module for name, q in questions.items()}, testing)
+    next(calls)
+    record_call = calls.send
 
     def answer_called(question: str, where: str) -> None:
-        """A call to coursekit's answer to ``question``: flagged when that question is one of
-        the assignment's own. An earlier module's answer is library code to a later one
-        (module 7's tuner may plan its window with module 5's planner)."""
-        now = questions.get(testing[0])
-        if now is None or question not in questions or questions[question].module != now.module:
-            return
-        if question == testing[0]:
-            report(f"its {question} called coursekit's own answer ({where})")
-        else:
-            report(f"its {testing[0]} called coursekit's own answer to {question} ({where})")
+        """A call to coursekit's answer to ``question`` (see :func:`_answer_calls`)."""
+        record_call((question, where))
+
+    def tripwires_intact() -> bool:
+        try:
+            record_call(None)  # the generator answers while it is whole
+        except StopIteration:
+            return False
+        except ValueError:  # already running (a thread of the notebook's is in it): whole
+            pass
+        return bool(arm_tripwires()) and reporter[0] is answer_called
 
     reporter.append(answer_called)
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
@@ -449,7 +481,7 @@ def serve(
             )
         elif kind == "task":
             testing[0], measured_now[0] = str(command.get("question", "")), False
-            if not arm_tripwires() or reporter[0] is not answer_called:
+            if not tripwires_intact():
                 report("it changed the grader's tripwires on coursekit's own answers")
             owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
             if owner is not None:
@@ -465,7 +497,7 @@ def serve(
             put_back()  # what the test itself left on
             if command.get("final"):
                 dispatcher_read()
-            if not arm_tripwires() or reporter[0] is not answer_called:  # as the test left them
+            if not tripwires_intact():  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             measured_now[0] = False
