@@ -678,9 +678,10 @@ _shell.events.register(
 HARNESS_ATTACKS["answer_through_a_library_caller"] = _ANSWER_THROUGH_A_LIBRARY_CALLER
 
 # What a tripwire's closure leads to, walked without an audited step (a cell's contents
-# are plain to read): the runner's flags sent so far filled (every later flag dropped), its
-# questions swapped for ones whose tests run coursekit's own answer, and any generator
-# closed. Placed before the wrong answers like the others.
+# are plain to read and to write, defaults to read): the runner's flags sent so far filled
+# (every later flag dropped), its questions swapped for ones whose tests run coursekit's own
+# answer, the reporter's way in silenced, and any generator closed. Placed before the wrong
+# answers like the others.
 _TRIPWIRE_REACH = """
 import types, coursekit.training
 _cells_of, _owner_of, _answer_of = "__clo" + "sure__", "__se" + "lf__", "refer" + "ence"
@@ -698,11 +699,15 @@ while _stack:
         continue
     _seen.add(id(_item))
     if isinstance(_item, types.FunctionType):
+        _stack += list(_item.__defaults__ or ())
         for _cell in getattr(_item, _cells_of) or ():
             try:
-                _stack.append(_cell.cell_contents)
+                _held = _cell.cell_contents
             except ValueError:
-                pass
+                continue
+            if isinstance(_held, types.BuiltinMethodType) and _item.__name__ == "answer_called":
+                _cell.cell_contents = lambda *_: None  # the reporter's way in, silenced
+            _stack.append(_held)
     elif isinstance(_item, (types.MethodType, types.BuiltinMethodType)):
         _stack.append(getattr(_item, _owner_of, None))
     elif isinstance(_item, types.GeneratorType):
