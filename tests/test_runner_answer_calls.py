@@ -55,6 +55,22 @@ def test_a_timer_met_inside_is_handed_back_and_the_record_goes_on():
     assert reports == ["its b called coursekit's own answer (direct)"]
 
 
+def test_a_thrown_exception_sets_nothing_through_its_own_class():
+    """The traceback is dropped by BaseException's own method: no __setattr__ of a
+    notebook's exception class runs in the generator's frame."""
+    ran = []
+
+    class Loud(Exception):
+        def __setattr__(self, name, value):
+            ran.append(name)
+            super().__setattr__(name, value)
+
+    calls, _ = _record()
+    raised = calls.throw(Loud("thrown in"))
+    assert isinstance(raised, Loud) and raised.__traceback__ is None
+    assert ran == []
+
+
 def test_a_closed_record_is_seen():
     calls, _ = _record()
     calls.close()

@@ -723,6 +723,35 @@ while _stack:
 """
 HARNESS_ATTACKS["tripwire_reach"] = _TRIPWIRE_REACH
 
+# What the runner keeps as defaults (changing one raises an audited event), rewritten: the
+# tripwires' reporter's way in, silenced, and the timers' handler made to raise what a
+# function can catch.
+_RUNNER_DEFAULTS_REWRITTEN = """
+import signal, types, coursekit.training
+_cells_of = "__clo" + "sure__"
+_seen, _stack = set(), [coursekit.training.train_accumulated]
+while _stack:
+    _item = _stack.pop()
+    if id(_item) in _seen:
+        continue
+    _seen.add(id(_item))
+    if isinstance(_item, types.FunctionType):
+        if _item.__name__ == "answer_called" and _item.__defaults__:
+            _item.__defaults__ = (lambda *_: None,)
+            continue
+        for _cell in getattr(_item, _cells_of) or ():
+            try:
+                _stack.append(_cell.cell_contents)
+            except ValueError:
+                pass
+    elif isinstance(_item, list):
+        _stack += _item
+_handler = signal.getsignal(signal.SIGALRM)
+if getattr(_handler, "__defaults__", None):
+    _handler.__defaults__ = (ValueError,)
+"""
+HARNESS_ATTACKS["runner_defaults_rewritten"] = _RUNNER_DEFAULTS_REWRITTEN
+
 # What each attack must be flagged for (a part of a flag's text).
 PROCESS_ATTACK_FLAGS = {
     "torch_state_left_on": (
@@ -752,6 +781,10 @@ PROCESS_ATTACK_FLAGS = {
     "frame_hook_off_before_read": ("set_eval_frame callback, which is handed every frame",),
     "memory_test_evaded": ("it opened clear_refs",),
     "tripwire_reach": ("it changed the grader's tripwires on coursekit's own answers",),
+    "runner_defaults_rewritten": (
+        "it changed __defaults__ of coursekit.grading.sandbox.runner.serve.<locals>.answer_called",
+        "it changed __defaults__ of coursekit.grading.sandbox.runner._on_timer",
+    ),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",
