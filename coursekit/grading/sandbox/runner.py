@@ -364,7 +364,8 @@ def serve(
     # read). So the reporter holds only the way in to a generator, whose frame keeps what
     # the runner must not share (the flags sent so far, the questions it runs, the question
     # tested now): reaching those takes gi_frame or gc.get_referents, which the audit hook
-    # reports. A generator closed or broken from outside is seen at the next task.
+    # reports, or a frame of the runner's (README: limits). A generator closed or broken
+    # from outside is seen at the next task.
     calls = _answer_calls(report, {name: q.module for name, q in questions.items()}, testing)
     next(calls)
     ping = calls.send
