@@ -379,13 +379,14 @@ def serve(
             raise raised
 
     def tripwires_intact() -> bool:
+        armed = bool(arm_tripwires())  # armed again first, whatever else is found
         try:
             ping(None)  # the generator answers while it is whole
         except StopIteration:
             return False
         except ValueError:  # already running (a thread of the notebook's is in it): whole
             pass
-        return bool(arm_tripwires()) and reporter[0] is answer_called
+        return armed and reporter[0] is answer_called
 
     reporter.append(answer_called)
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
