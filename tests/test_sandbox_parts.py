@@ -316,11 +316,17 @@ def test_time_limits_are_cpu_time_with_a_wall_clock_backstop():
     cells = [
         "import time\ntime.sleep(2)",  # waits 2 s without computing: within a 1 s CPU limit
         "while True:\n    pass",  # computes past 1 s of CPU
-        "import time, signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)\ntime.sleep(600)",
+        # the CPU timer's signal blocked, then a wait: the wall clock's timer still ends it
+        "import time, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPROF})\n"
+        "time.sleep(600)",
+        # and no handler can be changed (a handler is handed the runner's frames)
+        "import signal\nsignal.signal(signal.SIGPROF, signal.SIG_IGN)",
     ]
     limits = Limits(cell_timeout_s=1, hand_in_timeout_s=120, wall_factor=8)
     run = run_hand_in(cells, [], limits, Options(isolation="none"))
-    assert [c["status"] for c in run.cells] == ["ok", "timeout", "timeout"], run.cells
+    statuses = [c["status"] for c in run.cells]
+    assert statuses == ["ok", "timeout", "timeout", "error"], run.cells
+    assert run.cells[3]["error"].startswith("PermissionError"), run.cells
     assert run.seconds < 100  # the sleeper was ended by the 8 s backstop, not after 600 s
 
 

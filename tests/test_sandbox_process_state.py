@@ -695,11 +695,10 @@ def armed(tmp_path_factory):
         record.seal()
         reports: list = []
         question = _FakeQuestion()
-        arm = tampering.install_tripwires(
-            {"zz_answer": question}, [lambda q, where: reports.append(where)], record
-        )
+        judge = tampering.install_tripwires({"zz_answer": question}, record)
         record.trust(record.trusted)  # the module, as the runner's start sees it
-        assert arm()
+        judge(("reporter", lambda call: reports.append(call[1])))
+        assert judge(("ping",)) is True
         yield module, reports, record, question
     finally:
         del sys.modules["coursekit._fake_answers"]
@@ -794,7 +793,8 @@ def test_an_answer_held_inside_the_callable_handed_in_is_named(tripwires):
     assert tampering.coursekit_function(namespace["mine"], record) is None
 
 
-_OPEN = "inspect.getclosurevars({}).nonlocals['function']"  # what the tripwire wraps
+# what the tripwire wraps, read out of its code's constants
+_OPEN = "[c for c in {}.__code__.co_consts if type(c) is tuple and len(c) == 6][0][1]"
 _OPENS_THE_TRIPWIRE = {
     "a global": f"_real = {_OPEN.format('library.zz_answer')}\n"
     "def zz_answer(x):\n    return _real(x)\n",

@@ -700,6 +700,7 @@ while _stack:
     _seen.add(id(_item))
     if isinstance(_item, types.FunctionType):
         _stack += list(_item.__defaults__ or ())
+        _stack += [c for c in _item.__code__.co_consts if isinstance(c, tuple)]
         for _cell in getattr(_item, _cells_of) or ():
             try:
                 _held = _cell.cell_contents
@@ -712,7 +713,7 @@ while _stack:
         _stack.append(getattr(_item, _owner_of, None))
     elif isinstance(_item, types.GeneratorType):
         _item.close()
-    elif isinstance(_item, list):
+    elif isinstance(_item, (list, tuple)):
         _stack += _item
     elif isinstance(_item, set):
         _item.update(f"filler {_i}" for _i in range(100))
@@ -752,6 +753,73 @@ if getattr(_handler, "__defaults__", None):
 """
 HARNESS_ATTACKS["runner_defaults_rewritten"] = _RUNNER_DEFAULTS_REWRITTEN
 
+# Changes made and undone within one call of the wrong answer, so that no comparison between
+# tests sees them: Provenance patched through its class (whose attributes Python 3.11 sets
+# unaudited), and the tripwire's judge handed another record. The instruments hold private
+# copies, so the call to coursekit's answer is still flagged.
+_BLINDED_WITHIN_A_CALL = """
+import importlib, types
+_P = importlib.import_module("coursekit.gra" + "ding.sand" + "box.prov" + "enance").Provenance
+_library = importlib.import_module("coursekit.tra" + "ining")
+def _train(model, optimizer, loss_fn, micro_batches, accum_steps):
+    train_accumulated = getattr(_library, "train_" + "accumulated")  # names the answer
+    saved = {n: _P.__dict__[n] for n in ("is_library", "is_library_globals")}
+    _P.is_library = lambda self, code: True
+    _P.is_library_globals = lambda self, namespace: True
+    for _part in train_accumulated.__code__.co_consts:
+        if isinstance(_part, tuple) and _part and callable(_part[0]):
+            _part[0](("reporter", lambda *_: None))
+    try:
+        return train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps)
+    finally:
+        for name, value in saved.items():
+            setattr(_P, name, value)
+_shell = get_ipython()
+_shell.events.register("post_run_cell", lambda *_: _shell.user_ns.update(train_accumulated=_train))
+"""
+HARNESS_ATTACKS["blinded_within_a_call"] = _BLINDED_WITHIN_A_CALL
+
+# A signal handler set, raised and taken off within one cell is handed the running frame,
+# and through it the runner's (its flags sent so far, its questions): once it filled the
+# one and swapped the other for 9.7 of 10, unflagged. No handler can be set in a hand-in.
+_SIGNAL_HANDLER_FRAME = """
+import signal, _thread
+_answer_of, _back, _names = "refer" + "ence", "f_ba" + "ck", "f_lo" + "cals"
+class _Fake:
+    def __init__(self, real):
+        self._real = real
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+    def run(self, fn, spec):
+        return self._real.run(getattr(self._real, _answer_of)(), spec)
+def _reach(number, how):
+    found = {}
+    def handler(signum, frame):
+        while frame is not None:
+            if "questions" in getattr(frame, _names):
+                found["runner"] = getattr(frame, _names)
+            frame = getattr(frame, _back)
+    try:
+        old = signal.signal(number, handler)
+    except OSError:
+        return None
+    try:
+        how(number)
+    finally:
+        signal.signal(number, old)
+    return found.get("runner")
+_ways = ((signal.SIGUSR1, signal.raise_signal), (signal.SIGALRM, _thread.interrupt_main))
+for _number, _how in _ways:
+    _runner = _reach(_number, _how)
+    if _runner is not None:
+        for _name in ("reported_flags", "reported"):
+            _runner.get(_name, set()).update(f"filler {i}" for i in range(100))
+        _questions = _runner["questions"]
+        for _name in list(_questions):
+            _questions[_name] = _Fake(_questions[_name])
+"""
+HARNESS_ATTACKS["signal_handler_frame"] = _SIGNAL_HANDLER_FRAME
+
 # What each attack must be flagged for (a part of a flag's text).
 PROCESS_ATTACK_FLAGS = {
     "torch_state_left_on": (
@@ -782,9 +850,9 @@ PROCESS_ATTACK_FLAGS = {
     "memory_test_evaded": ("it opened clear_refs",),
     "tripwire_reach": ("it changed the grader's tripwires on coursekit's own answers",),
     "runner_defaults_rewritten": (
-        "it changed __defaults__ of coursekit.grading.sandbox.runner.serve.<locals>.answer_called",
         "it changed __defaults__ of coursekit.grading.sandbox.runner._on_timer",
     ),
+    "blinded_within_a_call": ("its train_accumulated called coursekit's own answer",),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

@@ -18,20 +18,21 @@ def prepare() -> None:
     libraries' own, and the seal records all of it)."""
     from coursekit.checks import QUESTIONS
     from coursekit.grading.sandbox import harness_seal, tampering, torch_registrations
-    from coursekit.grading.sandbox.provenance import Provenance
+    from coursekit.grading.sandbox.provenance import Provenance, made_private
 
-    reporter: list = []  # the hand-in's report function, added when it starts
-    tripwire_provenance = Provenance()
-    arm = tampering.install_tripwires(QUESTIONS, reporter, tripwire_provenance)
-    provenance = Provenance()
+    # private copies of the class: a hand-in that patches Provenance reaches neither record
+    tripwire_provenance = made_private(Provenance())
+    judge = tampering.install_tripwires(QUESTIONS, tripwire_provenance)
+    provenance = made_private(Provenance())
+    provenance.trust_globals(type(tripwire_provenance).is_library.__globals__)
     provenance.seal()  # after the tripwires: their code is coursekit's own
     tripwire_provenance.share_known(provenance)
     dispatcher = torch_registrations.dispatcher_snapshot()
-    _MADE.append((provenance, tripwire_provenance, reporter, arm, harness_seal.seal(), dispatcher))
+    _MADE.append((provenance, tripwire_provenance, judge, harness_seal.seal(), dispatcher))
 
 
 def take() -> tuple:
-    """(provenance, tripwire provenance, reporter, arm tripwires, seal, the dispatcher's
-    registrations), taken out of this
-    module: called once, in the hand-in's process, before any hand-in code runs."""
+    """(provenance, tripwire provenance, the tripwires' judge, seal, the dispatcher's
+    registrations), taken out of this module: called once, in the hand-in's process, before
+    any hand-in code runs."""
     return _MADE.pop()

@@ -40,6 +40,7 @@ import sys
 import types
 
 _CODE = types.CodeType
+_MODULE = types.ModuleType
 _MOST_FILE_BYTES = 8 * 2**20  # larger "sources" are not Python files of a library
 MAX_DEPTH = 8  # how deep is_library_callable looks inside a callable
 _BUILTIN_CALLABLES = (
@@ -104,7 +105,7 @@ class Provenance:
     def share_known(self, other: Provenance) -> None:
         """Take a copy of ``other``'s record (two instruments, neither reaching the other's)."""
         self._known = dict(other._known)
-        self._globals = dict(other._globals)
+        self._globals = {**other._globals, **self._globals}  # its own private copy's kept
         self._defaults = dict(other._defaults)
 
     def trust(self, prefixes: tuple[str, ...]) -> None:
@@ -204,7 +205,7 @@ class Provenance:
         if type(value) is dict and depth <= MAX_DEPTH:
             items = list(dict.values(value))[:64]
             return all(self._part(v, strict, depth + 1, seen) for v in items)
-        if isinstance(value, (type(sys), str, bytes, int, float, complex, bool)):
+        if isinstance(value, (_MODULE, str, bytes, int, float, complex, bool)):
             return True
         if callable(value):
             return self._callable(value, strict, depth, seen)
@@ -214,13 +215,13 @@ class Provenance:
     def is_library_object(self, value) -> bool:
         """Whether an object that is not called (an import finder, a partial's argument) is
         the libraries' own: its class's code, and the callables it holds."""
-        if isinstance(value, type(sys)):
+        if isinstance(value, _MODULE):
             return True
         return self._bound(value, False, 0, set())
 
     def _bound(self, owner, strict: bool, depth: int, seen: set) -> bool:
         """A method's ``__self__``: a module, a library class, or an object of one."""
-        if isinstance(owner, type(sys)):
+        if isinstance(owner, _MODULE):
             return True
         if isinstance(owner, type):
             return self._class(owner, depth, seen)
@@ -354,3 +355,46 @@ def _read(filename: str) -> bytes | None:
     except OSError:
         return None
     return data if len(data) <= _MOST_FILE_BYTES else None
+
+
+def made_private(record: Provenance) -> Provenance:
+    """``record``, its class replaced by a private copy whose methods run over a private copy
+    of this module's globals, the modules they name frozen as they are now.
+
+    Why: the instruments judge by calling ``record``'s methods, looked up through its class
+    at every call, and their helpers by name in this module. A hand-in can import this module
+    and patch ``Provenance.is_library`` (a class attribute, whose setting Python 3.11 does not
+    audit), a helper, or ``types.FunctionType``, use the blinded instruments, and put it all
+    back within one call, so the seal never sees it. The copy is reached only through
+    ``record`` itself, which the instruments keep where no hand-in code reaches without an
+    audited step (a generator's frame, the audit hook's closure). Done in the warm parent,
+    before the seal, so the copies are library code."""
+    import builtins
+
+    namespace = dict(globals())
+    namespace["__builtins__"] = dict(vars(builtins))
+    for name, value in list(namespace.items()):
+        if isinstance(value, _MODULE) and name != "__builtins__":
+            namespace[name] = types.SimpleNamespace(**vars(value))  # sys.modules: the live dict
+
+    def remade(function):
+        copy = types.FunctionType(
+            function.__code__, namespace, function.__name__, function.__defaults__
+        )
+        copy.__kwdefaults__ = function.__kwdefaults__
+        copy.__qualname__ = function.__qualname__
+        return copy
+
+    for name, value in list(namespace.items()):
+        if type(value) is types.FunctionType and value.__module__ == __name__:
+            namespace[name] = remade(value)
+    body = {
+        name: remade(value) if type(value) is types.FunctionType else value
+        for name, value in vars(Provenance).items()
+        if name not in ("__dict__", "__weakref__")
+    }
+    private = type("Provenance", (), body)
+    namespace["Provenance"] = private
+    record.__class__ = private
+    record.trust_globals(namespace)  # the copies are library code running in it
+    return record

@@ -79,6 +79,30 @@ def handled_signals() -> list:
     return found
 
 
+def freeze_handlers(on_timer) -> bool:
+    """The runner's handlers set (its timers'; SIGCHLD by default, so that a memory test sees
+    every child; SIGINT ignored), every other Python handler taken off, then all frozen for this
+    process and its children (:func:`coursekit.grading.sandbox.seccomp.install_no_handlers`):
+    a handler is handed the running frame, and through it the runner's own frames, by a
+    signal a hand-in raises (``signal.raise_signal``, ``_thread.interrupt_main``) with no
+    step Python audits. False where the filter cannot be installed (then the runner sets its
+    timers' handler again before each cell and test, and looks for others, as before)."""
+    from coursekit.grading.sandbox import seccomp
+
+    for number in handled_signals():
+        signal.signal(number, signal.SIG_DFL)
+    for number in (signal.SIGALRM, signal.SIGPROF):
+        signal.signal(number, on_timer)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    # Python's Ctrl-C handler off too (the grader stops its runners itself): asyncio.run sets
+    # a handler of its own only over that one, and so runs here
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return seccomp.supported() and seccomp.install_no_handlers()
+    except OSError:
+        return False
+
+
 def _error_line(exc: BaseException) -> str:
     try:
         text = str(exc).strip()
@@ -88,11 +112,16 @@ def _error_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
 
 
+_HANDLERS_FROZEN = False  # set in serve's private copy once no handler can change
+
+
 def _arm_timers(cpu_s: float, wall_factor: float) -> None:
     """CPU time is the limit (a busy machine must not cost points); the wall clock, at
-    ``wall_factor`` times it, ends code that waits without computing."""
-    signal.signal(signal.SIGPROF, _on_timer)
-    signal.signal(signal.SIGALRM, _on_timer)
+    ``wall_factor`` times it, ends code that waits without computing. The timers' handler is
+    set again unless handlers are frozen (:func:`freeze_handlers`): then it is still set."""
+    if not _HANDLERS_FROZEN:
+        signal.signal(signal.SIGPROF, _on_timer)
+        signal.signal(signal.SIGALRM, _on_timer)
     signal.setitimer(signal.ITIMER_PROF, cpu_s)
     signal.setitimer(signal.ITIMER_REAL, cpu_s * wall_factor)
 
@@ -347,7 +376,7 @@ def serve(
     # The instruments the warm parent made before any hand-in existed, taken out of their
     # module now, so that no hand-in code finds them by name.
     taken = instruments.take()
-    provenance, tripwire_provenance, reporter, arm_tripwires, sealed_record, dispatcher = taken
+    provenance, tripwire_provenance, judge, sealed_record, dispatcher = taken
     # the seal's comparison, from a private copy too: a notebook that rebinds a name it
     # calls (in its module, in builtins) must not blind it (see harness_seal.py)
     seal_copy = shared_tampering.private_copy(harness_seal)
@@ -359,36 +388,27 @@ def serve(
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
     testing: list[str] = [""]  # the question whose test runs now
-    # What a tripwire reaches, it reaches without an audited step: its reporter
-    # (reporter[0]) and all that reporter's closure holds (a cell's contents are plain to
-    # read). So the reporter holds only the way in to a generator, whose frame keeps what
-    # the runner must not share (the flags sent so far, the questions it runs, the question
-    # tested now): reaching those takes gi_frame or gc.get_referents, which the audit hook
-    # reports, or a frame of the runner's (README: limits). A generator closed or broken
+    # The tripwires' judge (tampering.install_tripwires) hands each call it finds to this
+    # record, a generator whose frame keeps what the runner must not share (the flags sent
+    # so far, the questions it runs, the question tested now): reaching those takes gi_frame
+    # or gc.get_referents, which the audit hook reports. The judge takes the first record
+    # it is handed, this one, before any hand-in code runs. A generator closed or broken
     # from outside is seen at the next task.
     calls = _answer_calls(report, {name: q.module for name, q in questions.items()}, testing)
     next(calls)
     ping = calls.send
-
-    def answer_called(question: str, where: str, record=calls.send) -> None:
-        """A call to coursekit's answer to ``question`` (see :func:`_answer_calls`). The way in
-        is a default, not a closure cell: a cell's contents can be rewritten without an
-        audited step, defaults cannot."""
-        raised = record((question, where))
-        if raised is not None:  # a timer's or a signal's, met in the generator: raised here
-            raise raised
+    judge(("reporter", calls.send))
 
     def tripwires_intact() -> bool:
-        armed = bool(arm_tripwires())  # armed again first, whatever else is found
         try:
-            ping(None)  # the generator answers while it is whole
+            whole = judge(("ping",)) is True  # the judge answers, with the runner's record
+            ping(None)  # and so does the record
         except StopIteration:
             return False
         except ValueError:  # already running (a thread of the notebook's is in it): whole
-            pass
-        return armed and reporter[0] is answer_called
+            return True
+        return whole
 
-    reporter.append(answer_called)
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
     # torch's and the interpreter's state as no hand-in code has left it, put back before
     # and after each test (modes, global hooks, settings, tracing: see global_state.py)
@@ -444,7 +464,7 @@ def serve(
         back before it measures. What the child put back of torch's state is flagged."""
         end_children()  # what the priming call left running
         if get_handler(sigchld) is not by_default:  # ignored, a child is reaped unseen
-            set_handler(sigchld, by_default)
+            set_handler(sigchld, by_default)  # (never, where handlers are frozen)
         handlers = own.handled_signals()
         for number in handlers:
             report(f"it set a handler for {number.name}, which is given the running frame")
@@ -457,7 +477,8 @@ def serve(
         # sent (a signal from the measured child would otherwise run one in _wait); the
         # runner's timers alone, with the runner's handler
         for number in timers:
-            set_handler(number, on_timer)
+            if get_handler(number) is not on_timer:  # (never, where handlers are frozen)
+                set_handler(number, on_timer)
         if not mask_before:
             mask_before.append(mask(block, blocked))
 
@@ -501,6 +522,9 @@ def serve(
     # comparison in a process forked from the warm parent copies every page it touches (some
     # 25 ms), and a runner is built ahead of its hand-in, on another core (driver.py).
     changes(sealed_record, provenance)
+    # the last step before the first cell: from here no signal handler can be set or changed
+    applied["handlers_frozen"] = own.freeze_handlers(on_timer)
+    own._arm_timers.__globals__["_HANDLERS_FROZEN"] = applied["handlers_frozen"]
     answer({"kind": "ready", "applied": applied})
     while True:
         try:

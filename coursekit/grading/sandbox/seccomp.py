@@ -314,6 +314,41 @@ def install(
     return True
 
 
+def no_handlers_program(machine: str) -> list[_SockFilter]:
+    """A filter that refuses (EPERM) ``rt_sigaction`` with a new action: no signal handler
+    can be set or changed; reading one (a null action) is allowed, and so is every other
+    call (the main filter, installed first, decides those)."""
+    p = _Program()
+    p.load(_ARCH)
+    p.jump(_JEQ_K, _AUDIT_ARCH[machine], 0, "allow")  # the main filter ends other ABIs
+    p.load(_NR)
+    p.jump(_JEQ_K, NUMBERS[machine]["rt_sigaction"], 0, "allow")
+    p.load(_arg(1))  # the new action's address: 64 bits, compared as two halves
+    p.jump(_JEQ_K, 0, 0, "eperm")
+    p.load(_arg(1) + 4)
+    p.jump(_JEQ_K, 0, "allow", "eperm")
+    p.label("allow")
+    p.ret(ALLOW)
+    p.label("eperm")
+    p.ret(_ERRNO | EPERM)
+    return p.assemble()
+
+
+def install_no_handlers() -> bool:
+    """Freeze this process's signal handlers, in it and in every child (False on an unknown
+    machine). Why: Python hands a signal handler the frame that was running, and so the
+    frames beneath it, and Python audits none of that; a handler that a hand-in's function
+    set, raised and took off again within one call reached the runner's own frames. Once
+    this filter is in, ``signal.signal`` raises OSError before Python records the new
+    handler, so the handlers the runner set (its timers') are the only ones there are.
+    Raises OSError when the kernel refuses it."""
+    machine = os.uname().machine
+    if machine not in NUMBERS:
+        return False
+    _load(no_handlers_program(machine), _SECCOMP_FILTER_FLAG_TSYNC)
+    return True
+
+
 def _load(instructions: list[_SockFilter], flags: int) -> None:
     """Set no_new_privs, then install ``instructions`` as a filter on this process."""
     machine = os.uname().machine

@@ -102,7 +102,7 @@ def install_audit_hook(
     existed_at_seal = provenance.existed_at_seal
     is_a_file = os.path.isfile
     helpers = _helper_codes()
-    busy: set[int] = set()
+    depth: dict[int, int] = {}  # thread -> how many of this hook's calls it is inside
     sent: set[str] = set()
     debug = os.environ.get("COURSEKIT_AUDIT_DEBUG") == "1"
 
@@ -127,23 +127,29 @@ def install_audit_hook(
         if event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
             return f"it read a {args[1]} (a frame of the running program)", True
         if event == "object.__setattr__" and len(args) == 3:
+            # read without running any method of the target's (a notebook's __getattribute__
+            # would run inside this hook): a function's own fields, a class's own dict
             target, name = args[0], args[1]
-            if name in _CODE_ATTRIBUTES and is_library(getattr(target, "__code__", None)):
-                module = getattr(target, "__module__", "?")
-                # a function of the libraries' that existed before any hand-in code: whoever
-                # changes it (a library helper the notebook calls, too); one a library made
-                # since (networkx's argmap compiles its own, transformers copies its
-                # methods and sets their defaults): only the notebook's own change counts
-                return (
-                    f"it changed {name} of {module}.{getattr(target, '__qualname__', '?')}",
-                    not existed_at_seal(target),
-                )
-            module = str(getattr(target, "__module__", ""))
-            if isinstance(target, type) and module.startswith(_WATCHED_PACKAGES):
-                return f"it changed {module}.{target.__qualname__}.{name}", True
+            if name in _CODE_ATTRIBUTES and type(target) is types.FunctionType:
+                if is_library(target.__code__):
+                    # a function of the libraries' that existed before any hand-in code:
+                    # whoever changes it (a library helper the notebook calls, too); one a
+                    # library made since (networkx's argmap compiles its own, transformers
+                    # copies its methods and sets their defaults): only the notebook's own
+                    # change counts
+                    return (
+                        f"it changed {name} of {target.__module__}.{target.__qualname__}",
+                        not existed_at_seal(target),
+                    )
+                return None, True
             owner = type(target)
-            if name == "__class__" and str(owner.__module__).startswith(_WATCHED_PACKAGES):
-                return f"it changed the class of a {owner.__module__}.{owner.__qualname__}", True
+            if issubclass(owner, type):  # Python 3.12 audits a class's attributes set
+                module = _module_of(target)
+                if module.startswith(_WATCHED_PACKAGES):
+                    return f"it changed {module}.{_qualname_of(target)}.{name}", True
+            module = _module_of(owner)
+            if name == "__class__" and module.startswith(_WATCHED_PACKAGES):
+                return f"it changed the class of a {module}.{_qualname_of(owner)}", True
             return None, True
         if event == "compile" and len(args) == 2 and trusted_file(args[1]):
             # a name that is no file (inductor's "...codegen.py:codegen(...)") makes no code
@@ -188,10 +194,20 @@ def install_audit_hook(
                 report("it added an audit hook (refused)")
             raise RuntimeError("no audit hooks in a hand-in")  # Python refuses the new hook
         me = get_ident()
-        if me in busy or len(sent) >= MAX_REPORTS:
-            return
-        busy.add(me)
+        level = depth.get(me, 0)
+        if level > _MOST_NESTING or len(sent) >= MAX_REPORTS:
+            return  # the check below reading a file: the hook's own work
+        depth[me] = level + 1
         try:
+            if level == _MOST_NESTING:
+                # The hook's own work raises events two levels down at most (a file opened
+                # under a compile); deeper, code ran inside the hook that the hook did not
+                # mean to run (a method of an object it read), raised levels down to escape
+                # it. Judged without classifying, which could run that code again.
+                if by_notebook(2) and _RAN_INSIDE not in sent:
+                    sent.add(_RAN_INSIDE)
+                    report(_RAN_INSIDE)
+                return
             what, only_notebook = classify(event, args)
             # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
             if what and what not in sent and (not only_notebook or by_notebook(2)):
@@ -200,7 +216,7 @@ def install_audit_hook(
                     _print_chain(what, getframe(1))
                 report(what)
         finally:
-            busy.discard(me)
+            depth[me] = level
 
     sys.addaudithook(hook)
 
@@ -241,6 +257,9 @@ HELPER_MODULES = (
     "stack_data",
     "executing",
     "coursekit.grading.sandbox.frame_hook_guard",  # judged by whoever set the frame hook
+    # createResolutionCallbackFromFrame(n) hands back a lookup in the locals of the frame n
+    # levels up: its caller is judged (torch.jit.script, when it scripts)
+    "torch._jit_internal.createResolutionCallbackFromFrame",
 )
 
 
@@ -319,6 +338,25 @@ def _print_chain(what: str, frame) -> None:
 
 
 _WATCHED_PACKAGES = ("coursekit", "torch", "numpy")
+_MOST_NESTING = 3  # levels of the hook inside itself that are classified (see the hook)
+_RAN_INSIDE = "it ran code of its own inside the grader's audit hook"
+_TYPE_MODULE = type.__dict__["__module__"]
+_TYPE_QUALNAME = type.__dict__["__qualname__"]
+
+
+def _module_of(cls) -> str:
+    """A class's module, read from its own dict (no metaclass's code runs); "" if not text."""
+    try:
+        module = _TYPE_MODULE.__get__(cls)
+    except Exception:  # noqa: BLE001 - a class without one
+        return ""
+    return module if type(module) is str else ""
+
+
+def _qualname_of(cls) -> str:
+    return _TYPE_QUALNAME.__get__(cls)
+
+
 _FRAME_HOOK = frame_hook_guard.EVENT
 _CODE_FROM_BYTES = frozenset({"marshal.loads", "marshal.load"})
 _EVENTS = frozenset(
@@ -407,16 +445,18 @@ def warm_up() -> None:
                 continue
 
 
-def install_tripwires(questions: dict, reporter: list, provenance):
+def install_tripwires(questions: dict, provenance):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...), those a question names in its
     ``library_answers`` (the same answer under another name: ``coursekit.real_model.tuning.tune``)
-    and the check's ``reference()``. Once the
-    returned ``arm()`` is called (the tests begin), a call from the notebook's code to one of
-    them while the notebook's code is anywhere on the stack is reported
-    (``reporter[0](question, where)``, set by the hand-in's process, which counts it only
-    where the answer is one of the assignment's own questions): its function hands in
-    coursekit's answer, whatever calls it directly (``map``, ``functools.reduce``,
+    and the check's ``reference()``. Returns the judge's ``send``
+    (:func:`_judge_calls`): the runner hands it its record with ``("reporter", record)``
+    before any hand-in code runs, and ``("ping",)`` answers True while the judge is whole.
+
+    A call from the notebook's code to one of them while the notebook's code is anywhere on
+    the stack is reported (``record((question, where))``; the runner counts it only where
+    the answer is one of the assignment's own questions, during the tests): its function
+    hands in coursekit's answer, whatever calls it directly (``map``, ``functools.reduce``,
     ``multiprocessing.pool.starmapstar``, a standard-library function compiled again with
     the notebook's globals). So is a call whose direct caller is not library code that names
     the answer: a library caller that never names it (``itertools.starmap``, a hook, a
@@ -424,45 +464,33 @@ def install_tripwires(questions: dict, reporter: list, provenance):
     that names the answer (a coursekit function whose code calls it by one of its names),
     with no frame of the notebook's below it. Frames are judged by code and globals
     (:meth:`coursekit.grading.sandbox.provenance.Provenance.is_library_frame`), never by the
-    file name a code object claims. Calls while the cells run (demonstrations) are not
-    reported. Installed in the warm parent, before the harness is sealed
-    (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are what the seal records."""
+    file name a code object claims.
 
-    getframe = sys._getframe
-    is_library_frame = provenance.is_library_frame
-    armed: list[bool] = []
+    Why it is built this way: anything a tripwire's closure held could be read, and a
+    closure cell rewritten, with no step Python audits; a hand-in once swapped the reporter
+    for a no-op and put it back within one call. A tripwire holds what it needs (the judge,
+    the answer, its names) as a constant of its own code object, which cannot be changed, and
+    replacing the code is audited. The judge keeps the record and the provenance in a
+    generator's frame, reached only through ``gi_frame`` or ``gc``, which the audit hook
+    reports; its code runs over private globals. Installed in the warm parent, before the
+    harness is sealed (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are
+    what the seal records."""
+    import builtins
+
+    private = dict(globals())  # the judge looks up no name a hand-in can rebind
+    private["__builtins__"] = dict(vars(builtins))
+    make = types.FunctionType(_judge_calls.__code__, private, "_judge_calls")
+    judging = make(provenance.is_library_frame, type(sys._getframe()), _MOST_FRAMES)
+    next(judging)
+    judge = judging.send
     wrappers: dict[int, Callable] = {}
-
-    def called_as_the_library(frame, names: frozenset) -> bool:
-        """Library code that names the answer called it, and no frame below is the
-        notebook's (see install_tripwires)."""
-        code = frame.f_code if frame is not None else None
-        if code is None or not names or not is_library_frame(frame):
-            return False
-        if names.isdisjoint(code.co_names) and names.isdisjoint(code.co_varnames):
-            if names.isdisjoint(code.co_freevars):
-                return False
-        for _ in range(_MOST_FRAMES):
-            frame = frame.f_back
-            if frame is None:
-                return True
-            if not is_library_frame(frame):
-                return False
-        return False
 
     def wrap(function, question: str, where: str, names: frozenset = frozenset()):
         if id(function) in wrappers:
             return wrappers[id(function)]
-
-        @functools.wraps(function)
-        def tripwire(*args, **kwargs):
-            if armed and reporter and not called_as_the_library(getframe(1), names):
-                reporter[0](question, where)
-            return function(*args, **kwargs)
-
-        del tripwire.__wrapped__  # no plain path back to the unwatched function
+        tripwire = _made_tripwire(judge, function, question, where, names)
         wrappers[id(function)] = tripwire
-        _hold_original(function, where)  # the closure still holds it: see _held_answer
+        _hold_original(function, where)  # its code's constants hold it: see _held_answer
         return tripwire
 
     skip = ("coursekit.grading", "coursekit.authoring")
@@ -501,18 +529,100 @@ def install_tripwires(questions: dict, reporter: list, provenance):
         if callable(reference):
             wrapped = wrap(reference, question_name, f"the check's reference for {question_name}")
             question.reference = lambda wrapped=wrapped: wrapped
+    return judge
 
-    def arm() -> bool:
-        """Arm the tripwires (once) and say whether they are as they were left: the wrappers'
-        closures can be read, so a hand-in could disarm them or take their reporter away."""
-        intact = bool(armed) == bool(calls) and len(reporter) == 1
-        if not armed:
-            armed.append(True)
-        calls.append(True)
-        return intact
 
-    calls: list[bool] = []  # arm() calls so far: armed must stay armed after the first
-    return arm
+def _tripwire(*args, **kwargs):
+    """A call to coursekit's answer: judged, then made (see install_tripwires). The tuple
+    below is a placeholder, replaced in each tripwire's code by its own parts."""
+    judge, function, question, where, names, getframe = (
+        "judge",
+        "function",
+        "question",
+        "where",
+        "names",
+        "getframe",
+    )
+    raised = judge(("call", question, where, names, getframe(1)))
+    if raised is not None:  # a timer's or a signal's, met in the judge: raised here
+        raise raised
+    return function(*args, **kwargs)
+
+
+_PLACEHOLDER = ("judge", "function", "question", "where", "names", "getframe")
+
+
+def _made_tripwire(judge, function, question: str, where: str, names: frozenset):
+    """A tripwire around ``function``: :func:`_tripwire`'s code with its parts as a constant
+    (no closure, no global looked up), named and documented as the answer it watches."""
+    code = _tripwire.__code__
+    parts = (judge, function, question, where, names, sys._getframe)
+    consts = tuple(parts if c == _PLACEHOLDER else c for c in code.co_consts)
+    tripwire = types.FunctionType(code.replace(co_consts=consts), _tripwire.__globals__)
+    functools.update_wrapper(tripwire, function)
+    del tripwire.__wrapped__  # no plain path back to the unwatched function
+    global _TRIPWIRE_CODES
+    _TRIPWIRE_CODES = frozenset({*_TRIPWIRE_CODES, id(tripwire.__code__)})
+    return tripwire
+
+
+def _judge_calls(is_library_frame, frame_type, most_frames):
+    """The tripwires' judge, as a generator whose frame alone holds the runner's record and
+    the provenance (see install_tripwires). Sent ``("call", question, where, names, frame)``
+    by a tripwire: unless library code that names the answer called it with no frame of the
+    notebook's below, it hands ``(question, where)`` to the record and yields what the record
+    answers (an exception met there, to be raised by the tripwire). Sent ``("reporter",
+    record)``: takes the record, the first time only. Sent ``("ping",)``: yields whether a
+    record is set. Anything else is passed over; an exception met here (a timer's, one
+    thrown in) is handed back, and the judge goes on. Only plain strings, frozensets of them
+    and frames are read: no method of the notebook's runs in this frame."""
+    record = None
+    answer = None
+    while True:
+        try:
+            while True:  # within the try: a signal met at a jump back is caught too
+                message = yield answer
+                answer = None
+                if type(message) is not tuple or not message:
+                    continue
+                kind = message[0]
+                if kind == "ping" and len(message) == 1:
+                    answer = record is not None
+                    continue
+                if kind == "reporter" and len(message) == 2 and record is None:
+                    record = message[1]
+                    continue
+                if kind != "call" or len(message) != 5 or record is None:
+                    continue
+                _, question, where, names, frame = message
+                if type(question) is not str or type(where) is not str:
+                    continue
+                if type(names) is not frozenset or not all(type(n) is str for n in names):
+                    continue
+                # library code that names the answer called it, no frame of the notebook's below
+                passes = False
+                if type(frame) is frame_type and names and is_library_frame(frame):
+                    code = frame.f_code
+                    named = not (
+                        names.isdisjoint(code.co_names)
+                        and names.isdisjoint(code.co_varnames)
+                        and names.isdisjoint(code.co_freevars)
+                    )
+                    for _ in range(most_frames if named else 0):
+                        frame = frame.f_back
+                        if frame is None:
+                            passes = True
+                            break
+                        if not is_library_frame(frame):
+                            break
+                if not passes:
+                    answer = record((question, where))
+        except GeneratorExit:
+            raise
+        except BaseException as error:  # noqa: BLE001 - a timer's CellTimeout, a throw():
+            # handed back without a way into this frame (BaseException's own method: no
+            # __setattr__ of a notebook's class runs here), and the judge goes on
+            answer = BaseException.with_traceback(error, None)
 
 
 def coursekit_function(fn, provenance) -> str | None:
@@ -546,6 +656,9 @@ _MOST_VISITS = 20_000  # objects _held_answer reads, at most, for one function
 # the runner's private copy of this module keeps the one it was made with.
 _ORIGINALS: types.MappingProxyType = types.MappingProxyType({})
 _KEPT_ORIGINALS: tuple = ()  # keeps those ids the objects'
+# ids of the tripwires' code objects (each its own: its constants are its parts), rebound as
+# a whole like _ORIGINALS; the tripwires hold their codes, so no id is reused
+_TRIPWIRE_CODES: frozenset = frozenset()
 
 
 def _hold_original(function, where: str) -> None:
@@ -561,17 +674,6 @@ def _hold_original(function, where: str) -> None:
     _ORIGINALS = types.MappingProxyType(known)
 
 
-def _tripwire_code():
-    """The code object every tripwire wrapper runs (nested in install_tripwires)."""
-    stack = [install_tripwires.__code__]
-    while stack:
-        code = stack.pop()
-        if code.co_name == "tripwire":
-            return code
-        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    return None
-
-
 def _held_answer(fn, provenance=None) -> str | None:
     """``module.name`` of a tripwired answer of coursekit's that ``fn`` holds (see
     :func:`coursekit_function`), read without running any of the notebook's code.
@@ -585,7 +687,7 @@ def _held_answer(fn, provenance=None) -> str | None:
     functions' globals are not walked: the libraries' own path to an answer is the tripwire,
     never the original. Limit: an original stashed under a name the code builds at run time
     (``globals()["_r" + "eal"]``, ``getattr(sys, ...)``) is not found."""
-    wanted, originals = _tripwire_code(), _ORIGINALS
+    wanted, originals = _TRIPWIRE_CODES, _ORIGINALS
     # (object, depth, names its code uses, held by fn itself rather than reached by a name)
     stack, seen = [(fn, 0, frozenset(), True)], set()
     visits = 0
@@ -600,7 +702,7 @@ def _held_answer(fn, provenance=None) -> str | None:
         parts: list = []
         if type(item) is types.FunctionType:
             code = item.__code__
-            if code is wanted:  # a tripwire: held, it is the answer; named, it is watched
+            if id(code) in wanted:  # a tripwire: held, it is the answer; named, it is watched
                 if held:
                     return f"{item.__module__}.{item.__qualname__}"
                 continue  # an earlier module's answer imported by name: called, it reports
