@@ -73,45 +73,111 @@ print(json.dumps([frozen, refused, [h for h in hits if isinstance(h, str)],
 # ------------------------------------------------------------ the tripwires' judge
 
 
+_FAKE_ANSWERS = """
+def zz_fake(x):
+    return x + 1
+
+
+def by_another_name(x):
+    return x + 1
+
+
+def names_the_answer(x):  # the libraries' own path: library code that names the answer
+    return zz_fake(x)
+"""
+
+
 class _Question:
+    """A check whose reference is a function it holds, which its module also holds under a
+    name that is not the question's."""
+
     module = "99_fake"
+    held: list = []
 
     def reference(self):
-        return lambda x: x + 1
+        return self.held[0]
 
 
 @pytest.fixture
-def judged():
-    """A tripwire around a fake question's reference, its judge handed a record."""
-    record = made_private(Provenance())
-    record.seal()
-    question = _Question()
-    judge = tampering.install_tripwires({"zz_fake": question}, record)
-    calls: list = []
-    judge(("reporter", lambda call: calls.append(call)))
-    return judge, question.reference(), calls
+def judged(tmp_path):
+    """A fake coursekit module, its answer and the check's reference wrapped in tripwires
+    whose judge is handed a record: (judge, module, calls, question)."""
+    path = tmp_path / "fake_zz.py"
+    path.write_text(_FAKE_ANSWERS)
+    module = types.ModuleType("coursekit._fake_zz")
+    module.__file__ = str(path)
+    exec(compile(_FAKE_ANSWERS, str(path), "exec"), vars(module))
+    sys.modules[module.__name__] = module
+    try:
+        record = made_private(Provenance((str(tmp_path) + "/",)))
+        record.seal()
+        _Question.held[:] = [module.by_another_name]
+        question = _Question()
+        judge = tampering.install_tripwires({"zz_fake": question}, record)
+        calls: list = []
+        judge(("reporter", lambda call: calls.append(call)))
+        yield judge, module, calls, question
+    finally:
+        del sys.modules[module.__name__]
 
 
-def test_a_tripwire_holds_nothing_a_hand_in_can_rewrite(judged):
-    """No closure cell (whose contents are written without an audited step) and no global
-    looked up: what it needs is a constant of its code."""
-    _, tripwire, _ = judged
-    assert tripwire.__closure__ is None
-    assert tripwire.__code__.co_names == ()
+def _from_a_cell(function):
+    """``function(1)``, called from a notebook's code (a cell's, in a namespace of its own)."""
+    namespace = {"function": function}
+    exec(compile("result = function(1)", "<cell>", "exec"), namespace)
+    return namespace["result"]
+
+
+def _parts(tripwire) -> tuple:
+    return next(c for c in tripwire.__code__.co_consts if type(c) is tuple and len(c) == 3)
+
+
+def test_a_tripwire_holds_nothing_a_hand_in_can_rewrite_or_call_unseen(judged):
+    """No closure cell (whose contents are written without an audited step), no global looked
+    up, and not the answer: its constants hold the judge and an index, and the judge hands
+    the answer back only to a caller it has judged."""
+    judge, module, calls, _ = judged
+    tripwire = module.zz_fake
+    assert tripwire.__closure__ is None and tripwire.__code__.co_names == ()
     assert tripwire.__defaults__ is None and tripwire.__kwdefaults__ is None
+    assert not any(callable(c) and c not in (judge, sys._getframe) for c in _parts(tripwire))
+    _, index, _ = _parts(tripwire)
+    raised, answer = judge(("call", index, None))  # asked directly: reported
+    assert raised is None and answer(1) == 2
+    assert calls == [("zz_fake", "coursekit._fake_zz.zz_fake")]
 
 
 def test_the_judge_keeps_the_first_record_it_is_handed(judged):
-    judge, tripwire, calls = judged
+    judge, module, calls, _ = judged
     swapped: list = []
-    assert judge(("reporter", swapped.append)) is None  # passed over
-    assert tripwire(1) == 2  # called from this test's code: not the libraries' own path
-    assert calls == [("zz_fake", "the check's reference for zz_fake")] and swapped == []
-    assert judge(("ping",)) is True
+    assert judge(("reporter", swapped.append)) == (None, None)  # passed over
+    assert _from_a_cell(module.zz_fake) == 2
+    assert calls == [("zz_fake", "coursekit._fake_zz.zz_fake")] and swapped == []
+    assert judge(("ping",)) == (None, True)
+
+
+def test_the_libraries_own_path_passes_on_the_main_thread_only(judged):
+    """Through a thread, every frame is library code down to the thread's first: that says
+    nothing of who handed the thread its work, so it is reported."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, module, calls, _ = judged
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(module.names_the_answer, 1).result() == 2
+    assert calls == [("zz_fake", "coursekit._fake_zz.zz_fake")]
+
+
+def test_a_reference_held_under_its_own_name_is_watched_there_too(judged):
+    """The check's reference was once wrapped where the check hands it out only: the same
+    function, called by its module's name with a name built at run time, went unseen."""
+    _, module, calls, question = judged
+    assert module.by_another_name is question.reference()  # both the tripwire
+    assert _from_a_cell(getattr(module, "by_another_" + "name")) == 2
+    assert calls == [("zz_fake", "the check's reference for zz_fake")]
 
 
 def test_the_judge_reads_only_plain_data_and_goes_on_after_a_throw(judged):
-    judge, _, calls = judged
+    judge, _, calls, _ = judged
 
     class Loud(str):
         def __eq__(self, other):  # noqa: D105 - would run in the judge's frame
@@ -119,20 +185,24 @@ def test_the_judge_reads_only_plain_data_and_goes_on_after_a_throw(judged):
 
         __hash__ = str.__hash__
 
+    class Index(int):
+        def __le__(self, other):  # noqa: D105
+            raise AssertionError("ran the notebook's method")
+
     frame = sys._getframe()
     for message in (
         None,
         ("call",),
-        ("call", Loud("q"), "w", frozenset({"a"}), frame),
-        ("call", "q", "w", frozenset({Loud("a")}), frame),
-        ("call", "q", "w", {"a"}, frame),
-        ["call", "q", "w", frozenset({"a"}), frame],
+        (Loud("call"), 0, frame),
+        ("call", Index(0), frame),
+        ("call", 10**6, frame),
+        ["call", 0, frame],
     ):
-        assert judge(message) is None
+        assert judge(message) == (None, None)
     assert calls == []
-    raised = judge.__self__.throw(KeyboardInterrupt("thrown in"))
+    raised, _ = judge.__self__.throw(KeyboardInterrupt("thrown in"))
     assert isinstance(raised, KeyboardInterrupt) and raised.__traceback__ is None
-    assert judge(("ping",)) is True
+    assert judge(("ping",)) == (None, True)
 
 
 # ------------------------------------------------------------ Provenance kept private
@@ -216,3 +286,98 @@ def test_a_class_change_is_judged_without_running_the_objects_code():
     assert tampering._module_of(Sly) == __name__ and tampering._qualname_of(Sly).endswith("Sly")
     assert ran == []
     assert isinstance(tampering._module_of(types.SimpleNamespace), str)
+
+
+# ------------------------------------------------------------ frames kept by gc, or handed
+
+
+def test_gc_keeps_no_frame_once_its_debug_flags_are_locked():
+    """With DEBUG_SAVEALL, a collection once kept a finished frame in gc.garbage, whose
+    f_back led to the runner's; a gc module made again shares the lock."""
+    script = """
+import _imp, gc, importlib.machinery, json
+from coursekit.grading.sandbox import gc_lock
+locked = gc_lock.lock_debug()
+fresh = _imp.create_builtin(importlib.machinery.ModuleSpec("gc", None))
+_imp.exec_builtin(fresh)
+for module in (gc, fresh):
+    module.set_debug(module.DEBUG_SAVEALL)
+def cycle():
+    try:
+        raise ValueError("a frame in a cycle with its own traceback")
+    except ValueError as error:
+        kept = error
+cycle()
+gc.collect()
+print(json.dumps([locked, gc.get_debug(), [type(o).__name__ for o in gc.garbage]]))
+"""
+    locked, flags, garbage = _child(script)
+    assert locked is True and flags == 0 and "frame" not in garbage
+
+
+_HANDED = """
+import collections, contextlib, functools, json, os, shlex, sys, threading, types, typing
+from coursekit.grading.sandbox import tampering
+from coursekit.grading.sandbox.provenance import Provenance, made_private
+folders = (os.path.dirname(os.__file__) + '/',)
+record = made_private(Provenance(folders))
+record.seal()
+reports = []
+own = tampering.private_copy(tampering, modules_frozen=True)
+record.trust_globals(own.install_audit_hook.__globals__)  # as the runner trusts its copy
+own.install_audit_hook(reports.append, folders, record)
+cells = {
+    "honest": '''
+import collections, typing
+Pair = collections.namedtuple("Pair", "a b")
+T = typing.TypeVar("T")
+''',
+    "cached_property": '''
+import functools, sys
+class Frames(int):
+    here = functools.cached_property(getattr(sys, "_get" + "frame"))
+frame = Frames(0).here
+''',
+    "exit_stack": '''
+import contextlib, sys
+with contextlib.ExitStack() as stack:
+    stack.callback(getattr(sys, "set" + "trace"), None)
+''',
+    "thread_hook": '''
+import threading
+threading.setprofile(lambda *args: None)
+worker = threading.Thread(target=len, args=("x",))
+worker.start()
+worker.join()
+threading.setprofile(None)
+''',
+    "types_rebound": '''
+import shlex, types
+real, types.FunctionType = types.FunctionType, int
+try:
+    shlex.quote.__defaults__ = ("changed",)
+finally:
+    types.FunctionType = real
+    shlex.quote.__defaults__ = None
+''',
+}
+found = {}
+for name, source in cells.items():
+    exec(compile(source, "<cell>", "exec"), {"__name__": "__main__"})
+    found[name], reports[:] = list(reports), []
+print(json.dumps(found))
+"""
+
+
+def test_a_library_handed_what_hands_over_frames_is_judged_by_its_caller():
+    """Library code that calls a function it was handed, and does not name, raised the
+    event as if it were the libraries' own: cached_property(sys._getframe) handed a frame
+    back, ExitStack().callback(sys.settrace, f) and threading.setprofile installed a tracer
+    or a profiler, unflagged. A name of a module the hook reads (types.FunctionType) rebound for
+    the length of one change hid that change."""
+    found = _child(_HANDED)
+    assert found["honest"] == [], found
+    assert "it called sys._getframe" in found["cached_property"], found
+    assert "it called sys.settrace" in found["exit_stack"], found  # (each flag said once)
+    assert "it called sys.setprofile" in found["thread_hook"], found
+    assert "it changed __defaults__ of shlex.quote" in found["types_rebound"], found

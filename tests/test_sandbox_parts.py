@@ -331,6 +331,22 @@ def test_time_limits_are_cpu_time_with_a_wall_clock_backstop():
 
 
 @in_docker_like
+def test_timers_taken_off_by_a_signal_module_made_again_are_flagged():
+    """``_signal`` run again reads every handler back as None: the timers then end nothing.
+    Handlers cannot be set again (they are frozen), so it is flagged, and the hand-in runs
+    to the grader's own limit."""
+    cells = [
+        "import _imp, importlib.machinery\n"
+        "_again = _imp.create_builtin(importlib.machinery.ModuleSpec('_signal', None))\n"
+        "_imp.exec_builtin(_again)",
+        "x = 1",
+    ]
+    run = run_hand_in(cells, [], Limits(cell_timeout_s=5, hand_in_timeout_s=60))
+    assert [c["status"] for c in run.cells] == ["ok", "ok"], run.cells
+    assert any("took the grader's time limits off" in flag for flag in run.flags), run.flags
+
+
+@in_docker_like
 def test_a_test_that_runs_out_of_time_is_tried_once_more_and_then_says_so():
     from coursekit.checks import QUESTIONS
     from coursekit.grading.judging import judge_test

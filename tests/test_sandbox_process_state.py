@@ -695,10 +695,13 @@ def armed(tmp_path_factory):
         record.seal()
         reports: list = []
         question = _FakeQuestion()
-        judge = tampering.install_tripwires({"zz_answer": question}, record)
+        # the libraries' own path is run on a thread of its own here (see
+        # _in_a_library_thread), as the runner's main thread is in the grader
+        root = threading.Thread._bootstrap.__code__
+        judge = tampering.install_tripwires({"zz_answer": question}, record, root=root)
         record.trust(record.trusted)  # the module, as the runner's start sees it
         judge(("reporter", lambda call: reports.append(call[1])))
-        assert judge(("ping",)) is True
+        assert judge(("ping",)) == (None, True)
         yield module, reports, record, question
     finally:
         del sys.modules["coursekit._fake_answers"]
@@ -793,8 +796,11 @@ def test_an_answer_held_inside_the_callable_handed_in_is_named(tripwires):
     assert tampering.coursekit_function(namespace["mine"], record) is None
 
 
-# what the tripwire wraps, read out of its code's constants
-_OPEN = "[c for c in {}.__code__.co_consts if type(c) is tuple and len(c) == 6][0][1]"
+# what the tripwire wraps, asked of its judge (read out of its code's constants): reported
+_OPEN = (
+    "(lambda j, i, _: j(('call', i, None))[1])"
+    "(*[c for c in {}.__code__.co_consts if type(c) is tuple and len(c) == 3][0])"
+)
 _OPENS_THE_TRIPWIRE = {
     "a global": f"_real = {_OPEN.format('library.zz_answer')}\n"
     "def zz_answer(x):\n    return _real(x)\n",
@@ -815,6 +821,8 @@ def test_the_unwatched_answer_inside_a_tripwire_is_named_wherever_it_is_kept(tri
         {"__name__": "__main__", "library": module, "question": question},
     )
     try:
+        assert reports, where  # opening the tripwire asked its judge, which reported it
+        reports.clear()
         assert _in_a_library_thread(module, namespace["zz_answer"], 1) == 2
         assert reports == []  # the tripwire never ran: only the function's parts show it
         assert tampering.coursekit_function(namespace["zz_answer"], record) is not None, where

@@ -820,6 +820,56 @@ for _number, _how in _ways:
 """
 HARNESS_ATTACKS["signal_handler_frame"] = _SIGNAL_HANDLER_FRAME
 
+# Frames without a step the audit hook judged as the notebook's (a review of issue 40): kept
+# by gc (DEBUG_SAVEALL keeps a finished frame, whose f_back leads to the runner's), handed
+# back by library code that calls what it was handed (cached_property over sys._getframe),
+# and a profiler a library installs for it (ExitStack's callback). From the runner's frame:
+# its flags filled, its questions swapped for ones that run the reference.
+_FRAMES_HANDED_BY_LIBRARIES = """
+import contextlib, functools, gc, sys
+_answer_of, _back, _names = "refer" + "ence", "f_ba" + "ck", "f_lo" + "cals"
+class _Fake:
+    def __init__(self, real):
+        self._real = real
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+    def run(self, fn, spec):
+        return self._real.run(getattr(self._real, _answer_of)(), spec)
+def _take_over(frame):
+    while frame is not None:
+        names = getattr(frame, _names)
+        if "questions" in names and "reported_flags" in names:
+            names["reported_flags"].update(f"filler {i}" for i in range(100))
+            for name in list(names["questions"]):
+                names["questions"][name] = _Fake(names["questions"][name])
+            return True
+        frame = getattr(frame, _back)
+    return False
+def _cycle():
+    try:
+        raise ValueError("a frame in a cycle with its own traceback")
+    except ValueError as error:
+        kept = error
+getattr(gc, "set_" + "debug")(gc.DEBUG_SAVEALL)
+_cycle()
+gc.collect()
+_done = any(_take_over(o) for o in list(gc.garbage) if type(o).__name__ == "frame")
+getattr(gc, "set_" + "debug")(0)
+gc.garbage.clear()
+class _Frames(int):
+    here = functools.cached_property(getattr(sys, "_get" + "frame"))
+_done = _done or _take_over(_Frames(0).here)
+def _profiler(frame, event, arg):
+    global _done
+    if not _done:
+        _done = _take_over(frame)
+with contextlib.ExitStack() as _stack:
+    _stack.callback(getattr(sys, "set" + "profile"), _profiler)
+len("a call the profiler sees")
+getattr(sys, "set" + "profile")(None)
+"""
+HARNESS_ATTACKS["frames_handed_by_libraries"] = _FRAMES_HANDED_BY_LIBRARIES
+
 # What each attack must be flagged for (a part of a flag's text).
 PROCESS_ATTACK_FLAGS = {
     "torch_state_left_on": (
@@ -853,6 +903,9 @@ PROCESS_ATTACK_FLAGS = {
         "it changed __defaults__ of coursekit.grading.sandbox.runner._on_timer",
     ),
     "blinded_within_a_call": ("its train_accumulated called coursekit's own answer",),
+    # gc's route first, unflagged, would take over before any flag is sent; the frame from
+    # cached_property is flagged as it is taken (what is sent stays sent)
+    "frames_handed_by_libraries": ("it called sys._getframe",),
     "answer_through_a_library_caller": (
         "its train_accumulated called coursekit's own answer",
         "its accumulate_window called coursekit's own answer",

@@ -287,8 +287,8 @@ class Provenance:
         if self._known.get(id(code)) is code:
             return True
         filename = code.co_filename
-        if not self.trusted or not filename.startswith(self.trusted):
-            return False
+        if type(filename) is not str or not self.trusted or not filename.startswith(self.trusted):
+            return False  # a str subclass's startswith would be the notebook's
         return code in self._codes_in(filename)
 
     def source_matches(self, source, filename: str) -> bool:
@@ -296,17 +296,15 @@ class Provenance:
         data = _read(filename)
         if data is None:
             return False
-        if isinstance(source, str):
+        if type(source) is str:  # exact types only: a subclass's __eq__ is the notebook's
             try:
                 return source == data.decode("utf-8")
             except UnicodeDecodeError:
                 return False
-        return isinstance(source, bytes | bytearray | memoryview) and bytes(source) == data
+        return type(source) is bytes and source == data
 
     def is_trusted_file(self, filename) -> bool:
-        return (
-            isinstance(filename, str) and bool(self.trusted) and filename.startswith(self.trusted)
-        )
+        return type(filename) is str and bool(self.trusted) and filename.startswith(self.trusted)
 
     def _codes_in(self, filename: str) -> frozenset:
         found = self._by_file.get(filename)

@@ -57,8 +57,14 @@ class CappedText(io.TextIOBase):
         return False
 
 
-def _on_timer(signum, frame, timeout=CellTimeout):
-    raise timeout("time limit reached")  # a default, not a global: see serve's on_timer_alone
+_TIME_LIMIT_REACHED = CellTimeout("time limit reached")
+
+
+def _on_timer(signum, frame, timeout=_TIME_LIMIT_REACHED, bare=BaseException.with_traceback):
+    """Raise the time limit: an instance made once, so that no method of a class runs here
+    (``CellTimeout.__init__`` can be replaced without an audited step, and would run
+    wherever the timer struck). Defaults, not globals: see serve's on_timer_alone."""
+    raise bare(timeout, None)
 
 
 def handled_signals() -> list:
@@ -296,15 +302,15 @@ def serve(
     """The hand-in's process: confine, then answer the grader's commands until "end"."""
     fd_in, fd_out = _move_high(fd_in, fd_out)
     _close_all_but({fd_in, fd_out})
+    from coursekit.grading.sandbox import gc_lock, harness_seal, instruments
     from coursekit.grading.sandbox import global_state as shared_global_state
-    from coursekit.grading.sandbox import harness_seal, instruments
     from coursekit.grading.sandbox import tampering as shared_tampering
     from coursekit.grading.sandbox import torch_registrations as shared_registrations
 
     # What speaks to the grader, and the instruments, run on objects taken now and on private
     # copies of their modules' globals: a notebook that rebinds names in those modules, in
     # os or in builtins, does not reach them.
-    tampering = shared_tampering.private_copy(shared_tampering)
+    tampering = shared_tampering.private_copy(shared_tampering, modules_frozen=True)
     own, wire, state, registrations = (
         shared_tampering.private_copy(sys.modules[__name__]),
         shared_tampering.private_copy(channel),
@@ -401,7 +407,7 @@ def serve(
 
     def tripwires_intact() -> bool:
         try:
-            whole = judge(("ping",)) is True  # the judge answers, with the runner's record
+            whole = judge(("ping",))[1] is True  # the judge answers, with a record
             ping(None)  # and so does the record
         except StopIteration:
             return False
@@ -434,7 +440,10 @@ def serve(
         for what in found:
             report(what)
 
-    set_threads, get_handler, set_handler = torch_set_num_threads(), signal.getsignal, signal.signal
+    import _signal  # its builtins: signal.py's wrappers read names a hand-in can rebind
+
+    set_threads, set_handler = torch_set_num_threads(), signal.signal
+    get_handler = _signal.getsignal
     sigchld, by_default = signal.SIGCHLD, signal.SIG_DFL
     mask, block, set_mask = signal.pthread_sigmask, signal.SIG_BLOCK, signal.SIG_SETMASK
     timers, on_timer = (signal.SIGALRM, signal.SIGPROF), own._on_timer
@@ -451,6 +460,14 @@ def serve(
         )
     ]
 
+    def timers_intact() -> None:
+        """Where handlers are frozen, the timers' handler can still be lost: ``_signal`` run
+        again (``_imp.exec_builtin``) reads every handler back as None, and a timer then
+        ends nothing. It cannot be set again: the hand-in runs to the grader's own limit."""
+        if frozen[0] and any(get_handler(number) is not on_timer for number in timers):
+            report("it took the grader's time limits off (its signal handlers read again)")
+
+    frozen = [False]
     reported: set[str] = set()  # the seal's findings reported so far
     measured_now = [False]  # whether this task's memory test compared the seal
 
@@ -463,7 +480,7 @@ def serve(
         flagged then; where it is a name rebound in a module, the fork puts the sealed one
         back before it measures. What the child put back of torch's state is flagged."""
         end_children()  # what the priming call left running
-        if get_handler(sigchld) is not by_default:  # ignored, a child is reaped unseen
+        if get_handler(sigchld) != by_default:  # ignored, a child is reaped unseen
             set_handler(sigchld, by_default)  # (never, where handlers are frozen)
         handlers = own.handled_signals()
         for number in handlers:
@@ -522,8 +539,10 @@ def serve(
     # comparison in a process forked from the warm parent copies every page it touches (some
     # 25 ms), and a runner is built ahead of its hand-in, on another core (driver.py).
     changes(sealed_record, provenance)
-    # the last step before the first cell: from here no signal handler can be set or changed
-    applied["handlers_frozen"] = own.freeze_handlers(on_timer)
+    # the last steps before the first cell: from here no signal handler can be set or
+    # changed, and no collection keeps what it finds (gc_lock.py): both hand over frames
+    applied["gc_debug_locked"] = gc_lock.lock_debug()
+    applied["handlers_frozen"] = frozen[0] = own.freeze_handlers(on_timer)
     own._arm_timers.__globals__["_HANDLERS_FROZEN"] = applied["handlers_frozen"]
     answer({"kind": "ready", "applied": applied})
     while True:
@@ -578,6 +597,7 @@ def serve(
                 reported.update(found)  # all of them: a memory test fails only on a new one
             for number in own.handled_signals():
                 report(f"it set a handler for {number.name}, which is given the running frame")
+        timers_intact()
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
         if mask_before:

@@ -47,12 +47,25 @@ _ALWAYS = frozenset(
     }
 )
 MAX_REPORTS = 20
+# what library code that calls each of those by name has in its code's names (``_getframe``,
+# ``getframe``...), and the functions a thread's start installs for threading's hooks
+_ALWAYS_SHORT = {event: event.rpartition(".")[2].lstrip("_") for event in _ALWAYS}
+_THREAD_HOOKS = {"settrace": "_trace_hook", "setprofile": "_profile_hook"}
+
+
+def _path_text(path) -> str:
+    """An ``open`` event's path as text: Python hands it over as ``str`` or ``bytes`` (a
+    path object already turned into one); anything else came from a hand-made
+    ``sys.audit`` and is not read (its ``__str__`` would run inside the hook)."""
+    if type(path) is bytes:
+        return path.decode("utf-8", "replace")
+    return path if type(path) is str else ""
 
 
 def _reopens_a_descriptor(path) -> bool:
     """``/proc/<pid>/fd/N`` or ``/dev/fd/N``: a new handle on an open file, such as the
     grader's channel, that the seccomp filter's pin on its numbers does not cover."""
-    text = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+    text = _path_text(path)
     return text.startswith("/dev/fd/") or (text.startswith("/proc/") and "/fd/" in text)
 
 
@@ -60,7 +73,7 @@ def _resets_the_peak(path) -> bool:
     """``/proc/.../clear_refs``: writing 5 there resets the high-water resident size that a
     memory test reads (:mod:`coursekit.checks.memory_peak`; its child is also made
     non-dumpable, which leaves the file to root alone)."""
-    text = path.decode("utf-8", "replace") if isinstance(path, bytes) else str(path)
+    text = _path_text(path)
     return text.startswith("/proc/") and text.rstrip("/").endswith("/clear_refs")
 
 
@@ -96,28 +109,63 @@ def install_audit_hook(
     get_ident = _thread.get_ident
     is_library = provenance.is_library
     is_library_frame = provenance.is_library_frame
+    is_library_callable = provenance.is_library_callable
     noters = tuple(p.note_exec for p in (provenance, *mirrors))
     trusted_file = provenance.is_trusted_file
     source_matches = provenance.source_matches
     existed_at_seal = provenance.existed_at_seal
     is_a_file = os.path.isfile
-    helpers = _helper_codes()
+    helpers = frozenset(map(id, _helper_codes()))  # the codes are held: ids stay theirs
     depth: dict[int, int] = {}  # thread -> how many of this hook's calls it is inside
+    reading: set[int] = set()  # threads in the hook's own sys._getframe
     sent: set[str] = set()
     debug = os.environ.get("COURSEKIT_AUDIT_DEBUG") == "1"
 
+    def own_frame(depth: int):
+        """``sys._getframe(depth)`` for the hook's own reading: the event that raises is
+        passed over (no code but the interpreter's runs while it is marked)."""
+        me = get_ident()
+        reading.add(me)
+        try:
+            return getframe(depth + 1)
+        finally:
+            reading.discard(me)
+
     def by_notebook(depth: int) -> bool:
         """Whether the code that raised the event (past helpers) is the notebook's."""
-        frame = getframe(depth)
+        frame = own_frame(depth)
         while frame is not None and (
-            frame.f_code in helpers
-            or (
-                frame.f_code.co_filename.startswith("<frozen importlib")
-                and is_library(frame.f_code)
-            )
+            id(frame.f_code) in helpers  # by identity: equal code elsewhere is not theirs
+            or (_names_text(frame.f_code, "<frozen importlib") and is_library(frame.f_code))
         ):
             frame = frame.f_back
         return frame is not None and not is_library_frame(frame)
+
+    tripwire_codes = _TRIPWIRE_CODES
+
+    def handed_by_notebook(depth: int, short: str) -> bool:
+        """For an event that hands over frames or objects (:data:`_ALWAYS`), judged as
+        :func:`by_notebook` is, except that library code whose code does not name the
+        function (``short``) was handed it (``functools.cached_property(sys._getframe)``,
+        ``contextlib.ExitStack().callback(sys.setprofile, f)``): its callers decide, down to
+        a frame of the notebook's (True) or library code that names it. A thread's start
+        that installs ``threading.settrace``'s or ``setprofile``'s function judges that."""
+        frame = own_frame(depth)
+        while frame is not None:
+            code = frame.f_code
+            if id(code) in helpers or (_names_text(code, "<frozen importlib") and is_library(code)):
+                frame = frame.f_back
+                continue
+            if not is_library_frame(frame):
+                return True
+            names = (*code.co_names, *code.co_varnames, *code.co_freevars)
+            if id(code) in tripwire_codes or any(short in name for name in names):
+                if code.co_name == "_bootstrap_inner" and short in _THREAD_HOOKS:
+                    handed = dict.get(frame.f_globals, _THREAD_HOOKS[short])
+                    return not is_library_callable(handed)
+                return False
+            frame = frame.f_back
+        return False
 
     def classify(event: str, args: tuple) -> tuple[str | None, bool]:
         """(what to report, whether only when the notebook's code raised it)."""
@@ -160,7 +208,7 @@ def install_audit_hook(
         if event == "code.__new__" and len(args) >= 2 and trusted_file(args[1]):
             return f"it made a code object under a library's file name ({args[1]})", True
         if event in _CODE_FROM_BYTES:
-            if _from_a_trusted_pyc(getframe(2), args, trusted_file):  # 0 classify, 1 hook
+            if _from_a_trusted_pyc(own_frame(2), args, trusted_file):  # 0 classify, 1 hook
                 return None, True
             return f"it made code from bytes ({event})", True
         if event == _FRAME_HOOK and len(args) == 2:
@@ -184,7 +232,7 @@ def install_audit_hook(
         if event == "exec":  # 0 this hook, 1 the code that called exec
             try:
                 for note in noters:
-                    note(getframe(1), args[0] if args else None)
+                    note(own_frame(1), args[0] if args else None)
             except Exception:  # noqa: BLE001 - never fail an import over a record of it
                 pass
             return
@@ -194,6 +242,8 @@ def install_audit_hook(
                 report("it added an audit hook (refused)")
             raise RuntimeError("no audit hooks in a hand-in")  # Python refuses the new hook
         me = get_ident()
+        if me in reading:
+            return  # the hook's own sys._getframe (own_frame)
         level = depth.get(me, 0)
         if level > _MOST_NESTING or len(sent) >= MAX_REPORTS:
             return  # the check below reading a file: the hook's own work
@@ -210,10 +260,17 @@ def install_audit_hook(
                 return
             what, only_notebook = classify(event, args)
             # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
-            if what and what not in sent and (not only_notebook or by_notebook(2)):
+            short = _ALWAYS_SHORT.get(event)
+            if (
+                what
+                and what not in sent
+                and (
+                    not only_notebook or (handed_by_notebook(2, short) if short else by_notebook(2))
+                )
+            ):
                 sent.add(what)
                 if debug:
-                    _print_chain(what, getframe(1))
+                    _print_chain(what, own_frame(1))
                 report(what)
         finally:
             depth[me] = level
@@ -315,7 +372,7 @@ def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
     names the file; the bytes must be that file's (past its 16-byte header), as on disk."""
     if frame is None or frame.f_code.co_name != "_compile_bytecode" or not args:
         return False
-    if not frame.f_code.co_filename.startswith("<frozen importlib"):
+    if type(args[0]) is not bytes or not _names_text(frame.f_code, "<frozen importlib"):
         return False
     path = frame.f_locals.get("bytecode_path")
     if not isinstance(path, str) or not trusted_file(path):
@@ -323,9 +380,17 @@ def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
     try:
         with open(path, "rb") as handle:
             on_disk = handle.read()
-        return bytes(args[0]) == on_disk[16:]
+        return args[0] == on_disk[16:]
     except (OSError, TypeError, ValueError):
         return False
+
+
+def _names_text(code, prefix: str) -> bool:
+    """Whether ``code``'s file name starts with ``prefix``; only an exact ``str`` is read (a
+    code object made with ``replace`` may carry a subclass whose ``startswith`` is the
+    notebook's)."""
+    filename = code.co_filename
+    return type(filename) is str and filename.startswith(prefix)
 
 
 def _print_chain(what: str, frame) -> None:
@@ -445,13 +510,14 @@ def warm_up() -> None:
                 continue
 
 
-def install_tripwires(questions: dict, provenance):
+def install_tripwires(questions: dict, provenance, root=None):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...), those a question names in its
     ``library_answers`` (the same answer under another name: ``coursekit.real_model.tuning.tune``)
     and the check's ``reference()``. Returns the judge's ``send``
     (:func:`_judge_calls`): the runner hands it its record with ``("reporter", record)``
-    before any hand-in code runs, and ``("ping",)`` answers True while the judge is whole.
+    before any hand-in code runs, and ``("ping",)`` answers ``(None, True)`` while the
+    judge is whole.
 
     A call from the notebook's code to one of them while the notebook's code is anywhere on
     the stack is reported (``record((question, where))``; the runner counts it only where
@@ -468,19 +534,32 @@ def install_tripwires(questions: dict, provenance):
 
     Why it is built this way: anything a tripwire's closure held could be read, and a
     closure cell rewritten, with no step Python audits; a hand-in once swapped the reporter
-    for a no-op and put it back within one call. A tripwire holds what it needs (the judge,
-    the answer, its names) as a constant of its own code object, which cannot be changed, and
-    replacing the code is audited. The judge keeps the record and the provenance in a
-    generator's frame, reached only through ``gi_frame`` or ``gc``, which the audit hook
-    reports; its code runs over private globals. Installed in the warm parent, before the
-    harness is sealed (:mod:`coursekit.grading.sandbox.harness_seal`), so the wrappers are
+    for a no-op and put it back within one call. A tripwire holds what it needs as a
+    constant of its own code object, which cannot be changed (replacing the code is
+    audited): the judge and the tripwire's index, not the answer. The judge keeps the
+    answers, the record and the provenance in a generator's frame, reached only through
+    ``gi_frame`` or ``gc``, which the audit hook reports; its code runs over private globals.
+    A reference that a module also holds under its own name is watched there too. ``root``:
+    the code of the first frame of the stack the libraries' own path runs on (by default the
+    main thread's; a thread of the notebook's starts elsewhere). Installed in the warm
+    parent, before the harness is sealed (:mod:`coursekit.grading.sandbox.harness_seal`),
+    so the wrappers are
     what the seal records."""
     import builtins
 
     private = dict(globals())  # the judge looks up no name a hand-in can rebind
     private["__builtins__"] = dict(vars(builtins))
     make = types.FunctionType(_judge_calls.__code__, private, "_judge_calls")
-    judging = make(provenance.is_library_frame, type(sys._getframe()), _MOST_FRAMES)
+    parts: list = []  # (question, where, names, answer) of each tripwire: the judge's alone
+    if root is None:  # the main thread's first frame's code: the runner's, forked from here
+        import threading
+
+        first = sys._current_frames()[threading.main_thread().ident]
+        while first.f_back is not None:
+            first = first.f_back
+        root = first.f_code
+    frame_type = type(sys._getframe())
+    judging = make(provenance.is_library_frame, frame_type, root, parts, _MOST_FRAMES)
     next(judging)
     judge = judging.send
     wrappers: dict[int, Callable] = {}
@@ -488,9 +567,10 @@ def install_tripwires(questions: dict, provenance):
     def wrap(function, question: str, where: str, names: frozenset = frozenset()):
         if id(function) in wrappers:
             return wrappers[id(function)]
-        tripwire = _made_tripwire(judge, function, question, where, names)
+        parts.append((question, where, names, function))
+        tripwire = _made_tripwire(judge, len(parts) - 1, function)
         wrappers[id(function)] = tripwire
-        _hold_original(function, where)  # its code's constants hold it: see _held_answer
+        _hold_original(function, where)  # see _held_answer
         return tripwire
 
     skip = ("coursekit.grading", "coursekit.authoring")
@@ -526,37 +606,37 @@ def install_tripwires(questions: dict, provenance):
             reference = question.reference()
         except Exception:  # a question without a reference here: nothing to wrap
             continue
+        if callable(reference) and id(getattr(reference, "__code__", None)) in _TRIPWIRE_CODES:
+            continue  # a tripwire already (the module's own function, wrapped above)
         if callable(reference):
             wrapped = wrap(reference, question_name, f"the check's reference for {question_name}")
             question.reference = lambda wrapped=wrapped: wrapped
+            for _, module in modules:  # the same function under its own name, watched too
+                for name, value in list(vars(module).items()):
+                    if value is reference:
+                        setattr(module, name, wrapped)
     return judge
 
 
 def _tripwire(*args, **kwargs):
     """A call to coursekit's answer: judged, then made (see install_tripwires). The tuple
     below is a placeholder, replaced in each tripwire's code by its own parts."""
-    judge, function, question, where, names, getframe = (
-        "judge",
-        "function",
-        "question",
-        "where",
-        "names",
-        "getframe",
-    )
-    raised = judge(("call", question, where, names, getframe(1)))
+    judge, index, getframe = ("judge", "index", "getframe")
+    raised, answer = judge(("call", index, getframe(1)))
     if raised is not None:  # a timer's or a signal's, met in the judge: raised here
         raise raised
-    return function(*args, **kwargs)
+    return answer(*args, **kwargs)
 
 
-_PLACEHOLDER = ("judge", "function", "question", "where", "names", "getframe")
+_PLACEHOLDER = ("judge", "index", "getframe")
 
 
-def _made_tripwire(judge, function, question: str, where: str, names: frozenset):
+def _made_tripwire(judge, index: int, function):
     """A tripwire around ``function``: :func:`_tripwire`'s code with its parts as a constant
-    (no closure, no global looked up), named and documented as the answer it watches."""
+    (no closure, no global looked up, and not the answer itself: the judge hands that back
+    once it has judged the call), named and documented as the answer it watches."""
     code = _tripwire.__code__
-    parts = (judge, function, question, where, names, sys._getframe)
+    parts = (judge, index, sys._getframe)
     consts = tuple(parts if c == _PLACEHOLDER else c for c in code.co_consts)
     tripwire = types.FunctionType(code.replace(co_consts=consts), _tripwire.__globals__)
     functools.update_wrapper(tripwire, function)
@@ -566,40 +646,44 @@ def _made_tripwire(judge, function, question: str, where: str, names: frozenset)
     return tripwire
 
 
-def _judge_calls(is_library_frame, frame_type, most_frames):
-    """The tripwires' judge, as a generator whose frame alone holds the runner's record and
-    the provenance (see install_tripwires). Sent ``("call", question, where, names, frame)``
-    by a tripwire: unless library code that names the answer called it with no frame of the
-    notebook's below, it hands ``(question, where)`` to the record and yields what the record
-    answers (an exception met there, to be raised by the tripwire). Sent ``("reporter",
-    record)``: takes the record, the first time only. Sent ``("ping",)``: yields whether a
-    record is set. Anything else is passed over; an exception met here (a timer's, one
-    thrown in) is handed back, and the judge goes on. Only plain strings, frozensets of them
-    and frames are read: no method of the notebook's runs in this frame."""
+def _judge_calls(is_library_frame, frame_type, root, parts, most_frames):
+    """The tripwires' judge, as a generator whose frame alone holds the answers, the runner's
+    record and the provenance (see install_tripwires). It yields ``(raised, value)``.
+
+    Sent ``("call", index, frame)`` by the tripwire of ``parts[index]``: unless library code
+    that names the answer called it (``frame``), with only library frames below down to the
+    main thread's first (``root``: a thread's own stack, all library code, says nothing of
+    who handed it the call), it hands ``(question, where)`` to the record; then it yields
+    what the record answered (an exception met there, to be raised by the tripwire) and the
+    answer to call. A hand-in that sends that itself is reported like any other caller.
+    Sent ``("reporter", record)``: takes the record, the first time only. Sent
+    ``("ping",)``: yields whether a record is set. Anything else is passed over. An
+    exception met here (a timer's, one thrown in) is handed back, and the judge goes on.
+    Only ints, exact strings and frames are read: no method of the notebook's runs here."""
     record = None
-    answer = None
+    answer = (None, None)
     while True:
         try:
             while True:  # within the try: a signal met at a jump back is caught too
                 message = yield answer
-                answer = None
-                if type(message) is not tuple or not message:
+                answer = (None, None)
+                if type(message) is not tuple or not message or type(message[0]) is not str:
                     continue
                 kind = message[0]
                 if kind == "ping" and len(message) == 1:
-                    answer = record is not None
+                    answer = (None, record is not None)
                     continue
                 if kind == "reporter" and len(message) == 2 and record is None:
                     record = message[1]
                     continue
-                if kind != "call" or len(message) != 5 or record is None:
+                if kind != "call" or len(message) != 3 or type(message[1]) is not int:
                     continue
-                _, question, where, names, frame = message
-                if type(question) is not str or type(where) is not str:
+                _, index, frame = message
+                if not 0 <= index < len(parts):
                     continue
-                if type(names) is not frozenset or not all(type(n) is str for n in names):
-                    continue
-                # library code that names the answer called it, no frame of the notebook's below
+                question, where, names, function = parts[index]
+                # library code that names the answer called it, with nothing but library
+                # frames below, down to the runner's first
                 passes = False
                 if type(frame) is frame_type and names and is_library_frame(frame):
                     code = frame.f_code
@@ -609,20 +693,20 @@ def _judge_calls(is_library_frame, frame_type, most_frames):
                         and names.isdisjoint(code.co_freevars)
                     )
                     for _ in range(most_frames if named else 0):
-                        frame = frame.f_back
-                        if frame is None:
-                            passes = True
+                        if frame.f_back is None:
+                            passes = frame.f_code is root
                             break
+                        frame = frame.f_back
                         if not is_library_frame(frame):
                             break
-                if not passes:
-                    answer = record((question, where))
+                raised = None if passes or record is None else record((question, where))
+                answer = (raised, function)
         except GeneratorExit:
             raise
         except BaseException as error:  # noqa: BLE001 - a timer's CellTimeout, a throw():
             # handed back without a way into this frame (BaseException's own method: no
             # __setattr__ of a notebook's class runs here), and the judge goes on
-            answer = BaseException.with_traceback(error, None)
+            answer = (BaseException.with_traceback(error, None), None)
 
 
 def coursekit_function(fn, provenance) -> str | None:
@@ -655,7 +739,6 @@ _MOST_VISITS = 20_000  # objects _held_answer reads, at most, for one function
 # as a whole when tripwires are installed (in the warm parent, before any hand-in exists), so
 # the runner's private copy of this module keeps the one it was made with.
 _ORIGINALS: types.MappingProxyType = types.MappingProxyType({})
-_KEPT_ORIGINALS: tuple = ()  # keeps those ids the objects'
 # ids of the tripwires' code objects (each its own: its constants are its parts), rebound as
 # a whole like _ORIGINALS; the tripwires hold their codes, so no id is reused
 _TRIPWIRE_CODES: frozenset = frozenset()
@@ -663,14 +746,14 @@ _TRIPWIRE_CODES: frozenset = frozenset()
 
 def _hold_original(function, where: str) -> None:
     """Record an answer a tripwire wraps: whoever holds it, or a function made over its code
-    (``types.FunctionType(original.__code__, ...)``), holds coursekit's unwatched answer."""
-    global _ORIGINALS, _KEPT_ORIGINALS
+    (``types.FunctionType(original.__code__, ...)``), holds coursekit's unwatched answer.
+    The judge keeps the objects alive (no id is reused) where no hand-in reaches them."""
+    global _ORIGINALS
     code = getattr(function, "__code__", None)
     known = dict(_ORIGINALS)
     known[id(function)] = where
     if isinstance(code, types.CodeType):
         known[id(code)] = where
-    _KEPT_ORIGINALS = (*_KEPT_ORIGINALS, function, code)
     _ORIGINALS = types.MappingProxyType(known)
 
 
@@ -679,7 +762,7 @@ def _held_answer(fn, provenance=None) -> str | None:
     :func:`coursekit_function`), read without running any of the notebook's code.
 
     Besides a tripwire held in ``fn``'s parts, it looks for the unwatched answer a tripwire
-    wraps (:data:`_ORIGINALS`; its closure can be read: ``inspect.getclosurevars``), or a
+    wraps (:data:`_ORIGINALS`; its judge hands it to any caller, who is reported), or a
     function made over that answer's code, anywhere the notebook's functions can reach it
     by the names their code uses: a global (the notebook's namespace), a builtin, an
     attribute of a module or class they name (``T._real`` as well as ``_real``), and what
@@ -790,16 +873,23 @@ def _names_in(code, depth: int = 0) -> frozenset:
     return frozenset(names)
 
 
-def private_copy(module) -> types.SimpleNamespace:
+def private_copy(module, modules_frozen: bool = False) -> types.SimpleNamespace:
     """The module's functions, each re-made over a private copy of the module's globals and
     of the builtins. A hand-in that later rebinds a name in the module (or in ``builtins``)
     changes what other code sees, not what these copies run; only the copies' own
     ``__globals__`` reach the private dict, and getting at them takes a frame or ``gc``,
-    which the audit hook reports first."""
+    which the audit hook reports first. ``modules_frozen``: the modules it names are copied
+    too, as they are now (``types.FunctionType`` rebound for the length of one call had
+    blinded the audit hook's check of library code changed); for a module whose code never
+    needs a module itself (this one)."""
     import builtins
 
     namespace = dict(vars(module))
     namespace["__builtins__"] = dict(vars(builtins))
+    if modules_frozen:
+        for name, value in list(namespace.items()):
+            if isinstance(value, types.ModuleType):
+                namespace[name] = types.SimpleNamespace(**vars(value))  # sys.modules: live
     for name, value in list(namespace.items()):
         if isinstance(value, types.FunctionType) and value.__module__ == module.__name__:
             namespace[name] = types.FunctionType(
