@@ -798,8 +798,8 @@ def test_an_answer_held_inside_the_callable_handed_in_is_named(tripwires):
 
 # what the tripwire wraps, asked of its judge (read out of its code's constants): reported
 _OPEN = (
-    "(lambda j, i, _: j(('call', i, None))[1])"
-    "(*[c for c in {}.__code__.co_consts if type(c) is tuple and len(c) == 3][0])"
+    "(lambda j, i: j(('call', i))[1])"
+    "(*[c for c in {}.__code__.co_consts if type(c) is tuple and len(c) == 2][0])"
 )
 _OPENS_THE_TRIPWIRE = {
     "a global": f"_real = {_OPEN.format('library.zz_answer')}\n"

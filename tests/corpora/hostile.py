@@ -750,6 +750,13 @@ while _stack:
 _handler = signal.getsignal(signal.SIGALRM)
 if getattr(_handler, "__defaults__", None):
     _handler.__defaults__ = (ValueError,)
+# and its code replaced by a library helper (whose change once counted as the library's):
+# the handler would be handed the running frame at the next timer
+import functools
+def _donor(signum, frame, timeout=None, bare=None):
+    raise TimeoutError("the handler's code, replaced")
+if callable(_handler):
+    functools.update_wrapper(_handler, _donor, assigned=("__co" + "de__",), updated=())
 """
 HARNESS_ATTACKS["runner_defaults_rewritten"] = _RUNNER_DEFAULTS_REWRITTEN
 
@@ -901,6 +908,7 @@ PROCESS_ATTACK_FLAGS = {
     "tripwire_reach": ("it changed the grader's tripwires on coursekit's own answers",),
     "runner_defaults_rewritten": (
         "it changed __defaults__ of coursekit.grading.sandbox.runner._on_timer",
+        "it changed __code__ of coursekit.grading.sandbox.runner._on_timer",
     ),
     "blinded_within_a_call": ("its train_accumulated called coursekit's own answer",),
     # gc's route first, unflagged, would take over before any flag is sent; the frame from

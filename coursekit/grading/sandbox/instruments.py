@@ -25,6 +25,7 @@ def prepare() -> None:
     judge = tampering.install_tripwires(QUESTIONS, tripwire_provenance)
     provenance = made_private(Provenance())
     provenance.trust_globals(type(tripwire_provenance).is_library.__globals__)
+    provenance.trust_globals(judge.__self__.gi_frame.f_globals)  # the judge's private ones
     provenance.seal()  # after the tripwires: their code is coursekit's own
     tripwire_provenance.share_known(provenance)
     dispatcher = torch_registrations.dispatcher_snapshot()

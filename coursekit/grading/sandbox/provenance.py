@@ -102,6 +102,21 @@ class Provenance:
         the import of a library makes later, or a copy a library makes of another, did not."""
         return id(function) in self._function_ids
 
+    def seal_also(self, functions) -> None:
+        """Count ``functions`` (made since the seal, by the grader: the runner's private
+        copies, its timers' handler) as having existed at it: a change of their code or
+        defaults is then flagged whoever makes it (a library helper handed them too)."""
+        kept = [f for f in functions if type(f) is types.FunctionType]
+        self._functions = [*self._functions, *kept]  # held: no id of theirs is reused
+        self._function_ids = self._function_ids | frozenset(map(id, kept))
+
+    def forget_globals(self, namespace) -> None:
+        """``namespace`` is not a library module's, whatever registered it (IPython puts
+        the notebook's own namespace in ``sys.modules`` as ``__main__``)."""
+        if self._globals.get(id(namespace)) is namespace:
+            del self._globals[id(namespace)]
+        self._pending.pop(id(namespace), None)
+
     def share_known(self, other: Provenance) -> None:
         """Take a copy of ``other``'s record (two instruments, neither reaching the other's)."""
         self._known = dict(other._known)
@@ -133,10 +148,21 @@ class Provenance:
             return
         if type(code) is not _CODE or not self.is_library(frame.f_code):
             return
+        loader = frame.f_back  # a loader's exec_module, itself the libraries' code
+        if loader is None or loader.f_code.co_name != "exec_module":
+            return
+        if not self.is_library(loader.f_code):
+            return
         arguments = frame.f_locals.get("args")
-        if isinstance(arguments, tuple) and len(arguments) >= 2 and arguments[0] is code:
+        if type(arguments) is tuple and len(arguments) >= 2 and arguments[0] is code:
             namespace = arguments[1]
-            if type(namespace) is dict and self.is_trusted_file(code.co_filename):
+            # the namespace of a module being imported (importlib puts it in sys.modules
+            # first): not a dict of the notebook's handed to the import machinery
+            name = dict.get(namespace, "__name__") if type(namespace) is dict else None
+            module = sys.modules.get(name) if type(name) is str else None
+            if getattr(module, "__dict__", None) is not namespace:
+                return
+            if self.is_trusted_file(code.co_filename):
                 self._pending[id(namespace)] = (namespace, code)
 
     def is_library_globals(self, namespace) -> bool:

@@ -328,6 +328,7 @@ def serve(
         own._on_timer.__defaults__,
     )
     own._arm_timers.__globals__["_on_timer"] = own._on_timer = on_timer_alone
+    made_since_the_seal = [on_timer_alone]  # sealed too, once the records are taken
     encode, receive = wire.encode_plain, wire.receive
     lock = threading.RLock()
     send_payload = channel.payload_sender(fd_out, lock)
@@ -389,10 +390,18 @@ def serve(
     changes, rebound_names = seal_copy.changes, seal_copy.rebound_names
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
+        record.forget_globals(shell.user_ns)  # but __main__ is now the notebook's own
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
         copies += (peak.measured_in_child, changes)
         for copy in (*copies, registrations.dispatcher_changes):
             record.trust_globals(copy.__globals__)  # the private copies run library code
+            made_since_the_seal += [
+                f for f in copy.__globals__.values() if type(f) is type(on_timer_alone)
+            ]
+        # a change of their code or defaults is flagged whoever makes it: the timers'
+        # handler, read back by any code, rewritten through functools.update_wrapper (a
+        # library helper) was once handed the running frame unflagged
+        record.seal_also(made_since_the_seal)
     testing: list[str] = [""]  # the question whose test runs now
     # The tripwires' judge (tampering.install_tripwires) hands each call it finds to this
     # record, a generator whose frame keeps what the runner must not share (the flags sent

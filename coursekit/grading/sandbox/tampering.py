@@ -104,12 +104,13 @@ def install_audit_hook(
     """
     getframe = sys._getframe
     import _thread
+    import gc
     import os
 
     get_ident = _thread.get_ident
+    gc_enabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
     is_library = provenance.is_library
     is_library_frame = provenance.is_library_frame
-    is_library_callable = provenance.is_library_callable
     noters = tuple(p.note_exec for p in (provenance, *mirrors))
     trusted_file = provenance.is_trusted_file
     source_matches = provenance.source_matches
@@ -122,14 +123,19 @@ def install_audit_hook(
     debug = os.environ.get("COURSEKIT_AUDIT_DEBUG") == "1"
 
     def own_frame(depth: int):
-        """``sys._getframe(depth)`` for the hook's own reading: the event that raises is
-        passed over (no code but the interpreter's runs while it is marked)."""
+        """``sys._getframe(depth)`` for the hook's own reading: the ``sys._getframe`` event
+        that raises is passed over. gc is off meanwhile: making a frame object allocates,
+        and a collection then could run a notebook's finalizer inside the mark."""
         me = get_ident()
-        reading.add(me)
+        collecting = gc_enabled()
         try:
+            gc_disable()
+            reading.add(me)
             return getframe(depth + 1)
         finally:
             reading.discard(me)
+            if collecting:
+                gc_enable()
 
     def by_notebook(depth: int) -> bool:
         """Whether the code that raised the event (past helpers) is the notebook's."""
@@ -144,12 +150,15 @@ def install_audit_hook(
     tripwire_codes = _TRIPWIRE_CODES
 
     def handed_by_notebook(depth: int, short: str) -> bool:
-        """For an event that hands over frames or objects (:data:`_ALWAYS`), judged as
-        :func:`by_notebook` is, except that library code whose code does not name the
-        function (``short``) was handed it (``functools.cached_property(sys._getframe)``,
-        ``contextlib.ExitStack().callback(sys.setprofile, f)``): its callers decide, down to
-        a frame of the notebook's (True) or library code that names it. A thread's start
-        that installs ``threading.settrace``'s or ``setprofile``'s function judges that."""
+        """For an event that hands over frames or objects (:data:`_ALWAYS`, and frame
+        attributes read), judged as :func:`by_notebook` is, except that library code that
+        does not name the function or attribute (``short``) where it stands (the expression
+        of the instruction that raised it: :func:`_named_at`) was handed it
+        (``functools.cached_property(sys._getframe)``, ``ExitStack().callback(sys.setprofile,
+        f)``, ``string.Formatter().get_field("0.gi_frame", ...)``, ``map(sys._getframe, ...)``
+        iterated by library code): its callers decide, down to a frame of the notebook's
+        (True) or library code that names it. A thread's start that installs a function
+        ``threading.settrace`` or ``setprofile`` was handed counts, whatever it is."""
         frame = own_frame(depth)
         while frame is not None:
             code = frame.f_code
@@ -158,12 +167,10 @@ def install_audit_hook(
                 continue
             if not is_library_frame(frame):
                 return True
-            names = (*code.co_names, *code.co_varnames, *code.co_freevars)
-            if id(code) in tripwire_codes or any(short in name for name in names):
-                if code.co_name == "_bootstrap_inner" and short in _THREAD_HOOKS:
-                    handed = dict.get(frame.f_globals, _THREAD_HOOKS[short])
-                    return not is_library_callable(handed)
-                return False
+            if id(code) in tripwire_codes or _named_at(code, frame.f_lasti, short):
+                # a thread's start installs what threading.settrace/setprofile were handed:
+                # a library's bound method (a Queue's put) keeps every frame it is given
+                return code.co_name == "_bootstrap_inner" and short in _THREAD_HOOKS
             frame = frame.f_back
         return False
 
@@ -172,7 +179,7 @@ def install_audit_hook(
         if event in _ALWAYS or event.startswith("ctypes."):
             what = f"it called {event}" if not event.startswith("ctypes.") else "it used ctypes"
             return what, True
-        if event == "object.__getattr__" and len(args) == 2 and args[1] in _FRAME_ATTRIBUTES:
+        if event == "object.__getattr__" and len(args) == 2 and type(args[1]) is str:
             return f"it read a {args[1]} (a frame of the running program)", True
         if event == "object.__setattr__" and len(args) == 3:
             # read without running any method of the target's (a notebook's __getattribute__
@@ -225,7 +232,7 @@ def install_audit_hook(
         if event == "object.__getattr__":
             # nearly every event: a function's __code__ or defaults read (the seal's own
             # check reads thousands), a frame's f_code; only frame attributes count
-            if len(args) != 2 or args[1] not in _FRAME_ATTRIBUTES:
+            if len(args) != 2 or type(args[1]) is not str or args[1] not in _FRAME_ATTRIBUTES:
                 return
         elif event not in _EVENTS and not event.startswith("ctypes."):
             return
@@ -236,14 +243,14 @@ def install_audit_hook(
             except Exception:  # noqa: BLE001 - never fail an import over a record of it
                 pass
             return
-        if event == "sys.addaudithook" and by_notebook(2):
+        if event == "sys.addaudithook":  # whoever adds it: a library can be handed it too
             if "it added an audit hook (refused)" not in sent:
                 sent.add("it added an audit hook (refused)")
                 report("it added an audit hook (refused)")
             raise RuntimeError("no audit hooks in a hand-in")  # Python refuses the new hook
         me = get_ident()
-        if me in reading:
-            return  # the hook's own sys._getframe (own_frame)
+        if me in reading and event == "sys._getframe":
+            return  # the hook's own (own_frame)
         level = depth.get(me, 0)
         if level > _MOST_NESTING or len(sent) >= MAX_REPORTS:
             return  # the check below reading a file: the hook's own work
@@ -261,6 +268,8 @@ def install_audit_hook(
             what, only_notebook = classify(event, args)
             # frames: 0 by_notebook, 1 this hook, 2 the code that raised the event
             short = _ALWAYS_SHORT.get(event)
+            if event == "object.__getattr__":
+                short = args[1]  # a frame attribute (classify has said so)
             if (
                 what
                 and what not in sent
@@ -383,6 +392,43 @@ def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
         return args[0] == on_disk[16:]
     except (OSError, TypeError, ValueError):
         return False
+
+
+_NAMING = frozenset(
+    {"LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF"}
+)
+_SPANS: dict[tuple[int, int], tuple] = {}  # (code id, offset) -> (code, names there)
+
+
+def _named_at(code, offset: int, short: str) -> bool:
+    """Whether the expression of ``code``'s instruction at ``offset`` (the one running: a
+    C function called there raised the event) names ``short``: ``sys._getframe(1)`` does,
+    ``for item in names`` (a ``map`` over ``sys._getframe`` iterated) and ``getattr(obj,
+    name)`` do not. Read from the instructions whose source positions lie within that
+    instruction's, once per instruction (the code is held, so that no id is reused)."""
+    key = (id(code), offset)
+    known = _SPANS.get(key)
+    if known is None or known[0] is not code:
+        import dis
+
+        instructions = list(dis.get_instructions(code))
+        where = next((i.positions for i in instructions if i.offset == offset), None)
+        inside = set()
+        if where is not None and where.lineno is not None:
+            start = (where.lineno, where.col_offset or 0)
+            end = (where.end_lineno or where.lineno, where.end_col_offset or 0)
+            for inner in instructions:
+                at = inner.positions
+                if inner.opname not in _NAMING or at is None or at.lineno is None:
+                    continue
+                if type(inner.argval) is not str:
+                    continue
+                first = (at.lineno, at.col_offset or 0)
+                last = (at.end_lineno or at.lineno, at.end_col_offset or 0)
+                if start <= first and last <= end:
+                    inside.add(inner.argval)
+        known = _SPANS[key] = (code, frozenset(inside))
+    return any(short in name for name in known[1])
 
 
 def _names_text(code, prefix: str) -> bool:
@@ -551,15 +597,13 @@ def install_tripwires(questions: dict, provenance, root=None):
     private["__builtins__"] = dict(vars(builtins))
     make = types.FunctionType(_judge_calls.__code__, private, "_judge_calls")
     parts: list = []  # (question, where, names, answer) of each tripwire: the judge's alone
-    if root is None:  # the main thread's first frame's code: the runner's, forked from here
+    if root is None:  # the main thread's first frame: the runner's too, forked from here
         import threading
 
-        first = sys._current_frames()[threading.main_thread().ident]
-        while first.f_back is not None:
-            first = first.f_back
-        root = first.f_code
-    frame_type = type(sys._getframe())
-    judging = make(provenance.is_library_frame, frame_type, root, parts, _MOST_FRAMES)
+        root = sys._current_frames()[threading.main_thread().ident]
+        while root.f_back is not None:
+            root = root.f_back
+    judging = make(provenance.is_library_frame, sys._getframe, root, parts, _MOST_FRAMES)
     next(judging)
     judge = judging.send
     wrappers: dict[int, Callable] = {}
@@ -567,8 +611,8 @@ def install_tripwires(questions: dict, provenance, root=None):
     def wrap(function, question: str, where: str, names: frozenset = frozenset()):
         if id(function) in wrappers:
             return wrappers[id(function)]
-        parts.append((question, where, names, function))
-        tripwire = _made_tripwire(judge, len(parts) - 1, function)
+        tripwire = _made_tripwire(judge, len(parts), function)
+        parts.append((question, where, names, function, tripwire.__code__))
         wrappers[id(function)] = tripwire
         _hold_original(function, where)  # see _held_answer
         return tripwire
@@ -621,14 +665,14 @@ def install_tripwires(questions: dict, provenance, root=None):
 def _tripwire(*args, **kwargs):
     """A call to coursekit's answer: judged, then made (see install_tripwires). The tuple
     below is a placeholder, replaced in each tripwire's code by its own parts."""
-    judge, index, getframe = ("judge", "index", "getframe")
-    raised, answer = judge(("call", index, getframe(1)))
+    judge, index = ("judge", "index")
+    raised, answer = judge(("call", index))
     if raised is not None:  # a timer's or a signal's, met in the judge: raised here
         raise raised
     return answer(*args, **kwargs)
 
 
-_PLACEHOLDER = ("judge", "index", "getframe")
+_PLACEHOLDER = ("judge", "index")
 
 
 def _made_tripwire(judge, index: int, function):
@@ -636,7 +680,7 @@ def _made_tripwire(judge, index: int, function):
     (no closure, no global looked up, and not the answer itself: the judge hands that back
     once it has judged the call), named and documented as the answer it watches."""
     code = _tripwire.__code__
-    parts = (judge, index, sys._getframe)
+    parts = (judge, index)
     consts = tuple(parts if c == _PLACEHOLDER else c for c in code.co_consts)
     tripwire = types.FunctionType(code.replace(co_consts=consts), _tripwire.__globals__)
     functools.update_wrapper(tripwire, function)
@@ -646,20 +690,22 @@ def _made_tripwire(judge, index: int, function):
     return tripwire
 
 
-def _judge_calls(is_library_frame, frame_type, root, parts, most_frames):
+def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
     """The tripwires' judge, as a generator whose frame alone holds the answers, the runner's
     record and the provenance (see install_tripwires). It yields ``(raised, value)``.
 
-    Sent ``("call", index, frame)`` by the tripwire of ``parts[index]``: unless library code
-    that names the answer called it (``frame``), with only library frames below down to the
-    main thread's first (``root``: a thread's own stack, all library code, says nothing of
-    who handed it the call), it hands ``(question, where)`` to the record; then it yields
-    what the record answered (an exception met there, to be raised by the tripwire) and the
-    answer to call. A hand-in that sends that itself is reported like any other caller.
-    Sent ``("reporter", record)``: takes the record, the first time only. Sent
-    ``("ping",)``: yields whether a record is set. Anything else is passed over. An
-    exception met here (a timer's, one thrown in) is handed back, and the judge goes on.
-    Only ints, exact strings and frames are read: no method of the notebook's runs here."""
+    Sent ``("call", index)`` by the tripwire of ``parts[index]``: unless library code that
+    names the answer called that tripwire, with only library frames below down to the
+    runner's first (``root``, a frame, or for a test the code of one: on a thread's own
+    stack, all library code, nothing says who handed it the call), it hands ``(question,
+    where)`` to the record; then it yields what the record answered (an exception met
+    there, to be raised by the tripwire) and the answer to call. The judge finds that
+    caller itself: whoever else sends it (a hand-in that read the judge out of a tripwire's
+    constants) is reported as a caller of the answer. Sent ``("reporter", record)``: takes
+    the record, the first time only. Sent ``("ping",)``: yields whether a record is set.
+    Anything else is passed over. An exception met here (a timer's, one thrown in) is handed
+    back, and the judge goes on. Only ints and exact strings are read from a message: no
+    method of the notebook's runs here."""
     record = None
     answer = (None, None)
     while True:
@@ -676,25 +722,31 @@ def _judge_calls(is_library_frame, frame_type, root, parts, most_frames):
                 if kind == "reporter" and len(message) == 2 and record is None:
                     record = message[1]
                     continue
-                if kind != "call" or len(message) != 3 or type(message[1]) is not int:
+                if kind != "call" or len(message) != 2 or type(message[1]) is not int:
                     continue
-                _, index, frame = message
+                index = message[1]
                 if not 0 <= index < len(parts):
                     continue
-                question, where, names, function = parts[index]
-                # library code that names the answer called it, with nothing but library
-                # frames below, down to the runner's first
+                question, where, names, function, tripwire = parts[index]
+                sender = getframe(1)  # 0 this generator, 1 whoever sent the message
                 passes = False
-                if type(frame) is frame_type and names and is_library_frame(frame):
-                    code = frame.f_code
-                    named = not (
-                        names.isdisjoint(code.co_names)
-                        and names.isdisjoint(code.co_varnames)
-                        and names.isdisjoint(code.co_freevars)
+                if sender.f_code is tripwire and names:
+                    # library code that names the answer called the tripwire, with nothing
+                    # but library frames below, down to the runner's first
+                    frame = sender.f_back
+                    code = frame.f_code if frame is not None else None
+                    named = (
+                        code is not None
+                        and is_library_frame(frame)
+                        and not (
+                            names.isdisjoint(code.co_names)
+                            and names.isdisjoint(code.co_varnames)
+                            and names.isdisjoint(code.co_freevars)
+                        )
                     )
                     for _ in range(most_frames if named else 0):
                         if frame.f_back is None:
-                            passes = frame.f_code is root
+                            passes = frame is root or frame.f_code is root
                             break
                         frame = frame.f_back
                         if not is_library_frame(frame):
