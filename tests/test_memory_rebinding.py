@@ -92,15 +92,16 @@ def test_a_right_hand_in_keeps_full_marks_unflagged(graded):
         ("cell_rebound", "changed torch.nn.functional.linear", "forward pass on the whole"),
         # put back in the child, its finalizer changed a name there: seen by the seal again
         ("finalized_hook", "changed torch.nn.functional.linear", "was not measured"),
-        # a handler would be handed the measure's frame: the memory test does not run
-        ("signalled", "handler for SIGUSR1", "signal handler"),
+        # a handler would be handed the measure's frame: none can be set, so it is measured
+        # as it is, and its whole-window forward fails the memory test (nothing to flag)
+        ("signalled", None, "forward pass on the whole"),
         # put back in the child, so measured: the whole-window forward is what fails
         ("hooked_warm_up", "a global hook in torch.nn.modules", "forward pass on the whole"),
     ],
 )
 def test_what_the_seal_and_the_state_check_find_is_flagged_and_said(graded, attack, flag, feedback):
     notes = " ".join(graded[attack]["notes"])
-    assert flag in notes, notes
+    assert flag is None or flag in notes, notes
     window = next(q for q in graded[attack]["questions"] if q["name"] == "accumulate_window")
     assert feedback in window["feedback"], window
 

@@ -76,6 +76,8 @@ class Provenance:
         self._defaults: dict[int, list] = {}  # code id -> [(defaults, kwdefaults)] at seal
         self._functions: list = []  # every function at seal
         self._function_ids: frozenset = frozenset()
+        self._also: list = []  # made since the seal by the grader, counted as at it
+        self._also_ids: frozenset = frozenset()
 
     def seal(self) -> int:
         """Record every code object now reachable from a function (nested code included),
@@ -100,15 +102,15 @@ class Provenance:
     def existed_at_seal(self, function) -> bool:
         """Whether ``function`` existed when :meth:`seal` ran (before any hand-in code): one
         the import of a library makes later, or a copy a library makes of another, did not."""
-        return id(function) in self._function_ids
+        return id(function) in self._function_ids or id(function) in self._also_ids
 
     def seal_also(self, functions) -> None:
         """Count ``functions`` (made since the seal, by the grader: the runner's private
         copies, its timers' handler) as having existed at it: a change of their code or
         defaults is then flagged whoever makes it (a library helper handed them too)."""
         kept = [f for f in functions if type(f) is types.FunctionType]
-        self._functions = [*self._functions, *kept]  # held: no id of theirs is reused
-        self._function_ids = self._function_ids | frozenset(map(id, kept))
+        self._also = [*self._also, *kept]  # held: no id of theirs is reused
+        self._also_ids = self._also_ids | frozenset(map(id, kept))
 
     def forget_globals(self, namespace) -> None:
         """``namespace`` is not a library module's, whatever registered it (IPython puts
