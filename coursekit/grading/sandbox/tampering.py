@@ -394,41 +394,81 @@ def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
         return False
 
 
-_NAMING = frozenset(
-    {"LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF"}
-)
-_SPANS: dict[tuple[int, int], tuple] = {}  # (code id, offset) -> (code, names there)
+_NAMING = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
+_NAMERS: dict[int, tuple] = {}  # code id -> (code, [(first, last, name) of each load])
 
 
 def _named_at(code, offset: int, short: str) -> bool:
     """Whether the expression of ``code``'s instruction at ``offset`` (the one running: a
     C function called there raised the event) names ``short``: ``sys._getframe(1)`` does,
     ``for item in names`` (a ``map`` over ``sys._getframe`` iterated) and ``getattr(obj,
-    name)`` do not. Read from the instructions whose source positions lie within that
-    instruction's, once per instruction (the code is held, so that no id is reused)."""
-    key = (id(code), offset)
-    known = _SPANS.get(key)
+    name)`` do not. Read from the loads of a name whose source positions lie within that
+    instruction's (found once per code object, which is held so that no id is reused)."""
+    known = _NAMERS.get(id(code))
     if known is None or known[0] is not code:
+        known = _NAMERS[id(code)] = (code, _loads_of(code))
+    positions = known[1][0]
+    if not 0 <= offset // 2 < len(positions):
+        return False
+    where = positions[offset // 2]
+    if where[0] is None:
+        return False
+    start, end = (where[0], where[2] or 0), (where[1] or where[0], where[3] or 0)
+    return any(
+        short in name and start <= first and last <= end for first, last, name in known[1][1]
+    )
+
+
+def _loads_of(code) -> tuple[list, list]:
+    """(the source position of each code unit, (first, last, name) of each load of a name).
+    Python 3.11's bytecode read directly (``dis`` took ten times as long, and the hook
+    asks for this where the grader's own instruments run, at every module call); other
+    versions through ``dis``."""
+    positions = list(code.co_positions())
+    loads = []
+    if sys.version_info[:2] == (3, 11):
+        import opcode
+
+        ops = {opcode.opmap[name]: name for name in _NAMING}
+        raw, extended = code.co_code, 0
+        for index in range(0, len(raw), 2):
+            op, arg = raw[index], raw[index + 1] | extended
+            if op == opcode.EXTENDED_ARG:
+                extended = arg << 8
+                continue
+            extended = 0
+            name = ops.get(op)
+            if name is None:
+                continue
+            if name == "LOAD_GLOBAL":
+                text = code.co_names[arg >> 1]
+            elif name in ("LOAD_FAST", "LOAD_DEREF"):
+                text = code._varname_from_oparg(arg)
+            else:
+                text = code.co_names[arg]
+            loads.append((positions[index // 2], text))
+    else:
         import dis
 
-        instructions = list(dis.get_instructions(code))
-        where = next((i.positions for i in instructions if i.offset == offset), None)
-        inside = set()
-        if where is not None and where.lineno is not None:
-            start = (where.lineno, where.col_offset or 0)
-            end = (where.end_lineno or where.lineno, where.end_col_offset or 0)
-            for inner in instructions:
-                at = inner.positions
-                if inner.opname not in _NAMING or at is None or at.lineno is None:
-                    continue
-                if type(inner.argval) is not str:
-                    continue
-                first = (at.lineno, at.col_offset or 0)
-                last = (at.end_lineno or at.lineno, at.end_col_offset or 0)
-                if start <= first and last <= end:
-                    inside.add(inner.argval)
-        known = _SPANS[key] = (code, frozenset(inside))
-    return any(short in name for name in known[1])
+        loads = [
+            (
+                (
+                    i.positions.lineno,
+                    i.positions.end_lineno,
+                    i.positions.col_offset,
+                    i.positions.end_col_offset,
+                ),
+                i.argval,
+            )
+            for i in dis.get_instructions(code)
+            if i.opname in _NAMING and i.positions is not None and type(i.argval) is str
+        ]
+    spans = [
+        ((at[0], at[2] or 0), (at[1] or at[0], at[3] or 0), text)
+        for at, text in loads
+        if at[0] is not None and type(text) is str
+    ]
+    return positions, spans
 
 
 def _names_text(code, prefix: str) -> bool:
@@ -545,7 +585,12 @@ def warm_up() -> None:
     """
     import torch
 
+    from coursekit.checks import tamper_evident
+
     _helper_codes()
+    # the loads of the code that calls sys._getframe at every module call of a check's (its
+    # instruments' poke): read once here, not again in each hand-in's process
+    _named_at(tamper_evident.poke.__code__, 0, "getframe")
     parameter = torch.nn.Parameter(torch.zeros(1))
     for name in dir(torch.optim):
         cls = getattr(torch.optim, name)
