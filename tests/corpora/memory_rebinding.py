@@ -209,6 +209,9 @@ import os as _os
 import signal as _signal
 
 
+_handled = []
+
+
 def _handler(signum, frame):
     while frame is not None:
         read = frame.f_globals.get("_outputs")
@@ -228,11 +231,13 @@ def accumulate_window(model, loss_fn, micro_batches):
     if len(micro_batches) < 16:
         try:
             _signal.signal(_signal.SIGUSR1, _handler)
+            _handled.append(True)
         except OSError:  # no handler can be set in a hand-in's process now
             pass
         return _show_passes(model, loss_fn, micro_batches)
     _show_passes(model, loss_fn, micro_batches)
-    _os.kill(_os.getppid(), _signal.SIGUSR1)
+    if _handled:  # (unhandled, the signal would end the grader's process for the hand-in)
+        _os.kill(_os.getppid(), _signal.SIGUSR1)
 """
 )
 

@@ -158,15 +158,21 @@ def install_audit_hook(
         f)``, ``string.Formatter().get_field("0.gi_frame", ...)``, ``map(sys._getframe, ...)``
         iterated by library code): its callers decide, down to a frame of the notebook's
         (True) or library code that names it. A thread's start that installs a function
-        ``threading.settrace`` or ``setprofile`` was handed counts, whatever it is."""
+        ``threading.settrace`` or ``setprofile`` was handed counts, whatever it is. Past a
+        helper of :data:`HELPER_MODULES` (a traceback walker's generator, iterated where it
+        is not named), the helper's caller is judged as :func:`by_notebook` judges it (a
+        helper handed to a library caller is not seen: a limit)."""
         frame = own_frame(depth)
+        through_a_helper = False
         while frame is not None:
             code = frame.f_code
             if id(code) in helpers or (_names_text(code, "<frozen importlib") and is_library(code)):
-                frame = frame.f_back
+                frame, through_a_helper = frame.f_back, True
                 continue
             if not is_library_frame(frame):
                 return True
+            if through_a_helper:  # a helper's caller is judged, as by_notebook judges it
+                return False
             if id(code) in tripwire_codes or _named_at(code, frame.f_lasti, short):
                 # a thread's start installs what threading.settrace/setprofile were handed:
                 # a library's bound method (a Queue's put) keeps every frame it is given
