@@ -677,22 +677,29 @@ _shell.events.register(
 """
 HARNESS_ATTACKS["answer_through_a_library_caller"] = _ANSWER_THROUGH_A_LIBRARY_CALLER
 
-# What a tripwire's closure leads to, walked without an audited step (a cell's contents
-# are plain to read and to write, defaults to read): the runner's flags sent so far filled
-# (every later flag dropped), its questions swapped for ones whose tests run coursekit's own
-# answer, the reporter's way in silenced, and any generator closed. Placed before the wrong
-# answers like the others.
-_TRIPWIRE_REACH = """
-import types, coursekit.training
-_cells_of, _owner_of, _answer_of = "__clo" + "sure__", "__se" + "lf__", "refer" + "ence"
-class _Fake:
+# A question whose tests run coursekit's own answer, put in the runner's questions by the
+# attacks that reach them (its name for the reference: _answer_of, set before it).
+_SWAPPED_QUESTIONS = """class _Fake:
     def __init__(self, real):
         self._real = real
     def __getattr__(self, name):
         return getattr(self._real, name)
     def run(self, fn, spec):
         return self._real.run(getattr(self._real, _answer_of)(), spec)
-_seen, _stack = set(), [coursekit.training.train_accumulated]
+"""
+
+# What a tripwire's closure leads to, walked without an audited step (a cell's contents
+# are plain to read and to write, defaults to read): the runner's flags sent so far filled
+# (every later flag dropped), its questions swapped for ones whose tests run coursekit's own
+# answer, the reporter's way in silenced, and any generator closed. Placed before the wrong
+# answers like the others.
+_TRIPWIRE_REACH = (
+    """
+import types, coursekit.training
+_cells_of, _owner_of, _answer_of = "__clo" + "sure__", "__se" + "lf__", "refer" + "ence"
+"""
+    + _SWAPPED_QUESTIONS
+    + """_seen, _stack = set(), [coursekit.training.train_accumulated]
 while _stack:
     _item = _stack.pop()
     if id(_item) in _seen:
@@ -722,6 +729,7 @@ while _stack:
             if hasattr(_item[_name], _answer_of):
                 _item[_name] = _Fake(_item[_name])
 """
+)
 HARNESS_ATTACKS["tripwire_reach"] = _TRIPWIRE_REACH
 
 # What the runner keeps as defaults (changing one raises an audited event), rewritten: the
@@ -789,17 +797,13 @@ HARNESS_ATTACKS["blinded_within_a_call"] = _BLINDED_WITHIN_A_CALL
 # A signal handler set, raised and taken off within one cell is handed the running frame,
 # and through it the runner's (its flags sent so far, its questions): once it filled the
 # one and swapped the other for 9.7 of 10, unflagged. No handler can be set in a hand-in.
-_SIGNAL_HANDLER_FRAME = """
+_SIGNAL_HANDLER_FRAME = (
+    """
 import signal, _thread
 _answer_of, _back, _names = "refer" + "ence", "f_ba" + "ck", "f_lo" + "cals"
-class _Fake:
-    def __init__(self, real):
-        self._real = real
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-    def run(self, fn, spec):
-        return self._real.run(getattr(self._real, _answer_of)(), spec)
-def _reach(number, how):
+"""
+    + _SWAPPED_QUESTIONS
+    + """def _reach(number, how):
     found = {}
     def handler(signum, frame):
         while frame is not None:
@@ -825,6 +829,7 @@ for _number, _how in _ways:
         for _name in list(_questions):
             _questions[_name] = _Fake(_questions[_name])
 """
+)
 HARNESS_ATTACKS["signal_handler_frame"] = _SIGNAL_HANDLER_FRAME
 
 # Frames without a step the audit hook judged as the notebook's (a review of issue 40): kept
@@ -832,17 +837,13 @@ HARNESS_ATTACKS["signal_handler_frame"] = _SIGNAL_HANDLER_FRAME
 # back by library code that calls what it was handed (cached_property over sys._getframe),
 # and a profiler a library installs for it (ExitStack's callback). From the runner's frame:
 # its flags filled, its questions swapped for ones that run the reference.
-_FRAMES_HANDED_BY_LIBRARIES = """
+_FRAMES_HANDED_BY_LIBRARIES = (
+    """
 import contextlib, functools, gc, sys
 _answer_of, _back, _names = "refer" + "ence", "f_ba" + "ck", "f_lo" + "cals"
-class _Fake:
-    def __init__(self, real):
-        self._real = real
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-    def run(self, fn, spec):
-        return self._real.run(getattr(self._real, _answer_of)(), spec)
-def _take_over(frame):
+"""
+    + _SWAPPED_QUESTIONS
+    + """def _take_over(frame):
     while frame is not None:
         names = getattr(frame, _names)
         if "questions" in names and "reported_flags" in names:
@@ -875,6 +876,7 @@ with contextlib.ExitStack() as _stack:
 len("a call the profiler sees")
 getattr(sys, "set" + "profile")(None)
 """
+)
 HARNESS_ATTACKS["frames_handed_by_libraries"] = _FRAMES_HANDED_BY_LIBRARIES
 
 # What each attack must be flagged for (a part of a flag's text).
