@@ -24,6 +24,13 @@ def lock_debug() -> bool:
     good; whether it could (CPython only)."""
     if sys.implementation.name != "cpython":
         return False
+    try:
+        return _locked()
+    except (OSError, ValueError, TypeError):  # never a reason to grade no one: said in applied
+        return False
+
+
+def _locked() -> bool:
     gc.set_debug(0)
     gc.garbage.clear()
     pointer = ctypes.sizeof(ctypes.c_void_p)

@@ -48,9 +48,9 @@ _ALWAYS = frozenset(
 )
 MAX_REPORTS = 20
 # what library code that calls each of those by name has in its code's names (``_getframe``,
-# ``getframe``...), and the functions a thread's start installs for threading's hooks
+# ``getframe``...), and those a thread's start makes for threading's hooks
 _ALWAYS_SHORT = {event: event.rpartition(".")[2].lstrip("_") for event in _ALWAYS}
-_THREAD_HOOKS = {"settrace": "_trace_hook", "setprofile": "_profile_hook"}
+_THREAD_HOOKS = frozenset({"settrace", "setprofile"})
 
 
 def _path_text(path) -> str:
@@ -185,7 +185,12 @@ def install_audit_hook(
         if event in _ALWAYS or event.startswith("ctypes."):
             what = f"it called {event}" if not event.startswith("ctypes.") else "it used ctypes"
             return what, True
-        if event == "object.__getattr__" and len(args) == 2 and type(args[1]) is str:
+        if (
+            event == "object.__getattr__"
+            and len(args) == 2
+            and type(args[1]) is str
+            and args[1] in _FRAME_ATTRIBUTES
+        ):
             return f"it read a {args[1]} (a frame of the running program)", True
         if event == "object.__setattr__" and len(args) == 3:
             # read without running any method of the target's (a notebook's __getattribute__
