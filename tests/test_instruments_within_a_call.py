@@ -233,43 +233,70 @@ def test_a_private_record_is_not_blinded_by_patching_the_class_or_the_module():
 
 _INSIDE_THE_HOOK = """
 import json, os, sys, types
-sys.modules["torch"] = types.SimpleNamespace(__file__="/no/such/torch/__init__.py")  # cheap
+sys.modules["torch"] = types.ModuleType("torch")  # cheap
+sys.modules["torch"].__file__ = "/no/such/torch/__init__.py"
 from coursekit.grading.sandbox import frame_hook_guard, tampering
 from coursekit.grading.sandbox.provenance import Provenance, made_private
 folders = (os.path.dirname(os.__file__) + '/',)
 record = made_private(Provenance(folders))
 record.seal()
 reports = []
+DOOR = []
+if DOOR_OPEN:  # a way for the notebook's code to run inside the hook, made for this test
+    judge = type(record).is_library_callable
+    def is_library_callable(self, value, **options):
+        for door in DOOR:
+            door()
+        return judge(self, value, **options)
+    type(record).is_library_callable = is_library_callable
 tampering.install_audit_hook(reports.append, folders, record)
 cell = '''
 import sys
 getframe = getattr(sys, "_get" + "frame")
+KEPT, LEFT = [], [DEPTH]
 class Sly:
-    def __init__(self, depth):
-        self.depth = depth
     def __call__(self, *args):
         return None
     @property
-    def __class__(self):  # read by the hook's isinstance checks
-        if self.depth == 0:
-            KEPT.append(getframe(0))
-        else:
-            sys.audit(EVENT, "set_eval_frame", Sly(self.depth - 1))
+    def __class__(self):  # once read by the hook's isinstance checks, inside the hook
+        door()
         return Sly
-KEPT = []
-sys.audit(EVENT, "set_eval_frame", Sly(DEPTH))
+class Thing:  # passes for one of torch's classes by name: its provenance is judged
+    __module__ = "torch.things"
+    def run(self, *args):
+        return None
+def door():
+    if LEFT[0] == 0:
+        LEFT[0] = -1
+        KEPT.append(getframe(0))
+    elif LEFT[0] > 0:
+        LEFT[0] -= 1
+        sys.audit(EVENT, "set_eval_frame", Thing().run)
+DOOR.append(door)
+sys.audit(EVENT, "set_eval_frame", Sly())
+sys.audit(EVENT, "set_eval_frame", Thing().run)
 '''
 for depth in (0, 5):
+    DOOR.clear()
     exec(compile(cell, "<cell>", "exec"), {"__name__": "__main__", "EVENT": frame_hook_guard.EVENT,
-                                            "DEPTH": depth})
+                                            "DEPTH": depth, "DOOR": DOOR})
 print(json.dumps(reports))
 """
 
 
+def test_no_route_runs_the_notebooks_code_inside_the_audit_hook():
+    """The hook once read a handed object's ``__class__`` (``isinstance``), which ran the
+    notebook's property inside the hook: it reads real types now."""
+    reports = _child(_INSIDE_THE_HOOK.replace("DOOR_OPEN", "False"))
+    assert not any("sys._getframe" in r or "inside the grader's" in r for r in reports), reports
+    assert any("set_eval_frame" in r for r in reports), reports
+
+
 def test_code_the_audit_hook_runs_is_judged_at_every_depth():
-    """The hook once ignored every event raised while it ran, so a notebook's method that
-    it called (a ``__class__`` property read by ``isinstance``) took frames unflagged."""
-    reports = _child(_INSIDE_THE_HOOK)
+    """Were a route found, the notebook's code run inside the hook is still judged: the hook
+    once ignored every event raised while it ran. A door into the hook is made for this test
+    (the notebook's code runs each time the hook judges a callable)."""
+    reports = _child(_INSIDE_THE_HOOK.replace("DOOR_OPEN", "True"))
     assert any("it called sys._getframe" in r for r in reports), reports
     assert "it ran code of its own inside the grader's audit hook" in reports, reports
 

@@ -296,6 +296,61 @@ def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
     assert found == ["a thread it started (spinner) still runs beside the tests"]
 
 
+_RUNS_CODE_WHEN_LOOKED_AT = """
+import gc, threading, torch
+from torch.overrides import TorchFunctionMode
+RAN = []
+class Spinner(threading.Thread):  # every attribute read, and its run(), the notebook's
+    def __getattribute__(self, name):
+        if name not in ("_started", "_tstate_lock", "_is_stopped", "_ident", "_native_id"):
+            RAN.append(f"thread.{name}")
+        return object.__getattribute__(self, name)
+    def run(self):
+        while not STOP.wait(0.01):
+            pass
+class Callback:
+    def __eq__(self, other):
+        RAN.append("callback ==")
+        return True
+    __hash__ = object.__hash__
+    def __call__(self, phase, info):
+        pass
+class Named(type):
+    def __getattribute__(cls, name):
+        RAN.append(f"mode class.{name}")
+        return type.__getattribute__(cls, name)
+class Mode(TorchFunctionMode, metaclass=Named):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+spinner = Spinner(name="spinner", daemon=True)
+spinner.start()
+gc.callbacks.append(Callback())
+Mode().__enter__()
+RAN.clear()  # what the cell itself did
+"""
+
+
+def test_putting_state_back_runs_none_of_the_notebooks_code(provenance):
+    """What the grader reads of a thread, a gc callback or a mode's class is read through
+    ``object``'s and ``type``'s own lookups: a notebook's ``__getattribute__`` or ``__eq__``
+    would run inside the grader's check, with the grader's frames on the stack."""
+    baseline = global_state.take()
+    stop = threading.Event()
+    namespace = {"__name__": "__main__", "STOP": stop}
+    try:
+        cell(_RUNS_CODE_WHEN_LOOKED_AT, namespace)
+        found = global_state.restore(baseline, provenance)
+        ran = list(namespace["RAN"])
+    finally:
+        stop.set()
+        global_state.restore(baseline, provenance)
+        namespace["spinner"].join(5)
+    assert ran == []
+    said = "\n".join(found)
+    for expected in ("a thread it started (spinner)", "gc callback", "(__main__.Mode)"):
+        assert expected in said, said
+
+
 def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provenance):
     watched = {(o, n): vars(o)[n] for o, n in torch_registrations.registrars()}
     try:

@@ -459,19 +459,32 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
             found.append(f"it changed {label}")
     top_saved, pop_saved = base.tools["top_saved"], base.tools["pop_saved"]
     top = top_saved(True)
-    if top != base.saved_tensor_hooks:
+    if not _same_hooks(top, base.saved_tensor_hooks):
         if not all(library_code(hook) for hook in top or ()):
             found.append("it left default saved-tensor hooks on (they see every backward)")
         for _ in range(1000):
-            if top_saved(True) == base.saved_tensor_hooks:
+            if _same_hooks(top_saved(True), base.saved_tensor_hooks):
                 break
             pop_saved()
-    callbacks = base.gc_list
-    if callbacks != base.gc_callbacks:
+    callbacks, then = base.gc_list, base.gc_callbacks
+    if len(callbacks) != len(then) or any(
+        c is not b for c, b in zip(callbacks, then, strict=False)
+    ):
+        # by identity: a list's != would run a notebook callback's own __eq__ here
         added = [c for c in callbacks if not any(c is b for b in base.gc_callbacks)]
         if any(not library_code(c) for c in added):
             found.append("it left a gc callback (run at every collection)")
         callbacks[:] = base.gc_callbacks
+
+
+def _same_hooks(now, then) -> bool:
+    """The same saved-tensor hooks, by identity: ``==`` on tuples would call a notebook
+    hook's own ``__eq__``."""
+    if now is then:
+        return True
+    if type(now) is not tuple or type(then) is not tuple or len(now) != len(then):
+        return False
+    return all(a is b for a, b in zip(now, then, strict=True))
 
 
 def _frame_hooks(originals: dict) -> list:
@@ -593,20 +606,39 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
     frames = tools["current_frames"]()
     if len(frames) <= len(base.threads) + 1 and frames.keys() <= base.threads | {me}:
         return
-    targets = {t.ident: t for t in tools["enumerate"]()}
+    idents = ((dict.get(_thread_dict(t), "_ident"), t) for t in tools["enumerate"]())
+    targets = {ident: t for ident, t in idents if type(ident) is int}  # no __hash__ of its own
     for ident, frame in frames.items():
         if ident in base.threads or ident == me or ident in base.reported_threads:
             continue
         thread = targets.get(ident)
-        target = getattr(thread, "_target", None) or getattr(thread, "run", None)
-        ours = target is None or provenance.is_library_callable(target)
+        # read through Thread's own __dict__ slot, so no attribute lookup of a notebook's
+        # Thread subclass runs here; its class (its run()) is judged as the target is
+        held = _thread_dict(thread)
+        ours = thread is None or provenance.is_library_callable(type(thread))
+        target = dict.get(held, "_target")
+        ours = ours and (target is None or provenance.is_library_callable(target))
         while ours and frame is not None:
             ours = provenance.is_library_frame(frame)
             frame = frame.f_back
         if not ours:
             base.reported_threads.add(ident)
-            name = getattr(thread, "name", f"thread {ident}")
+            name = dict.get(held, "_name")
+            name = name if type(name) is str else f"thread {ident}"
             found.append(f"a thread it started ({name}) still runs beside the tests")
+
+
+def _thread_dict(thread) -> dict:
+    """A thread object's attributes, through ``Thread``'s own ``__dict__`` slot (C: checks
+    the object's real type, runs no method of a subclass)."""
+    try:
+        held = _THREAD_DICT(thread)
+    except (AttributeError, TypeError):
+        return {}
+    return held if type(held) is dict else {}
+
+
+_THREAD_DICT = threading.Thread.__dict__["__dict__"].__get__
 
 
 def _check_library(base: Baseline, found: list[str], provenance) -> None:
@@ -626,5 +658,15 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
 
 
 def _name_of(mode) -> str:
+    """A mode's class's name, read through ``type``'s own descriptors (a metaclass of the
+    notebook's cannot run code here)."""
     cls = type(mode)
-    return f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}"
+    try:
+        parts = (_TYPE_MODULE(cls), _TYPE_QUALNAME(cls))
+    except Exception:  # noqa: BLE001 - a name is only for the flag's text
+        return "?"
+    return ".".join(part if type(part) is str else "?" for part in parts)
+
+
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__

@@ -34,10 +34,12 @@ notebook changes afterwards is still that module's: the seal watches those the h
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import sys
 import types
+import weakref
 
 _CODE = types.CodeType
 _MODULE = types.ModuleType
@@ -50,18 +52,66 @@ _BUILTIN_CALLABLES = (
     types.MethodDescriptorType,
     types.ClassMethodDescriptorType,
 )
-_EXACT = frozenset(
-    {
-        types.FunctionType,
-        types.MethodType,
-        functools.partial,
-        staticmethod,
-        classmethod,
-        property,
-        type,
-        *_BUILTIN_CALLABLES,
-    }
+
+
+def _ids(*kinds) -> frozenset:
+    """Types, by identity: ``kind in {...}`` would hash ``kind``, and so run a notebook
+    metaclass's ``__hash__``; an ``int`` id hashes as C does."""
+    return frozenset(map(id, kinds))
+
+
+# Data no code of the notebook's runs in (exact types: a subclass's methods are its own).
+_PLAIN = _ids(str, bytes, int, float, complex, bool, type(None), type(...))
+# C descriptors of a class's own slots and methods: they run only C.
+_INERT = _ids(
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.ClassMethodDescriptorType,
 )
+_BUILTIN = _ids(*_BUILTIN_CALLABLES)  # none of these types can be subclassed
+_EXACT = _ids(
+    types.FunctionType,
+    types.MethodType,
+    functools.partial,
+    staticmethod,
+    classmethod,
+    property,
+    type,
+    *_BUILTIN_CALLABLES,
+)
+_UNSEEABLE = _ids(weakref.ProxyType, weakref.CallableProxyType)  # their referent is hidden
+_HOLDS_KINDS = (  # the C types of containers, and how to read what one holds without its code
+    (dict, lambda value: [*dict.keys(value), *dict.values(value)]),
+    (list, list.copy),
+    (tuple, lambda value: tuple.__getitem__(value, slice(None))),
+    (set, lambda value: list(set.__iter__(value))),
+    (frozenset, lambda value: list(frozenset.__iter__(value))),
+    (collections.deque, lambda value: list(collections.deque.__iter__(value))),
+)
+_DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"].__get__
+# what a partial, a static or class method, or a property runs, read through the base type's
+# own C slot: a subclass that passes can still shadow ``func`` or ``fget`` with a property
+_PARTIAL_PARTS = tuple(functools.partial.__dict__[n].__get__ for n in ("func", "args", "keywords"))
+_WRAPPED_FUNC = (
+    (staticmethod, staticmethod.__dict__["__func__"].__get__),
+    (classmethod, classmethod.__dict__["__func__"].__get__),
+)
+_PROPERTY_PARTS = tuple(property.__dict__[n].__get__ for n in ("fget", "fset", "fdel"))
+_DICT_SLOT = types.GetSetDescriptorType
+_DESCRIPTORS = (property, staticmethod, classmethod)
+MOST_ITEMS = 4096  # a container larger than this is not judged, and so not the libraries'
+_MRO = type.__dict__["__mro__"].__get__  # not a metaclass's __mro__ or __dict__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+_MODULE_DICT = _MODULE.__dict__["__dict__"].__get__
+_FLAGS = type.__dict__["__flags__"].__get__
+_IMMUTABLE_TYPE = 1 << 8  # Py_TPFLAGS_IMMUTABLETYPE: its dict cannot change once made
+_PROXY_KEYS = types.MappingProxyType.keys  # a class's own dict, always a real one
+_PROXY_VALUES = types.MappingProxyType.values
+_PROXY_ITEMS = types.MappingProxyType.items
+_REFERENTS = gc.get_referents
+_CACHED = functools._lru_cache_wrapper  # functools.lru_cache's, functools.cache's
 
 
 class Provenance:
@@ -70,6 +120,7 @@ class Provenance:
     def __init__(self, trusted: tuple[str, ...] = ()):
         self.trusted = tuple(trusted)
         self._known: dict[int, _CODE] = {}
+        self._verified: dict[int, _CODE] = {}  # found to be a library file's code since
         self._by_file: dict[str, frozenset] = {}
         self._globals: dict[int, dict] = {}  # library namespaces, by identity
         self._pending: dict[int, tuple] = {}  # namespace id -> (namespace, code) to verify
@@ -191,7 +242,19 @@ class Provenance:
         function whose code is known but whose defaults are not one of the library's own.
         ``deeper``: levels to look beyond :data:`MAX_DEPTH` (torch._dynamo's frame callbacks
         hold their backends and graphs 9 to 12 levels down)."""
-        return self._callable(value, strict, -deeper, set())
+        try:
+            return self._callable(value, strict, -deeper, set())
+        except Exception:  # noqa: BLE001 - too deep to judge (RecursionError), or raised by
+            return False  # what it holds: not judged the libraries'
+
+    # Every walk below reads an object's real type (``type(value)``), never ``__class__``,
+    # which a class of the notebook's can set to anything (``isinstance`` believes it);
+    # compares types by identity (hashing one runs its metaclass's ``__hash__``); and reads
+    # a class's members, an object's ``__dict__`` and a container's items through the C
+    # slots of ``type``, ``object`` and the container's base type, which no subclass or
+    # metaclass can shadow. Each judgement is a conjunction, so an object met again counts
+    # as passed. ``depth`` counts the objects passed through (a container costs nothing);
+    # a class is judged to its own depth, wherever the walk met it.
 
     def _callable(self, value, strict: bool, depth: int, seen: set) -> bool:
         if id(value) in seen or value is None:
@@ -200,124 +263,230 @@ class Provenance:
             return False
         seen.add(id(value))
         deeper = depth + 1
-        if type(value) not in _EXACT and not self._class(type(value), deeper, seen):
+        kind = type(value)
+        if id(kind) not in _EXACT and not self._class(kind, deeper, seen):
             return False  # a subclass (of partial, property...) of the notebook's
-        if isinstance(value, types.FunctionType):
+        if kind is types.FunctionType:
             return self._function(value, strict, deeper, seen)
-        if isinstance(value, types.MethodType):
-            return self._callable(value.__func__, strict, deeper, seen) and self._bound(
+        if kind is types.MethodType:
+            return self._callable(value.__func__, strict, deeper, seen) and self._part(
                 value.__self__, strict, deeper, seen
             )
-        if isinstance(value, functools.partial):
-            if strict and (value.args or value.keywords):
+        if issubclass(kind, functools.partial):
+            func, args, keywords = (read(value) for read in _PARTIAL_PARTS)
+            if strict and (args or keywords):
                 return False
-            parts = [value.func, *value.args, *(value.keywords or {}).values()]
-            return all(self._part(p, strict, deeper, seen) for p in parts)
-        if isinstance(value, _BUILTIN_CALLABLES):
-            owner = getattr(value, "__self__", None)
-            return owner is None or self._bound(owner, strict, deeper, seen)
-        if isinstance(value, (staticmethod, classmethod)):
-            return self._callable(value.__func__, strict, deeper, seen)
-        if isinstance(value, property):
-            parts = (value.fget, value.fset, value.fdel)
+            return all(self._part(p, strict, deeper, seen) for p in (func, args, keywords))
+        if id(kind) in _BUILTIN:
+            owner = getattr(value, "__self__", None)  # a C type's own attribute
+            return owner is None or self._part(owner, strict, deeper, seen)
+        for base, read in _WRAPPED_FUNC:
+            if issubclass(kind, base):
+                return self._callable(read(value), strict, deeper, seen)
+        if issubclass(kind, property):
+            parts = [read(value) for read in _PROPERTY_PARTS]
             return all(self._callable(p, strict, deeper, seen) for p in parts)
-        if isinstance(value, type):
+        if issubclass(kind, type):
             return self._class(value, deeper, seen)
-        return self._object(value, strict, deeper, seen)
+        return self._object(value, strict, depth, seen)  # its __dict__ counts the level
 
     def _part(self, value, strict: bool, depth: int, seen: set) -> bool:
-        """A bound argument, default, closure cell or attribute: callables (and those in
-        plain tuples, lists and dicts) are judged, and any other object by its class."""
-        if type(value) in (tuple, list) and depth <= MAX_DEPTH:
-            return all(self._part(v, strict, depth + 1, seen) for v in value[:64])
-        if type(value) is dict and depth <= MAX_DEPTH:
-            items = list(dict.values(value))[:64]
-            return all(self._part(v, strict, depth + 1, seen) for v in items)
-        if isinstance(value, (_MODULE, str, bytes, int, float, complex, bool)):
+        """A bound argument, default, closure cell, attribute, ``__self__`` or class
+        member: callables, descriptors and modules are judged, containers item by item (keys
+        too), and any other object by its class and what it holds. Past :data:`MAX_DEPTH`,
+        or past :data:`MOST_ITEMS` items, nothing more is judged, and so nothing passes."""
+        kind = type(value)
+        if id(kind) in _PLAIN or id(kind) in _INERT:
             return True
-        if callable(value):
+        if kind is _CODE:
+            return True  # code is judged where it runs: a function's, a generator's
+        if kind is _MODULE:
+            return self._module(value, strict, depth, seen)
+        if callable(value) or issubclass(kind, _DESCRIPTORS):
             return self._callable(value, strict, depth, seen)
-        # data of the notebook's own class still runs its code (``__setitem__``, ``__eq__``)
-        return self._class(type(value), depth, seen)
+        if id(value) in seen:
+            return True
+        seen.add(id(value))
+        return self._object(value, strict, depth, seen)
+
+    def _module(self, module, strict: bool, depth: int, seen: set) -> bool:
+        """A module (of exactly that type) is the libraries' when its namespace is a library
+        module's own; one a notebook made is judged by what it holds."""
+        try:
+            namespace = _MODULE_DICT(module)
+        except (AttributeError, TypeError):
+            return True  # no namespace: nothing of its own to run
+        if self.is_library_globals(namespace) or id(namespace) in seen:
+            return True
+        seen.add(id(namespace))
+        if not _plain_dict(namespace):
+            return False
+        return self._items(dict.values(namespace), strict, depth + 1, seen)
+
+    def _items(self, items, strict: bool, depth: int, seen: set) -> bool:
+        items = list(items)
+        if not items:
+            return True
+        if depth > MAX_DEPTH or len(items) > MOST_ITEMS:
+            return False
+        return all(self._part(item, strict, depth, seen) for item in items)
 
     def is_library_object(self, value) -> bool:
         """Whether an object that is not called (an import finder, a partial's argument) is
-        the libraries' own: its class's code, and the callables it holds."""
-        if isinstance(value, _MODULE):
-            return True
-        return self._bound(value, False, 0, set())
-
-    def _bound(self, owner, strict: bool, depth: int, seen: set) -> bool:
-        """A method's ``__self__``: a module, a library class, or an object of one."""
-        if isinstance(owner, _MODULE):
-            return True
-        if isinstance(owner, type):
-            return self._class(owner, depth, seen)
-        if id(owner) in seen:
-            return True
-        seen.add(id(owner))
-        return self._object(owner, strict, depth, seen)
+        the libraries' own: its class's code, and all it holds."""
+        try:
+            return self._part(value, False, 0, set())
+        except Exception:  # noqa: BLE001 - too deep to judge (RecursionError), or raised by
+            return False  # what it holds: not judged the libraries'
 
     def _object(self, value, strict: bool, depth: int, seen: set) -> bool:
-        """An object: its class is a library's, and the callables it holds (attributes such
-        as ``forward``, hooks, ``__wrapped__``) are the libraries' too."""
-        if not self._class(type(value), depth, seen):
+        """An object: its class is a library's, and what it holds (attributes such as
+        ``forward``, hooks, ``__wrapped__``; in its ``__dict__``, its slots, the items of a
+        container it is, or, for an object of a C type, whatever the type says it holds)
+        is the libraries' too. Read only once the class has passed."""
+        kind = type(value)
+        if not self._class(kind, depth, seen):
             return False
-        try:
-            attributes = object.__getattribute__(value, "__dict__")
-        except (AttributeError, TypeError):
-            return True
-        if type(attributes) is not dict:
-            return True
-        return self._part(attributes, strict, depth, seen)
+        if issubclass(kind, _MODULE):
+            return self._module(value, strict, depth, seen)
+        if id(kind) in _UNSEEABLE:
+            return False
+        immutable = _FLAGS(kind) & _IMMUTABLE_TYPE
+        for base, read in _HOLDS_KINDS:
+            if issubclass(kind, base):
+                if not self._items(read(value), strict, depth, seen):
+                    return False
+                if issubclass(kind, collections.defaultdict):
+                    factory = _DEFAULT_FACTORY(value)
+                    if not self._part(factory, strict, depth + 1, seen):
+                        return False
+                if immutable:
+                    return True  # a list, a dict, an OrderedDict: its items are all it holds
+                break
+        if immutable:
+            # a C type's object: what its type's traversal names (a map's function, a
+            # generator's code and locals, a cache's wrapped function)
+            return self._held(value, strict, depth, seen)
+        if not self._held_in_slots(value, kind, strict, depth, seen):
+            return False
+        attributes = _instance_dict(value, kind)
+        if attributes is None or not _plain_dict(attributes):
+            return False  # a __dict__ of the class's own making, or a name of the notebook's
+        return self._items(dict.values(attributes), strict, depth + 1, seen)
+
+    def _held(self, value, strict: bool, depth: int, seen: set) -> bool:
+        """What ``value``'s C type says it holds (``gc.get_referents``): code among it must be
+        the libraries', the rest is judged as parts."""
+        held = _REFERENTS(value)
+        if type(value) is _CACHED:
+            held = _cached_function(held) + [_instance_dict(value, _CACHED)]
+        held = [item for item in held if item is not type(value)]
+        for item in held:
+            if type(item) is _CODE and not self.is_library(item):
+                return False
+        return self._items(held, strict, depth + 1, seen)
+
+    def _held_in_slots(self, value, kind, strict: bool, depth: int, seen: set) -> bool:
+        for klass in _MRO(kind):
+            for member in list(_PROXY_VALUES(_CLASS_DICT(klass))):
+                if type(member) is types.MemberDescriptorType:  # a slot's value
+                    try:
+                        held = member.__get__(value, kind)
+                    except (AttributeError, TypeError):
+                        continue
+                    if not self._part(held, strict, depth + 1, seen):
+                        return False
+        return True
 
     def _function(self, function, strict: bool, depth: int, seen: set) -> bool:
         code = function.__code__
         if not self.is_library(code) or not self.is_library_globals(function.__globals__):
             return False
+        # exact types only: Python calls a function with the C items of a tuple subclass
+        # as defaults or closure, while iterating it here would run its own __iter__
+        defaults, keywords = function.__defaults__, function.__kwdefaults__
+        closure, attributes = function.__closure__, function.__dict__
+        if not (
+            type(defaults) in (tuple, type(None))
+            and type(closure) in (tuple, type(None))
+            and _plain_dict(keywords, none=True)
+            and _plain_dict(attributes)
+        ):
+            return False
         if strict:
             variants = self._defaults.get(id(code)) if self._known.get(id(code)) is code else None
             if variants and not any(
-                _same(function.__defaults__, d) and _same_dict(function.__kwdefaults__, k)
-                for d, k in variants
+                _same(defaults, d) and _same_dict(keywords, k) for d, k in variants
             ):
                 return False
-        parts = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
-        for cell in function.__closure__ or ():
+        parts = [*(defaults or ()), *dict.values(keywords or {})]
+        for cell in closure or ():
             try:
                 parts.append(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
-        wrapped = function.__dict__.get("__wrapped__")
+        wrapped = dict.get(attributes, "__wrapped__")
         parts += [wrapped] if wrapped is not None else []
         return all(self._part(p, strict, depth, seen) for p in parts)
 
     def _class(self, cls, depth: int = 0, seen: set | None = None) -> bool:
-        """A class is the libraries' when every function it or a base defines is, closure
-        and all (torch wraps a mode's ``__torch_dispatch__`` in a function of its own that
-        holds the notebook's); judged each time: a hand-in may add a method later."""
+        """A class is the libraries' when every member it or a base holds is, and so is its
+        metaclass: not only its functions (closure and all: torch wraps a mode's
+        ``__torch_dispatch__`` in a function of its own that holds the notebook's), but
+        anything Python may call, bind or hand on (a ``partial`` as ``__call__``, a
+        descriptor, a notebook's function under ``__class__``). Its data (a table, a
+        pattern, annotations) is not judged, as a library module's globals are not: the
+        seal watches the tables the harness reads.
+        Judged each time: a hand-in may add a member later. A class is judged once per walk,
+        to its own depth, wherever the walk met it: what a class holds does not depend on
+        how far down an object of it sits. A type C made immutable holds what C put there."""
         seen = set() if seen is None else seen
-        for klass in getattr(cls, "__mro__", (cls,)):
-            for member in list(vars(klass).values()):
-                inner = member.fget if isinstance(member, property) else member
-                if isinstance(member, (staticmethod, classmethod)):
-                    inner = member.__func__
-                if type(inner) is types.FunctionType and id(inner) not in seen:
-                    seen.add(id(inner))
-                    if not self._function(inner, False, depth + 1, seen):
+        key = (id(cls), "class")
+        if key in seen:
+            return True
+        seen.add(key)
+        if _FLAGS(cls) & _IMMUTABLE_TYPE:
+            return True
+        metaclass = type(cls)
+        if metaclass is not type and not self._class(metaclass, depth, seen):
+            return False
+        for klass in _MRO(cls):
+            if _FLAGS(klass) & _IMMUTABLE_TYPE:
+                continue
+            namespace = _CLASS_DICT(klass)
+            if not all(type(name) is str for name in _PROXY_KEYS(namespace)):
+                return False  # a name of a str subclass: looking a member up runs its __eq__
+            for member in list(_PROXY_VALUES(namespace)):
+                kind = type(member)
+                if id(kind) in _PLAIN or id(kind) in _INERT or id(member) in seen:
+                    continue
+                if kind is types.FunctionType:
+                    seen.add(id(member))
+                    if not self._function(member, False, 1, seen):
                         return False
+                elif not (callable(member) or _is_descriptor(kind)):
+                    continue  # data, as a module's globals are: Python runs none of it
+                elif not self._part(member, False, 1, seen):
+                    return False
         return True
 
     def is_library(self, code) -> bool:
         """Whether ``code`` is the libraries' own (see the module's docstring)."""
         if type(code) is not _CODE:
             return False
-        if self._known.get(id(code)) is code:
+        if self._known.get(id(code)) is code or self._verified.get(id(code)) is code:
             return True
         filename = code.co_filename
         if type(filename) is not str or not self.trusted or not filename.startswith(self.trusted):
             return False  # a str subclass's startswith would be the notebook's
-        return code in self._codes_in(filename)
+        if "/../" in filename or "/./" in filename or "//" in filename:
+            return False  # under a trusted folder by name only (site-packages/../../tmp/x.py)
+        if not _plain_constants(code):
+            return False  # comparing it would hash its constants: a notebook's __hash__
+        if code not in self._codes_in(filename):
+            return False
+        self._verified[id(code)] = code  # held: its id is not reused; code never changes
+        return True
 
     def source_matches(self, source, filename: str) -> bool:
         """Whether ``source`` (str or bytes) is the text of ``filename`` on disk."""
@@ -347,6 +516,80 @@ class Provenance:
                 found = frozenset(_nested(top)) if top is not None else frozenset()
             self._by_file[filename] = found
         return found
+
+
+def _is_descriptor(kind) -> bool:
+    """Whether objects of class ``kind`` take part in attribute lookup (``__get__``,
+    ``__set__`` or ``__delete__``), or may: a name that is not exactly ``str`` may stand
+    for one (Python finds ``__get__`` under a subclass's equal key). Names are compared one
+    by one, as exact ``str`` (a dict lookup would call a planted key's ``__eq__``)."""
+    for klass in _MRO(kind):
+        for name in list(_PROXY_KEYS(_CLASS_DICT(klass))):
+            if type(name) is not str or name in _DESCRIPTOR_METHODS:
+                return True
+    return False
+
+
+_DESCRIPTOR_METHODS = ("__get__", "__set__", "__delete__")  # a tuple: compared with ==
+
+
+def _plain_dict(value, none: bool = False) -> bool:
+    """An exact ``dict`` whose keys are all exact ``str`` (``None`` too, where ``none``): a
+    subclass's methods, or a key's ``__eq__`` met in a lookup, would be the notebook's."""
+    if value is None:
+        return none
+    return type(value) is dict and all(type(key) is str for key in list(dict.keys(value)))
+
+
+def _plain_constants(code) -> bool:
+    """Whether the constants of ``code`` (and of the code nested in it) are of Python's own
+    constant types: ``code.replace(co_consts=...)`` takes any object, and comparing or
+    hashing the code would run its ``__eq__`` or ``__hash__``."""
+    stack = [code]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is _CODE:
+            stack += item.co_consts
+        elif kind is tuple or kind is frozenset:
+            stack += list(item)
+        elif id(kind) not in _PLAIN and kind is not slice:
+            return False
+    return True
+
+
+def _cached_function(held: list) -> list:
+    """Of what an ``lru_cache`` wrapper holds, what it runs: its function, not the keys and
+    results in its cache (data it hands back, and, in typing's caches, thousands of
+    objects). CPython 3.11 visits, last: the cache, the function, a marker, two types and
+    the wrapper's ``__dict__``; on another layout, all of it is judged."""
+    if sys.version_info[:2] == (3, 11) and len(held) >= 6 and type(held[-6]) is dict:
+        return [held[-5]]
+    return list(held)
+
+
+def _instance_dict(value, kind) -> dict | None:
+    """``value``'s ``__dict__``, read through the C slot that holds it, found in the first
+    class of its MRO that names one ({} where none does); None where that class's
+    ``__dict__`` is not C's own slot (a property of a class's making) or does not fit, or
+    a class's names are not all exact ``str``. Names compared one by one, never looked up."""
+    for klass in _MRO(kind):
+        slot = None
+        for name, member in list(_PROXY_ITEMS(_CLASS_DICT(klass))):
+            if type(name) is not str:
+                return None
+            if name == "__dict__":
+                slot = member
+        if slot is None:
+            continue
+        if type(slot) is not _DICT_SLOT:
+            return None
+        try:
+            held = slot.__get__(value, kind)
+        except (AttributeError, TypeError):
+            return None
+        return held if type(held) is dict else None
+    return {}
 
 
 def _same(a, b) -> bool:

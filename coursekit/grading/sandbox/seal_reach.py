@@ -64,6 +64,11 @@ WATCHED_MODULES = (
     "torch.autograd.grad_mode",
     "torch.utils._python_dispatch",
     "torch._tensor",
+    # named by the grader's private copies (runner.py) through the live modules: a change
+    # left there is seen, as one of builtins or os is
+    "types",
+    "time",
+    "io",
 )
 # torch's compiled modules, which its Python functions call by attribute
 # (``torch._C._nn.mse_loss`` in ``F.mse_loss``, ``_VF.norm`` in ``torch.norm``): every

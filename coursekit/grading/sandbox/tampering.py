@@ -557,23 +557,22 @@ def _torchs_own(callback, provenance) -> bool:
     library code too (dynamo's ``ConvertFrame`` wrappers; one built around a notebook's
     function would hand it every frame). Dynamo's hold their backends and graphs deep: they
     are walked :data:`FRAME_HOOK_DEPTH` levels beyond provenance's usual depth."""
-    torch = sys.modules.get("torch")
-    home = str(getattr(torch, "__file__", None) or "").rpartition("/")[0]
+    home = _torch_home()
     if not home:
         return False
-    target = callback
-    if isinstance(callback, types.MethodType):
+    target = callback  # exact types throughout: isinstance believes a spoofed __class__
+    if type(callback) is types.MethodType:
         target = callback.__func__
         if not _torch_class(type(callback.__self__), provenance):
             return False
-    if isinstance(target, types.FunctionType):
+    if type(target) is types.FunctionType:
         return (
             target.__code__.co_filename.startswith(home + "/")
             and provenance.is_library(target.__code__)
             and provenance.is_library_globals(target.__globals__)
             and provenance.is_library_callable(callback, deeper=FRAME_HOOK_DEPTH)
         )
-    if isinstance(target, (types.BuiltinFunctionType, types.MethodWrapperType)):
+    if type(target) in (types.BuiltinFunctionType, types.MethodWrapperType):
         return False  # a builtin's method (a list's append) keeps what it is handed
     return _torch_class(type(target), provenance) and provenance.is_library_callable(
         callback, deeper=FRAME_HOOK_DEPTH
@@ -583,9 +582,21 @@ def _torchs_own(callback, provenance) -> bool:
 FRAME_HOOK_DEPTH = 4  # dynamo's eager and inductor callbacks pass at 4, not at 0 (measured)
 
 
+def _torch_home() -> str:
+    """torch's folder, read from the module's own dict: ``sys.modules["torch"]`` may be
+    anything a hand-in put there, whose ``__file__`` a property of its own would give."""
+    torch = dict.get(sys.modules, "torch") if type(sys.modules) is dict else None
+    if type(torch) is not types.ModuleType:
+        return ""
+    path = dict.get(_MODULE_DICT(torch), "__file__")
+    return path.rpartition("/")[0] if type(path) is str else ""
+
+
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+
+
 def _torch_class(cls: type, provenance) -> bool:
-    module = str(type.__getattribute__(cls, "__module__"))
-    return module.split(".")[0] == "torch" and provenance.is_library_callable(cls)
+    return _module_of(cls).split(".")[0] == "torch" and provenance.is_library_callable(cls)
 
 
 def warm_up() -> None:
@@ -817,26 +828,36 @@ def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
             answer = (BaseException.with_traceback(error, None), None)
 
 
+# what runs first, read through each type's own C descriptor (a tuple: nothing can be
+# added to it while a private copy holds it)
+_WRAPPED_BY = (
+    (functools.partial, functools.partial.__dict__["func"].__get__),
+    (types.MethodType, types.MethodType.__dict__["__func__"].__get__),
+    (staticmethod, staticmethod.__dict__["__func__"].__get__),
+    (classmethod, classmethod.__dict__["__func__"].__get__),
+)
+
+
 def coursekit_function(fn, provenance) -> str | None:
     """``module.name`` when ``fn`` is one of coursekit's own functions (not the notebook's),
     or holds one of coursekit's answers: a hand-in whose answer *is* coursekit's
     implementation, imported under its name, or reached through what it holds (a
     ``partial``'s function or arguments, a bound method's function or object, a closure
     cell, a default, a wrapped function; to :data:`_MOST_DEPTH` levels)."""
-    target = fn
+    target = fn  # exact types: isinstance believes a spoofed __class__
     for _ in range(_MOST_DEPTH):  # what runs first: through partials and bound methods
-        if isinstance(target, functools.partial):
-            target = target.func
-        elif isinstance(target, types.MethodType | staticmethod | classmethod):
-            target = target.__func__
-        else:
+        kind = type(target)
+        read = next((r for k, r in _WRAPPED_BY if issubclass(kind, k)), None)
+        if read is None:
             break
-    if isinstance(target, types.FunctionType):
+        target = read(target)  # the C slot itself: a subclass's property does not run
+    if type(target) is types.FunctionType:
         target = target.__dict__.get("__wrapped__", target)
-    code = getattr(target, "__code__", None) if isinstance(target, types.FunctionType) else None
-    module = str(getattr(target, "__module__", "")) if code is not None else ""
-    if module.startswith("coursekit") and provenance.is_library(code):
-        return f"{module}.{getattr(target, '__qualname__', '?')}"
+    if type(target) is types.FunctionType:
+        module, name = target.__module__, target.__qualname__
+        if type(module) is str and module.startswith("coursekit"):
+            if provenance.is_library(target.__code__):
+                return f"{module}.{name if type(name) is str else '?'}"
     return _held_answer(fn, provenance)
 
 
