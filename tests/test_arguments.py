@@ -40,6 +40,8 @@ from coursekit.tokens import make_token_batches, split_token_batches
 from coursekit.training import samples_per_second, windows
 from coursekit.units import format_bytes
 from coursekit.zero import (
+    COLLECTIVES,
+    COMMUNICATION,
     bytes_sent_per_process,
     communication_formula,
     communication_per_step,
@@ -78,17 +80,18 @@ CALLS = [
     ("resolve_batch_config", resolve_batch_config, {"world_size": 4, "train_batch_size": 256,
      "train_micro_batch_size_per_gpu": 8}, {"world_size": "count1", "train_batch_size": "count1",
      "train_micro_batch_size_per_gpu": "count1"}),
+    # every row of the table is a valid setup ("zero1", five letters, was drawn as a bad one)
     ("communication_formula", communication_formula, {"setup": "ddp"},
-     {"setup": ("choice", ("ddp", "zero2", "fsdp"))}),
+     {"setup": ("choice", tuple(COMMUNICATION))}),
     ("communication_per_step", communication_per_step, {"setup": "ddp", "accum_steps": 4},
-     {"setup": ("choice", ("ddp", "zero2", "fsdp")), "accum_steps": "count1"}),
+     {"setup": ("choice", tuple(COMMUNICATION)), "accum_steps": "count1"}),
     ("plan_accumulation", plan_accumulation, {"target_batch": 100, "max_micro_batch": 32,
      "world_size": 2}, {"target_batch": "count1", "world_size": "count1"}),
     ("largest_micro_batch", lambda limit: largest_micro_batch(lambda n: n < 5, limit),
      {"limit": 8}, {"limit": "count1"}),
     ("bytes_sent_per_process", bytes_sent_per_process,
      {"setup": "ddp", "accum_steps": 4, "world_size": 2},
-     {"setup": ("choice", ["ddp", "fsdp"]), "accum_steps": "count1", "world_size": "count1"}),
+     {"setup": ("choice", tuple(COLLECTIVES)), "accum_steps": "count1", "world_size": "count1"}),
     ("deepspeed_communication_per_step", deepspeed_communication_per_step,
      {"stage": 2, "accum_steps": 4}, {"stage": ("choice", [1, 2]), "accum_steps": "count1"}),
     ("optimizer_steps", optimizer_steps, {"n_micro_batches": 10, "accum_steps": 4, "epochs": 2},
