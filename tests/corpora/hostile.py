@@ -427,12 +427,16 @@ def _harness_frames():
 import coursekit.checks.question as _q
 _q_globals_seen = [f.f_globals for f in _harness_frames()]
 """,
-    # an import hook that serves the harness a module of its own
+    # an import hook that serves the harness a module of its own, disguised: isinstance
+    # once took its __class__ for a module's, and a class's partial for the library's
+    # (a plain finder of the notebook's class: tests/test_provenance_objects.py)
     "import_hook": """
-import importlib.abc, sys
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        return None
+import functools, sys, types
+def _spec(*args):
+    return None
+class _Finder:
+    __class__ = types.ModuleType
+    find_spec = functools.partial(_spec)
 sys.meta_path.insert(0, _Finder())
 """,
     # builtins the harness uses, replaced
