@@ -273,6 +273,47 @@ def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, sourc
     assert found == [f"it added a logging handler of its own to {name}"]
 
 
+_A_LOGGER_OF_ITS_OWN_CLASS = """
+import logging
+RAN = []
+class Spy(logging.Logger):  # every attribute the grader could read, the notebook's code
+    def __getattribute__(self, name):
+        RAN.append(name)
+        return object.__getattribute__(self, name)
+class Doubles(logging.Handler):
+    def emit(self, record):
+        pass
+logging.setLoggerClass(Spy)
+try:
+    spy = logging.getLogger("torch.spied_by_the_cell")
+finally:
+    logging.setLoggerClass(logging.Logger)
+object.__getattribute__(spy, "handlers").append(Doubles())
+RAN.clear()
+"""
+
+
+def test_loggers_are_read_without_running_the_notebooks_code(provenance):
+    """A torch logger made of the notebook's own ``Logger`` class (``setLoggerClass``): the
+    grader reads its handlers from its own dict, so no ``__getattribute__`` of the
+    notebook's runs inside the restore, and the handler is still named and taken off."""
+    import logging
+
+    baseline = global_state.take()
+    namespace = {"__name__": "__main__"}
+    try:
+        cell(_A_LOGGER_OF_ITS_OWN_CLASS, namespace)
+        found = global_state.restore(baseline, provenance)
+        ran = list(namespace["RAN"])
+        handlers = object.__getattribute__(namespace["spy"], "handlers")
+    finally:
+        global_state.restore(baseline, provenance)
+        logging.Logger.manager.loggerDict.pop("torch.spied_by_the_cell", None)
+    assert ran == []
+    assert found == ["it added a logging handler of its own to torch.spied_by_the_cell"]
+    assert handlers == []
+
+
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
     baseline = global_state.take()
     stop = threading.Event()

@@ -221,13 +221,49 @@ def take() -> Baseline:
 def _loggers(manager) -> list:
     """The root logger and torch's: torch logs from inside its own computation (autograd's
     engine puts a hook on every node of the graph when ``torch.autograd.graph`` logs at
-    DEBUG), so a handler there runs in the middle of a hidden test."""
-    found = [manager.root]
-    for name, logger in list(manager.loggerDict.items()):
+    DEBUG), so a handler there runs in the middle of a hidden test. Read through the C slots
+    that hold them, names as exact ``str`` only: no method of the notebook's runs here."""
+    held = _attributes(manager)
+    found = [dict.get(held, "root")]
+    for name, logger in list(dict.items(_logger_table(manager))):
+        if type(name) is not str:
+            continue
         ours = name in ("torch", "py.warnings") or name.startswith("torch.")
-        if ours and type(logger).__name__ != "PlaceHolder":  # py.warnings: warnings, logged
+        if ours and not issubclass(type(logger), logging.PlaceHolder):  # py.warnings: logged
             found.append(logger)
     return found
+
+
+_MRO = type.__dict__["__mro__"].__get__
+_CLASS_DICT = type.__dict__["__dict__"].__get__
+
+
+def _logger_table(manager) -> dict:
+    """``manager.loggerDict``, if it is still a plain dict (else an empty one: the restore
+    then sees every torch logger as gone, and its own records stay)."""
+    table = dict.get(_attributes(manager), "loggerDict")
+    return table if type(table) is dict else {}
+
+
+def _attributes(value) -> dict:
+    """``value.__dict__`` through the C getset that holds it (a logger's, a manager's): a
+    subclass's ``__getattribute__`` or property does not run; {} where there is none."""
+    for klass in _MRO(type(value)):
+        slot = None
+        for name, member in list(_CLASS_DICT(klass).items()):  # names compared, not hashed
+            if type(name) is not str:
+                return {}
+            if name == "__dict__":
+                slot = member
+        if type(slot) is types.GetSetDescriptorType:
+            try:
+                held = slot.__get__(value, type(value))
+            except (AttributeError, TypeError):
+                return {}
+            return held if type(held) is dict else {}
+        if slot is not None:
+            return {}
+    return {}
 
 
 def _loggers_now(base: Baseline, manager) -> list:
@@ -237,12 +273,12 @@ def _loggers_now(base: Baseline, manager) -> list:
     logger in place is read), in the same order, holds the same torch loggers (a check in
     C-level passes, where reading them again costs a Python step per logger, and
     ``put_back`` runs before and after every test). A logger made since starts bare."""
-    table = manager.loggerDict
+    table = _logger_table(manager)
     kept = base.logger_names
     if (
         kept
         and kept[0] is table
-        and kept[3][0][0] is manager.root
+        and kept[3][0][0] is dict.get(_attributes(manager), "root")
         and len(table) == len(kept[1])
         and not any(map(_IS_NOT, table.keys(), kept[1]))
         and not any(map(_IS_NOT, table.values(), kept[2]))
@@ -260,14 +296,20 @@ def _loggers_now(base: Baseline, manager) -> list:
 
 
 def _logger_state(logger) -> tuple:
+    held = _attributes(logger)
     return (
         logger,
-        logger.level,
-        tuple(logger.handlers),
-        tuple(logger.filters),
-        logger.propagate,
-        logger.disabled,
+        dict.get(held, "level"),
+        _items_of(dict.get(held, "handlers")),
+        _items_of(dict.get(held, "filters")),
+        dict.get(held, "propagate"),
+        dict.get(held, "disabled"),
     )
+
+
+def _items_of(value) -> tuple:
+    """A logger's handlers or filters, as they are held (a list; anything else: none)."""
+    return tuple(list.copy(value)) if issubclass(type(value), list) else ()
 
 
 _C_FUNCTIONS = (
@@ -559,23 +601,34 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     and flagged unless it is the libraries' own. Torch's loggers made since start bare."""
     _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
-    if manager.disable != base.logging_disabled:
-        manager.disable = base.logging_disabled
+    settings = _attributes(manager)
+    if dict.get(settings, "disable") is not base.logging_disabled:
+        settings["disable"] = base.logging_disabled
+    root = dict.get(settings, "root")
     for logger, state in _loggers_now(base, manager):
         _, level, handlers, filters, propagate, disabled = state
-        for what, now, before in (
-            ("handler", logger.handlers, handlers),
-            ("filter", logger.filters, filters),
+        held = _attributes(logger)  # read and set in the logger's own dict: no method runs
+        for what, key, before in (
+            ("handler", "handlers", handlers),
+            ("filter", "filters", filters),
         ):
+            now = _items_of(dict.get(held, key))
             added = [item for item in now if not any(item is old for old in before)]
-            if added or len(now) != len(before):
+            if added or len(now) != len(before) or type(dict.get(held, key)) is not list:
                 if not all(library_code(item) for item in added):
-                    name = logger.name if logger is not manager.root else "the root logger"
+                    name = dict.get(held, "name")
+                    name = name if type(name) is str else "a logger"
+                    name = "the root logger" if logger is root else name
                     found.append(f"it added a logging {what} of its own to {name}")
-                now[:] = list(before)
-        if (logger.level, logger.propagate, logger.disabled) != (level, propagate, disabled):
-            logger.level, logger.propagate, logger.disabled = level, propagate, disabled
-            manager._clear_cache()
+                held[key] = list(before)  # a new list: the old one may be a subclass's
+        then = (level, propagate, disabled)
+        if any(dict.get(held, k) is not v for k, v in zip(_SETTINGS, then, strict=True)):
+            held.update(zip(_SETTINGS, then, strict=True))
+            _CLEAR_CACHE(manager)
+
+
+_SETTINGS = ("level", "propagate", "disabled")  # a logger's, put back without a flag
+_CLEAR_CACHE = logging.Manager._clear_cache  # bound now: the live module can be rebound
 
 
 def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
