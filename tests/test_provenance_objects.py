@@ -15,6 +15,7 @@ import os
 
 import pytest
 import torch
+import torch._dynamo  # noqa: F401  (as the warm parent has it, before the seal)
 
 from coursekit.grading.sandbox.harness_seal import library_hook
 from coursekit.grading.sandbox.provenance import Provenance
@@ -226,6 +227,24 @@ _DISGUISED = {
         "class Model(torch.nn.Linear):\n    training = Sets()\n"
         "value = Model(2, 2).train\n"
     ),
+    "a subclass of a C type": (
+        "def evil(*args):\n    return True\n"
+        "class Steps(map):\n    pass\n"
+        "value = Steps(evil, [1]).__next__\n"
+    ),
+    "an attribute of a partial": (
+        "import functools\n"
+        "def evil(*args):\n    return None\n"
+        "value = functools.partial(print)\n"
+        "value.find_spec = evil\n"
+    ),
+    "an attribute of an OrderedDict": (
+        "import collections, threading, types\n"
+        "def evil(*args):\n    return True\n"
+        "held = collections.OrderedDict()\n"
+        "held._target, held._args, held._kwargs = evil, (), {}\n"
+        "value = types.MethodType(threading.Thread.run, held)\n"
+    ),
     "nested past the depth judged": (
         "def evil(*args, **kwargs):\n    return True\n"
         "value = [evil]\n"
@@ -298,4 +317,21 @@ def test_code_whose_constants_are_the_notebooks_is_judged_without_hashing_them(p
         "code = json.dumps.__code__.replace(co_consts=(None, Constant()))\n"
     )
     assert not provenance.is_library(cell["code"])
+    assert cell["RAN"] == []
+
+
+def test_code_with_names_of_the_notebooks_is_judged_without_running_them(provenance):
+    """``code.replace`` takes a ``str`` subclass as a name, and comparing code hashes it;
+    a name with a NUL byte made reading the file raise, inside the audit hook too."""
+    cell = _notebook(
+        "import json, types\n"
+        "RAN = []\n"
+        "class Name(str):\n"
+        "    def __hash__(self):\n        RAN.append('hash')\n        return str.__hash__(self)\n"
+        "    def __eq__(self, other):\n        RAN.append('eq')\n        return True\n"
+        "named = json.dumps.__code__.replace(co_name=Name('dumps'))\n"
+        "nul = json.dumps.__code__.replace(co_filename=json.__file__ + '\\0x')\n"
+    )
+    assert not provenance.is_library(cell["named"])
+    assert not provenance.is_library(cell["nul"])
     assert cell["RAN"] == []

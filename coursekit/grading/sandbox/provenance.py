@@ -90,6 +90,7 @@ _HOLDS_KINDS = (  # the C types of containers, and how to read what one holds wi
     (frozenset, lambda value: list(frozenset.__iter__(value))),
     (collections.deque, lambda value: list(collections.deque.__iter__(value))),
 )
+_HOLDERS = _ids(*(base for base, _ in _HOLDS_KINDS))  # their items are read as items
 _DEFAULT_FACTORY = collections.defaultdict.__dict__["default_factory"].__get__
 # what a partial, a static or class method, or a property runs, read through the base type's
 # own C slot: a subclass that passes can still shadow ``func`` or ``fget`` with a property
@@ -276,13 +277,17 @@ class Provenance:
             func, args, keywords = (read(value) for read in _PARTIAL_PARTS)
             if strict and (args or keywords):
                 return False
-            return all(self._part(p, strict, deeper, seen) for p in (func, args, keywords))
+            parts = (func, args, keywords, _instance_dict(value, kind))
+            return all(self._part(p, strict, deeper, seen) for p in parts)
         if id(kind) in _BUILTIN:
             owner = getattr(value, "__self__", None)  # a C type's own attribute
             return owner is None or self._part(owner, strict, deeper, seen)
         for base, read in _WRAPPED_FUNC:
             if issubclass(kind, base):
-                return self._callable(read(value), strict, deeper, seen)
+                attributes = _instance_dict(value, kind)  # its __wrapped__, and the rest
+                return self._callable(read(value), strict, deeper, seen) and self._part(
+                    attributes, strict, deeper, seen
+                )
         if issubclass(kind, property):
             parts = [read(value) for read in _PROPERTY_PARTS]
             return all(self._callable(p, strict, deeper, seen) for p in parts)
@@ -360,13 +365,15 @@ class Provenance:
                     factory = _DEFAULT_FACTORY(value)
                     if not self._part(factory, strict, depth + 1, seen):
                         return False
-                if immutable:
-                    return True  # a list, a dict, an OrderedDict: its items are all it holds
+                if kind is base:
+                    return True  # a list, a dict: its items are all it holds
                 break
         if immutable:
             # a C type's object: what its type's traversal names (a map's function, a
             # generator's code and locals, a cache's wrapped function)
             return self._held(value, strict, depth, seen)
+        if _of_a_c_type(kind) and not self._held(value, strict, depth, seen):
+            return False  # a subclass of map, starmap...: what its C part holds
         if not self._held_in_slots(value, kind, strict, depth, seen):
             return False
         attributes = _instance_dict(value, kind)
@@ -425,8 +432,7 @@ class Provenance:
                 parts.append(cell.cell_contents)
             except ValueError:  # an empty cell
                 continue
-        wrapped = dict.get(attributes, "__wrapped__")
-        parts += [wrapped] if wrapped is not None else []
+        parts += list(dict.values(attributes))  # __wrapped__, and any a caller looks up
         return all(self._part(p, strict, depth, seen) for p in parts)
 
     def _class(self, cls, depth: int = 0, seen: set | None = None) -> bool:
@@ -481,8 +487,8 @@ class Provenance:
             return False  # a str subclass's startswith would be the notebook's
         if "/../" in filename or "/./" in filename or "//" in filename:
             return False  # under a trusted folder by name only (site-packages/../../tmp/x.py)
-        if not _plain_constants(code):
-            return False  # comparing it would hash its constants: a notebook's __hash__
+        if not _plain_code(code):
+            return False  # comparing it would hash what it holds: a notebook's __hash__
         if code not in self._codes_in(filename):
             return False
         self._verified[id(code)] = code  # held: its id is not reused; code never changes
@@ -518,6 +524,15 @@ class Provenance:
         return found
 
 
+def _of_a_c_type(kind) -> bool:
+    """Whether a class (a Python one) is based on a C type other than ``object``, whose
+    part of its objects neither ``__dict__`` nor slots show (a ``map``'s function)."""
+    return any(
+        klass is not object and _FLAGS(klass) & _IMMUTABLE_TYPE and id(klass) not in _HOLDERS
+        for klass in _MRO(kind)[1:]
+    )
+
+
 def _is_descriptor(kind) -> bool:
     """Whether objects of class ``kind`` take part in attribute lookup (``__get__``,
     ``__set__`` or ``__delete__``), or may: a name that is not exactly ``str`` may stand
@@ -541,15 +556,25 @@ def _plain_dict(value, none: bool = False) -> bool:
     return type(value) is dict and all(type(key) is str for key in list(dict.keys(value)))
 
 
-def _plain_constants(code) -> bool:
-    """Whether the constants of ``code`` (and of the code nested in it) are of Python's own
-    constant types: ``code.replace(co_consts=...)`` takes any object, and comparing or
-    hashing the code would run its ``__eq__`` or ``__hash__``."""
+def _plain_code(code) -> bool:
+    """Whether ``code`` (and the code nested in it) holds only Python's own types where
+    comparing or hashing it reads: ``code.replace`` takes any constant, a ``str`` subclass
+    as a name and a ``bytes`` subclass as a table, whose ``__eq__`` or ``__hash__`` would
+    then run as the code is compared."""
     stack = [code]
     while stack:
         item = stack.pop()
         kind = type(item)
         if kind is _CODE:
+            texts = (item.co_name, item.co_qualname, item.co_filename)
+            tables = (item.co_code, item.co_linetable, item.co_exceptiontable)
+            if any(type(text) is not str for text in texts) or any(
+                type(table) is not bytes for table in tables
+            ):
+                return False
+            for names in (item.co_names, item.co_varnames, item.co_freevars, item.co_cellvars):
+                if type(names) is not tuple or any(type(name) is not str for name in names):
+                    return False
             stack += item.co_consts
         elif kind is tuple or kind is frozenset:
             stack += list(item)
@@ -621,7 +646,7 @@ def _read(filename: str) -> bytes | None:
     try:
         with open(filename, "rb") as handle:
             data = handle.read(_MOST_FILE_BYTES + 1)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a name with a NUL byte, made to fail here
         return None
     return data if len(data) <= _MOST_FILE_BYTES else None
 
