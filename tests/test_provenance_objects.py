@@ -238,6 +238,13 @@ _DISGUISED = {
         "value = functools.partial(print)\n"
         "value.find_spec = evil\n"
     ),
+    "a partial whose __dict__ is a property": (
+        "import functools\n"
+        "def evil(*args):\n    return None\n"
+        "class Partial(functools.partial):\n    __dict__ = property(type)\n"
+        "value = Partial(print)\n"
+        "functools.partial.__dict__['__dict__'].__get__(value)['find_spec'] = evil\n"
+    ),
     "an attribute of an OrderedDict": (
         "import collections, threading, types\n"
         "def evil(*args):\n    return True\n"

@@ -277,16 +277,21 @@ class Provenance:
             func, args, keywords = (read(value) for read in _PARTIAL_PARTS)
             if strict and (args or keywords):
                 return False
-            parts = (func, args, keywords, _instance_dict(value, kind))
-            return all(self._part(p, strict, deeper, seen) for p in parts)
+            attributes = _instance_dict(value, kind)  # None: a __dict__ of its class's making
+            parts = (func, args, keywords, attributes)
+            return attributes is not None and all(
+                self._part(p, strict, deeper, seen) for p in parts
+            )
         if id(kind) in _BUILTIN:
             owner = getattr(value, "__self__", None)  # a C type's own attribute
             return owner is None or self._part(owner, strict, deeper, seen)
         for base, read in _WRAPPED_FUNC:
             if issubclass(kind, base):
                 attributes = _instance_dict(value, kind)  # its __wrapped__, and the rest
-                return self._callable(read(value), strict, deeper, seen) and self._part(
-                    attributes, strict, deeper, seen
+                return (
+                    attributes is not None
+                    and self._callable(read(value), strict, deeper, seen)
+                    and self._part(attributes, strict, deeper, seen)
                 )
         if issubclass(kind, property):
             parts = [read(value) for read in _PROPERTY_PARTS]
