@@ -247,7 +247,10 @@ def _logger_table(manager) -> dict:
 
 def _attributes(value) -> dict:
     """``value.__dict__`` through the C getset that holds it (a logger's, a manager's): a
-    subclass's ``__getattribute__`` or property does not run; {} where there is none."""
+    subclass's ``__getattribute__`` or property does not run; {} where there is none.
+    The same reading as ``provenance._instance_dict``, kept here on purpose: the runner
+    runs this module from a private copy of its globals, which a function of another
+    module would not share."""
     for klass in _MRO(type(value)):
         slot = None
         for name, member in list(_CLASS_DICT(klass).items()):  # names compared, not hashed
