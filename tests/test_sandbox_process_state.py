@@ -314,6 +314,45 @@ def test_loggers_are_read_without_running_the_notebooks_code(provenance):
     assert handlers == []
 
 
+_A_TORCH_LOGGER_HIDING_ITS_DICT = """
+import logging
+RAN = []
+class Doubles(logging.Handler):  # runs inside every backward: autograd logs each node
+    def emit(self, record):
+        pass
+Hider = type("Hider", (logging.Logger,), {
+    "__dict__": property(lambda self: RAN.append("__dict__") or {}),  # shadows the real one
+    1: "a name that is not a str",  # a name a careful reader skips
+})
+graph_log = logging.getLogger("torch.autograd.graph")
+graph_log.addHandler(Doubles())
+graph_log.__class__ = Hider  # torch's own logger, of the notebook's class from now on
+"""
+
+
+def test_a_torch_logger_whose_class_hides_its_dict_is_read_all_the_same(provenance):
+    """A class may shadow ``__dict__`` with a property and hold a name that is not a
+    ``str``: the grader passes both over and reads the logger's real dict through C's own
+    getset, so the handler is still named and taken off, and nothing of the notebook's
+    runs. (Before, the grader took such a logger for one with no dict, and left it be.)"""
+    import logging
+
+    graph_log = logging.getLogger("torch.autograd.graph")
+    baseline = global_state.take()
+    assert global_state.restore(baseline, provenance) == []  # its class, as first seen
+    namespace = {"__name__": "__main__"}
+    try:
+        cell(_A_TORCH_LOGGER_HIDING_ITS_DICT, namespace)
+        found = global_state.restore(baseline, provenance)
+        handlers = object.__getattribute__(graph_log, "handlers")
+    finally:
+        graph_log.__class__ = logging.Logger
+        global_state.restore(baseline, provenance)
+    assert namespace["RAN"] == []
+    assert found == ["it added a logging handler of its own to torch.autograd.graph"]
+    assert handlers == []
+
+
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
     baseline = global_state.take()
     stop = threading.Event()

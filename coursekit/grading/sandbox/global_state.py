@@ -98,6 +98,7 @@ class Baseline:
     loggers_by_id: dict = field(default_factory=dict)  # the same, by id(logger) (held here)
     logger_names: list = field(default_factory=list)  # [table, keys, values, found, types]
     logging_disabled: int = 0  # logging.disable's level
+    dict_slots: dict = field(default_factory=dict)  # id(class): (its __dict__ getset, class)
     warnings: tuple = ()  # warnings.showwarning, _showwarnmsg, filters
 
 
@@ -236,37 +237,67 @@ def _loggers(manager) -> list:
 
 _MRO = type.__dict__["__mro__"].__get__
 _CLASS_DICT = type.__dict__["__dict__"].__get__
+_GETSET = types.GetSetDescriptorType
 
 
-def _logger_table(manager) -> dict:
+def _logger_table(manager, slots: dict | None = None) -> dict:
     """``manager.loggerDict``, if it is still a plain dict (else an empty one: the restore
     then sees every torch logger as gone, and its own records stay)."""
-    table = dict.get(_attributes(manager), "loggerDict")
+    table = dict.get(_attributes(manager, slots), "loggerDict")
     return table if type(table) is dict else {}
 
 
-def _attributes(value) -> dict:
-    """``value.__dict__`` through the C getset that holds it (a logger's, a manager's): a
-    subclass's ``__getattribute__`` or property does not run; {} where there is none.
-    The same reading as ``provenance._instance_dict``, kept here on purpose: the runner
-    runs this module from a private copy of its globals, which a function of another
-    module would not share."""
-    for klass in _MRO(type(value)):
-        slot = None
-        for name, member in list(_CLASS_DICT(klass).items()):  # names compared, not hashed
-            if type(name) is not str:
-                return {}
-            if name == "__dict__":
-                slot = member
-        if type(slot) is types.GetSetDescriptorType:
-            try:
-                held = slot.__get__(value, type(value))
-            except (AttributeError, TypeError):
-                return {}
-            return held if type(held) is dict else {}
-        if slot is not None:
-            return {}
+def _attributes(value, slots: dict | None = None) -> dict:
+    """``value.__dict__``, the real one, through a C getset that holds it (a logger's, a
+    manager's): no ``__getattribute__``, property or ``__eq__`` of a class's making runs;
+    {} where ``value`` has none. The same kind of reading as ``provenance._instance_dict``,
+    kept here on purpose: the runner runs this module from a private copy of its globals,
+    which a function of another module would not share.
+
+    Any ``__dict__`` getset of a class in ``value``'s MRO reads the instance's real dict
+    (C's ``subtype_dict`` goes by the instance's own type), so one that a class has
+    shadowed (a property, a name that is not exactly ``str``, another class's getset) is
+    passed over, not believed: a logger of such a class cannot hide its handlers.
+
+    ``slots`` (a :class:`Baseline`'s) keeps the getset that worked for each class, by the
+    class's identity (the class held with it, so that its ``id`` is never another's):
+    ``put_back`` reads some 170 loggers before and after every test, and finding the getset
+    walks a class's every name in Python."""
+    kind = type(value)
+    if slots is not None:
+        kept = slots.get(id(kind))  # int keys: compared in C
+        if kept is not None and kept[1] is kind:
+            held = _held_by(kept[0], value, kind)
+            if held is not None:
+                return held
+    for slot in _dict_slots(kind):
+        held = _held_by(slot, value, kind)
+        if held is not None:
+            if slots is not None:
+                slots[id(kind)] = (slot, kind)
+            return held
     return {}
+
+
+def _dict_slots(kind) -> list:
+    """Every C getset under the exact name ``__dict__`` in the classes of ``kind``'s MRO, in
+    order (each class's names compared one by one, as exact ``str`` only: never looked up,
+    so no name's ``__eq__`` or ``__hash__`` runs)."""
+    found = []
+    for klass in _MRO(kind):
+        for name, member in list(_CLASS_DICT(klass).items()):
+            if type(name) is str and name == "__dict__" and type(member) is _GETSET:
+                found.append(member)
+    return found
+
+
+def _held_by(slot, value, kind) -> dict | None:
+    """The dict ``slot`` (a C getset) reads of ``value``, or None where it reads none."""
+    try:
+        held = slot.__get__(value, kind)
+    except (AttributeError, TypeError):
+        return None
+    return held if type(held) is dict else None
 
 
 def _loggers_now(base: Baseline, manager) -> list:
@@ -276,12 +307,12 @@ def _loggers_now(base: Baseline, manager) -> list:
     logger in place is read), in the same order, holds the same torch loggers (a check in
     C-level passes, where reading them again costs a Python step per logger, and
     ``put_back`` runs before and after every test). A logger made since starts bare."""
-    table = _logger_table(manager)
+    table = _logger_table(manager, base.dict_slots)
     kept = base.logger_names
     if (
         kept
         and kept[0] is table
-        and kept[3][0][0] is dict.get(_attributes(manager), "root")
+        and kept[3][0][0] is dict.get(_attributes(manager, base.dict_slots), "root")
         and len(table) == len(kept[1])
         and not any(map(_IS_NOT, table.keys(), kept[1]))
         and not any(map(_IS_NOT, table.values(), kept[2]))
@@ -604,30 +635,42 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     and flagged unless it is the libraries' own. Torch's loggers made since start bare."""
     _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
-    settings = _attributes(manager)
+    settings = _attributes(manager, base.dict_slots)
     if dict.get(settings, "disable") is not base.logging_disabled:
         settings["disable"] = base.logging_disabled
     root = dict.get(settings, "root")
     for logger, state in _loggers_now(base, manager):
         _, level, handlers, filters, propagate, disabled = state
-        held = _attributes(logger)  # read and set in the logger's own dict: no method runs
+        held = _attributes(logger, base.dict_slots)  # the logger's own dict: no method runs
         for what, key, before in (
             ("handler", "handlers", handlers),
             ("filter", "filters", filters),
         ):
-            now = _items_of(dict.get(held, key))
+            held_now = dict.get(held, key)
+            if _same_list(held_now, before):  # the common case, decided in C
+                continue
+            now = _items_of(held_now)
             added = [item for item in now if not any(item is old for old in before)]
-            if added or len(now) != len(before) or type(dict.get(held, key)) is not list:
+            if added or len(now) != len(before) or type(held_now) is not list:
                 if not all(library_code(item) for item in added):
                     name = dict.get(held, "name")
                     name = name if type(name) is str else "a logger"
                     name = "the root logger" if logger is root else name
                     found.append(f"it added a logging {what} of its own to {name}")
                 held[key] = list(before)  # a new list: the old one may be a subclass's
-        then = (level, propagate, disabled)
-        if any(dict.get(held, k) is not v for k, v in zip(_SETTINGS, then, strict=True)):
-            held.update(zip(_SETTINGS, then, strict=True))
+        if (
+            dict.get(held, "level") is not level
+            or dict.get(held, "propagate") is not propagate
+            or dict.get(held, "disabled") is not disabled
+        ):
+            held.update(zip(_SETTINGS, (level, propagate, disabled), strict=True))
             _CLEAR_CACHE(manager)
+
+
+def _same_list(now, before: tuple) -> bool:
+    """Whether ``now`` is a plain list of the very items of ``before``, in order (its
+    iteration is list's own, in C: nothing of a notebook's runs)."""
+    return type(now) is list and len(now) == len(before) and not any(map(_IS_NOT, now, before))
 
 
 _SETTINGS = ("level", "propagate", "disabled")  # a logger's, put back without a flag
