@@ -16,6 +16,7 @@ from coursekit.commands.command_line.dispatch import run
 from coursekit.commands.command_line.grading_options import GRADE_EXAMPLES
 from coursekit.commands.command_line.main_parser import parser, unknown_command
 from coursekit.commands.command_line.version import source_version as _source_version  # noqa: F401
+from coursekit.commands.quick_exit import end_now
 from coursekit.commands.quick_start import skip_unused_iri_grammars
 from coursekit.commands.real_python import start_again_at_the_real_path
 
@@ -27,11 +28,18 @@ def main(argv: list[str] | None = None) -> int:
 
     Run as a program (no ``argv``) through a link to the course's ``.venv``, it starts again
     from the real path first: the grader's sandbox finds Python's modules only there
-    (:mod:`coursekit.commands.real_python`)."""
+    (:mod:`coursekit.commands.real_python`), and once the command is done it ends without
+    tearing torch down (:mod:`coursekit.commands.quick_exit`)."""
     if argv is None:
         start_again_at_the_real_path("coursekit.commands.cli", sys.argv[1:])
         skip_unused_iri_grammars()  # a program of its own: 1.9 s sooner (quick_start.py)
-    argv = list(sys.argv[1:] if argv is None else argv)
+        status = _command(list(sys.argv[1:]))
+        end_now(status)  # 0.7 s sooner where torch was imported (quick_exit.py)
+        return status
+    return _command(list(argv))
+
+
+def _command(argv: list[str]) -> int:
     main_parser = parser()
     message = unknown_command(argv, main_parser)
     if message:

@@ -512,4 +512,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from coursekit.commands.quick_exit import end_now
+
+    status = main()
+    end_now(status)  # 0.7 s sooner for each hand-in (quick_exit.py)
+    raise SystemExit(status)
