@@ -252,6 +252,42 @@ _DISGUISED = {
         "held._target, held._args, held._kwargs = evil, (), {}\n"
         "value = types.MethodType(threading.Thread.run, held)\n"
     ),
+    # text, bytes or a name handed to a library function that runs it as code
+    "text for eval, as a finder's find_spec": (
+        "import functools, types\n"
+        "value = types.SimpleNamespace(find_spec=functools.partial(eval, 'print(1)'))\n"
+    ),
+    "code compiled by the notebook, for exec": (
+        "import functools\nvalue = functools.partial(exec, compile('x = 1', '<cell>', 'exec'))\n"
+    ),
+    "text for eval through a partial of a partial": (
+        "import functools\n"
+        "inner = functools.partial(eval)\n"
+        "inner.kept = 1  # an attribute: the two partials are not merged into one\n"
+        "value = functools.partial(inner, 'print(1)')\n"
+    ),
+    "text for eval as a bound method's self": (
+        "import types\nvalue = types.MethodType(eval, 'print(1)')\n"
+    ),
+    "pickled bytes": (
+        "import functools, pickle\nvalue = functools.partial(pickle.loads, pickle.dumps(1))\n"
+    ),
+    "a module imported by its name": (
+        "import functools, importlib\n"
+        "value = functools.partial(importlib.import_module, 'a_module_of_the_notebooks')\n"
+    ),
+    "a file run by runpy": (
+        "import functools, runpy\nvalue = functools.partial(runpy.run_path, 'made_by_it.py')\n"
+    ),
+    "a console given a line": (
+        "import code, functools\n"
+        "value = functools.partial(code.InteractiveInterpreter().runsource, 'x = 1')\n"
+    ),
+    "a logging factory named by its path": (
+        "import functools, logging.config\n"
+        "config = {'version': 1, 'handlers': {'h': {'()': '__main__.evil'}}}\n"
+        "value = functools.partial(logging.config.dictConfig, config)\n"
+    ),
     "nested past the depth judged": (
         "def evil(*args, **kwargs):\n    return True\n"
         "value = [evil]\n"
@@ -275,6 +311,8 @@ def test_library_objects_modules_and_enums_stay_the_librarys(provenance):
     linear = torch.nn.Linear(2, 2)
     assert provenance.is_library_callable(linear.forward)
     assert provenance.is_library_callable(functools.partial(getattr, torch))
+    assert provenance.is_library_callable(functools.partial(print, "text, printed: not run"))
+    assert provenance.is_library_callable(functools.partial(eval))  # given nothing to run
     kind = inspect.Parameter.POSITIONAL_ONLY  # an enum member: its class holds its members
     assert provenance.is_library_callable(functools.partial(operator.eq, kind))
     assert provenance.is_library_object(torch.nn.Sequential(linear, torch.nn.ReLU()))

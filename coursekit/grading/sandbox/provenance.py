@@ -20,7 +20,9 @@ can run: its code, its globals (a library module's own namespace, known by ident
 :data:`MAX_DEPTH`, each object once). :meth:`Provenance.is_library_frame` judges a running
 frame the same way: library code running in a library module's namespace. So
 ``types.FunctionType(torch_function.__code__, notebook_dict)`` is the notebook's, and so is a
-``partial`` of a library function bound to a notebook lambda.
+``partial`` of a library function bound to a notebook lambda, and one that hands text, bytes
+or a name to a library function that runs it (``partial(eval, "...")``: :data:`_C_RUNNERS`,
+:data:`_PYTHON_RUNNERS`).
 
 A namespace is a library module's when it was one before any hand-in code ran (recorded by
 :meth:`Provenance.seal` and :meth:`Provenance.trust`), when it is a private copy the grader made
@@ -113,6 +115,100 @@ _PROXY_VALUES = types.MappingProxyType.values
 _PROXY_ITEMS = types.MappingProxyType.items
 _REFERENTS = gc.get_referents
 _CACHED = functools._lru_cache_wrapper  # functools.lru_cache's, functools.cache's
+
+
+# Library functions that run what they are given as data: text or code (``eval``,
+# ``exec``, ``runpy.run_path``, a profiler's or debugger's ``run``), pickled bytes, a
+# module's name or file (``import_module``, a C extension loaded by ``_imp``). Bound to their
+# arguments in a ``partial``, they run code of the notebook's making as library code: such
+# a partial is the notebook's (:func:`_runs_what_it_is_given`). A C module's function goes by
+# its C name alone (fixed in C: its ``__module__`` can be rebound, and a copy of a module made
+# again has other objects), a Python function by its code's file and qualified name (a
+# library's code names its real file).
+_C_RUNNERS = frozenset(  # a C module's functions, by their own C name
+    {
+        "eval",  # builtins
+        "exec",
+        "__import__",
+        "loads",  # _pickle (marshal's too: it only makes code, which is judged where it runs)
+        "load",
+        "create_dynamic",  # _imp: a C extension loaded from a file
+        "exec_dynamic",
+        "exec_builtin",
+        "create_builtin",
+    }
+)
+_PYTHON_RUNNERS = frozenset(
+    {
+        ("importlib/__init__.py", "import_module"),
+        ("importlib/__init__.py", "__import__"),
+        ("runpy.py", "run_path"),
+        ("runpy.py", "run_module"),
+        ("runpy.py", "_run_code"),
+        ("runpy.py", "_run_module_code"),
+        ("pickle.py", "_loads"),
+        ("pickle.py", "_load"),
+        ("timeit.py", "timeit"),
+        ("timeit.py", "repeat"),
+        ("timeit.py", "Timer.__init__"),
+        ("cProfile.py", "run"),
+        ("cProfile.py", "runctx"),
+        ("cProfile.py", "Profile.run"),
+        ("cProfile.py", "Profile.runctx"),
+        ("profile.py", "run"),
+        ("profile.py", "runctx"),
+        ("profile.py", "Profile.run"),
+        ("profile.py", "Profile.runctx"),
+        ("pdb.py", "run"),
+        ("pdb.py", "runeval"),
+        ("pdb.py", "runctx"),
+        ("bdb.py", "Bdb.run"),
+        ("bdb.py", "Bdb.runeval"),
+        ("bdb.py", "Bdb.runctx"),
+        ("trace.py", "Trace.run"),
+        ("trace.py", "Trace.runctx"),
+        ("doctest.py", "run_docstring_examples"),
+        ("code.py", "interact"),
+        ("code.py", "InteractiveInterpreter.runsource"),
+        ("code.py", "InteractiveInterpreter.runcode"),
+        ("code.py", "InteractiveConsole.push"),
+        ("config.py", "dictConfig"),  # logging.config: a factory named by its import path
+        ("config.py", "fileConfig"),
+    }
+)
+_BUILTIN_SELF = types.BuiltinFunctionType.__dict__["__self__"].__get__
+_BUILTIN_NAME = types.BuiltinFunctionType.__dict__["__name__"].__get__
+_FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
+_METHOD_FUNCTION = types.MethodType.__dict__["__func__"].__get__
+
+
+def _runs_what_it_is_given(func, depth: int = 0) -> bool:
+    """Whether ``func`` (a partial's function: through partials and bound methods) is one
+    of the library functions above that run what they are given. Read through C's own
+    slots; a name or file that is not an exact ``str`` counts as one (no code of a
+    notebook's runs here, and it is not a library's)."""
+    kind = type(func)
+    if kind is types.MethodType and depth < 8:
+        return _runs_what_it_is_given(_METHOD_FUNCTION(func), depth + 1)
+    if issubclass(kind, functools.partial) and depth < 8:
+        return _runs_what_it_is_given(_PARTIAL_PARTS[0](func), depth + 1)
+    if kind is types.BuiltinFunctionType:
+        if not issubclass(type(_BUILTIN_SELF(func)), _MODULE):
+            return False  # a C type's or object's method: not a module's function
+        return _BUILTIN_NAME(func) in _C_RUNNERS  # an exact str, made from C's own name
+    if kind is types.FunctionType:
+        code = _FUNCTION_CODE(func)
+        if type(code) is not _CODE:
+            return True
+        path, qualname = code.co_filename, code.co_qualname
+        if type(path) is not str or type(qualname) is not str:
+            return True
+        if path.startswith("<frozen ") and path.endswith(">"):  # runpy, in 3.11
+            path = path[8:-1].replace(".", "/") + ".py"
+        folder_and_file = "/".join(path.rsplit("/", 2)[-2:])
+        file = folder_and_file.rsplit("/", 1)[-1]
+        return (file, qualname) in _PYTHON_RUNNERS or (folder_and_file, qualname) in _PYTHON_RUNNERS
+    return False
 
 
 class Provenance:
@@ -270,13 +366,15 @@ class Provenance:
         if kind is types.FunctionType:
             return self._function(value, strict, deeper, seen)
         if kind is types.MethodType:
+            if _runs_what_it_is_given(value.__func__):
+                return False  # its __self__ is text, bytes or a name it runs as code
             return self._callable(value.__func__, strict, deeper, seen) and self._part(
                 value.__self__, strict, deeper, seen
             )
         if issubclass(kind, functools.partial):
             func, args, keywords = (read(value) for read in _PARTIAL_PARTS)
-            if strict and (args or keywords):
-                return False
+            if (args or keywords) and (strict or _runs_what_it_is_given(func)):
+                return False  # text, bytes or a name run as code: see _PYTHON_RUNNERS
             attributes = _instance_dict(value, kind)  # None: a __dict__ of its class's making
             parts = (func, args, keywords, attributes)
             return attributes is not None and all(
