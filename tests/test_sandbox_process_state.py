@@ -349,8 +349,112 @@ def test_a_torch_logger_whose_class_hides_its_dict_is_read_all_the_same(provenan
         graph_log.__class__ = logging.Logger
         global_state.restore(baseline, provenance)
     assert namespace["RAN"] == []
-    assert found == ["it added a logging handler of its own to torch.autograd.graph"]
+    assert found == [
+        "it changed the class of torch.autograd.graph",
+        "it added a logging handler of its own to torch.autograd.graph",
+    ]
     assert handlers == []
+
+
+_LOGGING_REACHED = """
+import logging, warnings
+RAN = []
+class Doubles(logging.Handler):
+    def emit(self, record):
+        RAN.append("handler")
+graph_log = logging.getLogger("torch.autograd.graph")
+"""
+
+# found by review: ways into what logging runs or reads inside torch's computation, beyond a
+# handler on a logger the table lists, and put-back steps that ran the notebook's code
+_LOGGING_ROUTES = {
+    "a method shadowed in the logger's dict": (
+        "graph_log.callHandlers = lambda record: RAN.append('callHandlers')\n",
+        ["it set torch.autograd.graph.callHandlers to code of its own"],
+    ),
+    "a parent of its own": (
+        "evil = logging.Logger('evil')\nevil.addHandler(Doubles())\ngraph_log.parent = evil\n",
+        ["it changed torch.autograd.graph.parent"],
+    ),
+    "a handler, then torch's logger swapped out of the table": (
+        "graph_log.addHandler(Doubles())\n"
+        "table = logging.Logger.manager.loggerDict\n"
+        "table['torch.autograd.graph'] = logging.Logger('torch.autograd.graph')\n",
+        ["it added a logging handler of its own to torch.autograd.graph"],
+    ),
+    "a handler, then torch's logger deleted from the table": (
+        "graph_log.addHandler(Doubles())\n"
+        "del logging.Logger.manager.loggerDict['torch.autograd.graph']\n",
+        ["it added a logging handler of its own to torch.autograd.graph"],
+    ),
+    "a class whose handlers are a property": (
+        "H = type('H', (logging.Logger,), {'handlers': property(lambda s: [Doubles()])})\n"
+        "graph_log.__class__ = H\n",
+        ["it changed the class of torch.autograd.graph"],
+    ),
+    "a handler, then the table replaced by a dict of its own class": (
+        "graph_log.addHandler(Doubles())\n"
+        "manager = logging.Logger.manager\n"
+        "manager.loggerDict = type('Table', (dict,), {})(manager.loggerDict)\n",
+        [
+            "it replaced logging's table of loggers",
+            "it added a logging handler of its own to torch.autograd.graph",
+        ],
+    ),
+    "a level cache of its own class": (
+        "class Cache(dict):\n"
+        "    def clear(self):\n        RAN.append('clear')\n"
+        "    def __getitem__(self, key):\n"
+        "        RAN.append('getitem')\n        raise KeyError(key)\n"
+        "logging.root._cache = Cache()\nlogging.root.setLevel(5)\n",
+        ["it changed the root logger._cache"],
+    ),
+    "warnings' _filters_mutated": (
+        "warnings._filters_mutated = lambda: RAN.append('_filters_mutated')\n"
+        "warnings.filters.insert(0, ('ignore', None, Warning, None, 0))\n",
+        ["it set warnings._filters_mutated to code of its own"],
+    ),
+    "warnings' filters as a list of its own class": (
+        "class Filters(list):\n"
+        "    def __len__(self):\n        RAN.append('__len__')\n        return 0\n"
+        "    def __iter__(self):\n        RAN.append('__iter__')\n        return iter(())\n"
+        "warnings.filters = Filters(warnings.filters)\n",
+        ["it replaced warnings.filters with an object of its own"],
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(_LOGGING_ROUTES))
+def test_what_logging_runs_inside_torch_is_put_back_without_running_the_notebook(provenance, route):
+    """Whatever a cell changes of torch's loggers (their dict, class, parent, the table
+    that lists them, their level caches) or of warnings' functions and filters is put back
+    and named, and putting it back runs none of the cell's code; afterwards, a torch
+    logger's record runs none of it either."""
+    import logging
+    import warnings
+
+    manager = logging.Logger.manager
+    table, graph_log = manager.loggerDict, logging.getLogger("torch.autograd.graph")
+    filters, mutated = warnings.filters, warnings._filters_mutated
+    source, expected = _LOGGING_ROUTES[route]
+    baseline = global_state.take()
+    namespace = {"__name__": "__main__"}
+    try:
+        cell(_LOGGING_REACHED + source, namespace)
+        namespace["RAN"].clear()
+        found = global_state.restore(baseline, provenance)
+        during = list(namespace["RAN"])
+        graph_log.warning("torch logs, as in a hidden test")  # (at WARNING: emitted)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+        after = list(namespace["RAN"])[len(during) :]
+    finally:
+        table["torch.autograd.graph"] = graph_log
+        manager.loggerDict, warnings.filters, warnings._filters_mutated = table, filters, mutated
+        global_state.restore(baseline, provenance)
+    assert during == [], f"put-back ran the notebook's {during}"
+    assert after == [], f"after put-back, torch's logging ran the notebook's {after}"
+    assert sorted(found) == sorted(expected)
 
 
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):

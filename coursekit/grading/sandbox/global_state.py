@@ -99,7 +99,8 @@ class Baseline:
     logger_names: list = field(default_factory=list)  # [table, keys, values, found, types]
     logging_disabled: int = 0  # logging.disable's level
     dict_slots: dict = field(default_factory=dict)  # id(class): (its __dict__ getset, class)
-    warnings: tuple = ()  # warnings.showwarning, _showwarnmsg, filters
+    warnings: tuple = ()  # ((name, function) of warnings' own, its filters list, a copy)
+    removed: list = field(default_factory=list)  # what was taken off, held: no __del__ runs
 
 
 def _setting_pairs() -> list:
@@ -212,8 +213,14 @@ def take() -> Baseline:
     base.tools["logging_manager"] = logging.Logger.manager
     base.tools["logger_class"] = logging.Logger
     base.logging_disabled = logging.Logger.manager.disable
-    base.warnings = (warnings.showwarning, warnings._showwarnmsg, list(warnings.filters))
+    namespace = vars(warnings)
+    base.warnings = (
+        tuple((name, namespace.get(name)) for name in _WARNINGS_CODE),
+        warnings.filters,
+        list(warnings.filters),
+    )
     base.tools["warnings"] = warnings
+    base.tools["logger_table"] = logging.Logger.manager.loggerDict
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     base.loggers_by_id = {id(state[0]): state for state in base.loggers}
     return base
@@ -320,25 +327,45 @@ def _loggers_now(base: Baseline, manager) -> list:
     ):
         return kept[3]
     then = base.loggers_by_id
-    found = [
-        (logger, then.get(id(logger)) or (logger, 0, (), (), True, False))
-        for logger in _loggers(manager)
-    ]
+    found = [(logger, then.get(id(logger)) or _bare(logger)) for logger in _loggers(manager)]
+    # and every logger read at take(), wherever it is now: torch's modules hold their own
+    # (a table entry replaced or deleted does not take a handler off torch's logger)
+    listed = {id(logger) for logger, _ in found}
+    found += [(state[0], state) for state in base.loggers if id(state[0]) not in listed]
     values = tuple(table.values())
     base.logger_names[:] = [table, tuple(table.keys()), values, found, tuple(map(_TYPE, values))]
     return found
 
 
 def _logger_state(logger) -> tuple:
+    """``(logger, level, handlers, filters, propagate, disabled, class, keys, values)`` as
+    :func:`take` finds it, then its class, its dict's keys and values, and where in them
+    its handlers and filters lists are: all put back if the notebook changes them (an
+    attribute that shadows a method, ``parent``, the class)."""
     held = _attributes(logger)
+    keys, values = tuple(dict.keys(held)), tuple(dict.values(held))
+    if not all(type(key) is str for key in keys):  # (never, before a hand-in's code)
+        return _bare(logger)
+    then = dict(zip(keys, values, strict=True))
+    lists = tuple(keys.index(key) if key in then else -1 for key in ("handlers", "filters"))
     return (
         logger,
-        dict.get(held, "level"),
-        _items_of(dict.get(held, "handlers")),
-        _items_of(dict.get(held, "filters")),
-        dict.get(held, "propagate"),
-        dict.get(held, "disabled"),
+        then.get("level"),
+        _items_of(then.get("handlers")),
+        _items_of(then.get("filters")),
+        then.get("propagate"),
+        then.get("disabled"),
+        type(logger),
+        keys,
+        values,
+        lists,
     )
+
+
+def _bare(logger) -> tuple:
+    """The state of a logger made since :func:`take`: no handler, no filter, all levels; its
+    class and its other attributes are its own."""
+    return (logger, 0, (), (), True, False, None, None, None, None)
 
 
 def _items_of(value) -> tuple:
@@ -632,16 +659,37 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     """Levels, ``propagate``, ``disabled`` and ``logging.disable`` are settings, put back
     without a flag (``logging.basicConfig`` in a cell is honest); a handler or filter on the
     root logger or one of torch's is code that runs inside torch's computation: taken off,
-    and flagged unless it is the libraries' own. Torch's loggers made since start bare."""
+    and flagged unless it is the libraries' own. So is anything else of such a logger that
+    logging runs or reads (an attribute set over one of its methods, its ``parent``, its
+    class): put back as it was, and named. Torch's loggers made since start bare. What is
+    taken off is kept (``Baseline.removed``), so none of its ``__del__`` runs here."""
     _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
     settings = _attributes(manager, base.dict_slots)
+    table = base.tools["logger_table"]
+    if dict.get(settings, "loggerDict") is not table:
+        base.removed.append(dict.get(settings, "loggerDict"))
+        settings["loggerDict"] = table
+        found.append("it replaced logging's table of loggers")
     if dict.get(settings, "disable") is not base.logging_disabled:
         settings["disable"] = base.logging_disabled
-    root = dict.get(settings, "root")
+    roots = (dict.get(settings, "root"), base.loggers[0][0] if base.loggers else None)
+    changed = False
     for logger, state in _loggers_now(base, manager):
-        _, level, handlers, filters, propagate, disabled = state
+        if state[6] is not None and type(logger) is not state[6]:
+            try:
+                _SET_CLASS(logger, state[6])
+                found.append(f"it changed the class of {_logger_name(logger, roots)}")
+            except TypeError:
+                found.append(f"it changed the class of {_logger_name(logger, roots)} (kept)")
+            changed = True
         held = _attributes(logger, base.dict_slots)  # the logger's own dict: no method runs
+        if state[7] is not None:
+            if not _as_taken(held, state):
+                _put_back_dict(held, state, _logger_name(logger, roots), base, found, library_code)
+                changed = True
+            continue
+        _, level, handlers, filters, propagate, disabled = state[:6]
         for what, key, before in (
             ("handler", "handlers", handlers),
             ("filter", "filters", filters),
@@ -653,10 +701,9 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             added = [item for item in now if not any(item is old for old in before)]
             if added or len(now) != len(before) or type(held_now) is not list:
                 if not all(library_code(item) for item in added):
-                    name = dict.get(held, "name")
-                    name = name if type(name) is str else "a logger"
-                    name = "the root logger" if logger is root else name
+                    name = _logger_name(logger, roots)
                     found.append(f"it added a logging {what} of its own to {name}")
+                base.removed.append(held_now)
                 held[key] = list(before)  # a new list: the old one may be a subclass's
         if (
             dict.get(held, "level") is not level
@@ -664,7 +711,97 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             or dict.get(held, "disabled") is not disabled
         ):
             held.update(zip(_SETTINGS, (level, propagate, disabled), strict=True))
-            _CLEAR_CACHE(manager)
+            changed = True
+    if changed:
+        _clear_caches(table, base)
+
+
+def _logger_name(logger, roots) -> str:
+    """How a flag names a logger (its ``name`` read as an item of its own dict)."""
+    if any(logger is root for root in roots):
+        return "the root logger"
+    held = _attributes(logger)
+    name = next((v for k, v in list(dict.items(held)) if type(k) is str and k == "name"), None)
+    return name if type(name) is str else "a logger"
+
+
+def _as_taken(held: dict, state: tuple) -> bool:
+    """Whether a logger's dict holds the very keys and values it held at :func:`take`, in
+    order, and its handlers and filters lists the same items: read in C, nothing looked up
+    by name (a key of the notebook's could be compared)."""
+    keys, values, (handlers_at, filters_at) = state[7], state[8], state[9]
+    if (
+        len(held) != len(keys)
+        or any(map(_IS_NOT, dict.keys(held), keys))
+        or any(map(_IS_NOT, dict.values(held), values))
+    ):
+        return False
+    return (handlers_at < 0 or _same_list(values[handlers_at], state[2])) and (
+        filters_at < 0 or _same_list(values[filters_at], state[3])
+    )
+
+
+def _put_back_dict(held: dict, state: tuple, name: str, base, found, library_code) -> None:
+    """Put a logger's dict back as :func:`take` found it (handlers and filters as they were,
+    settings as they were, a fresh ``_cache``), naming what the notebook changed. Its keys
+    are read as items and compared as exact ``str`` only; the dict is emptied and filled
+    again rather than searched, so no key of the notebook's is hashed or compared."""
+    _, level, handlers, filters, propagate, disabled, _, keys, values, _ = state
+    then = dict(zip(keys, values, strict=True))
+    items = list(dict.items(held))
+    base.removed.append(items)  # the notebook's objects taken off stay alive: no __del__
+    seen = set()
+    for key, value in items:
+        if type(key) is not str:
+            found.append(f"it gave {name} an attribute of its own")
+            continue
+        seen.add(key)
+        if key in ("handlers", "filters"):
+            before = handlers if key == "handlers" else filters
+            now = _items_of(value)
+            added = [item for item in now if not any(item is old for old in before)]
+            if (added or type(value) is not list) and not all(map(library_code, added)):
+                what = "handler" if key == "handlers" else "filter"
+                found.append(f"it added a logging {what} of its own to {name}")
+        elif key == "_cache":  # logging's own, emptied as levels change: a fresh one
+            if type(value) is not dict:
+                found.append(f"it changed {name}._cache")
+        elif key in _SETTINGS:
+            continue
+        elif key not in then:
+            if callable(value) and not library_code(value):
+                found.append(f"it set {name}.{key} to code of its own")
+        elif value is not then[key]:
+            found.append(f"it changed {name}.{key}")
+    for key in then:
+        if key not in seen:
+            found.append(f"it took {name}.{key} away")
+    then.update(
+        handlers=list(handlers),
+        filters=list(filters),
+        _cache={},
+        level=level,
+        propagate=propagate,
+        disabled=disabled,
+    )
+    dict.clear(held)
+    dict.update(held, then)
+
+
+def _clear_caches(table: dict, base) -> None:
+    """What ``Manager._clear_cache`` does, without running any ``clear`` of the notebook's:
+    each logger's ``_cache`` of levels emptied (a fresh dict where it is not a plain one)."""
+    loggers = [state[0] for state in base.loggers]
+    loggers += [v for v in list(dict.values(table)) if issubclass(type(v), logging.Logger)]
+    for logger in loggers:
+        held = _attributes(logger, base.dict_slots)
+        for key, cache in list(dict.items(held)):
+            if type(key) is str and key == "_cache":
+                if type(cache) is dict:
+                    dict.clear(cache)
+                else:
+                    base.removed.append(cache)
+                    held["_cache"] = {}
 
 
 def _same_list(now, before: tuple) -> bool:
@@ -674,27 +811,49 @@ def _same_list(now, before: tuple) -> bool:
 
 
 _SETTINGS = ("level", "propagate", "disabled")  # a logger's, put back without a flag
-_CLEAR_CACHE = logging.Manager._clear_cache  # bound now: the live module can be rebound
+_SET_CLASS = object.__dict__["__class__"].__set__  # C's own: no metaclass of the notebook's
 
 
 def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
-    """torch warns from inside its computation: ``warnings.showwarning`` then runs there. The
-    filters are settings (put back silently); a ``showwarning`` that is not the libraries'
+    """torch warns from inside its computation: warnings' functions then run there
+    (``showwarning``, the ``_showwarnmsg`` and ``_formatwarnmsg`` pairs, ``formatwarning``;
+    ``_filters_mutated``, which ``catch_warnings`` calls). One that is not the libraries'
     own is code of the notebook's, put back and named (``logging.captureWarnings`` is
-    honest: its function is logging's)."""
+    honest: its function is logging's). The filters are settings: put back silently into
+    the list warnings holds, unless the list itself was replaced by an object of the
+    notebook's class (named). Read as the module's items, compared as exact ``str``."""
     module = base.tools["warnings"]
-    show, show_message, filters = base.warnings
-    for name, before in (("showwarning", show), ("_showwarnmsg", show_message)):
-        now = vars(module).get(name)
-        if now is not before:
-            if not library_code(now):
+    functions, filters, copy = base.warnings
+    namespace = vars(module)
+    now = {k: v for k, v in list(dict.items(namespace)) if type(k) is str and k in _WARNINGS_SET}
+    for name, before in functions:
+        if now.get(name) is not before:
+            if not library_code(now.get(name)):
                 found.append(f"it set warnings.{name} to code of its own")
-            setattr(module, name, before)
-    if len(module.filters) != len(filters) or any(
-        a is not b for a, b in zip(module.filters, filters, strict=False)
-    ):
-        module.filters[:] = filters
-        module._filters_mutated()
+            base.removed.append(now.get(name))
+            namespace[name] = before
+    held = now.get("filters")
+    if held is not filters:
+        if type(held) is not list:
+            found.append("it replaced warnings.filters with an object of its own")
+        base.removed.append(held)
+        namespace["filters"] = filters
+    if not _same_list(filters, tuple(copy)):
+        list.__setitem__(filters, slice(None), copy)
+        _FILTERS_MUTATED()
+
+
+_WARNINGS_CODE = (
+    "showwarning",
+    "_showwarnmsg",
+    "_showwarnmsg_impl",
+    "formatwarning",
+    "_formatwarnmsg",
+    "_formatwarnmsg_impl",
+    "_filters_mutated",
+)
+_WARNINGS_SET = frozenset({*_WARNINGS_CODE, "filters"})
+_FILTERS_MUTATED = warnings._filters_mutated  # _warnings' own, bound before any hand-in
 
 
 def _check_threads(base: Baseline, found: list[str], provenance) -> None:
