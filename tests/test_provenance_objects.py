@@ -288,6 +288,66 @@ _DISGUISED = {
         "config = {'version': 1, 'handlers': {'h': {'()': '__main__.evil'}}}\n"
         "value = functools.partial(logging.config.dictConfig, config)\n"
     ),
+    # found by review: a runner one step away, handed on by a library function that calls
+    # what it is given, wrapped, held by an iterator, or not on the first list
+    "eval handed on by operator.call": (
+        "import functools, operator\nvalue = functools.partial(operator.call, eval, '1')\n"
+    ),
+    "__import__ handed on, as a finder's find_spec": (
+        "import functools, operator, types\n"
+        "load = functools.partial(operator.call, __import__, 'a_module_of_the_notebooks')\n"
+        "value = types.SimpleNamespace(find_spec=load)\n"
+    ),
+    "exec handed on by sys.call_tracing": (
+        "import functools, sys\nvalue = functools.partial(sys.call_tracing, exec, ('x = 1',))\n"
+    ),
+    "eval given to a methodcaller": (
+        "import functools, operator\n"
+        "value = functools.partial(operator.methodcaller('__call__', '1'), eval)\n"
+    ),
+    "exec held by a map a set's union iterates": (
+        "import functools\nvalue = functools.partial(set().union, map(exec, ['x = 1']))\n"
+    ),
+    "exec held by a map, as a bound method's self": (
+        "import types\nvalue = types.MethodType(dict.fromkeys, map(exec, ['x = 1']))\n"
+    ),
+    "eval's __call__": ("import functools\nvalue = functools.partial(eval.__call__, '1')\n"),
+    "exec through its type's __call__": (
+        "import functools\nvalue = functools.partial(type(eval).__call__, exec, 'x = 1')\n"
+    ),
+    "import_module's __call__": (
+        "import functools, importlib\n"
+        "value = functools.partial(importlib.import_module.__call__, 'its_module')\n"
+    ),
+    "an Unpickler's load": (
+        "import io, pickle\nvalue = pickle.Unpickler(io.BytesIO(pickle.dumps(1))).load\n"
+    ),
+    "the Python Unpickler's load": (
+        "import io, pickle\nvalue = pickle._Unpickler(io.BytesIO(pickle.dumps(1))).load\n"
+    ),
+    "eval in a partialmethod": (
+        "import functools\n"
+        "Holder = type('Holder', (), {'hook': functools.partialmethod(staticmethod(eval), '1')})\n"
+        "value = Holder()\n"
+    ),
+    "a string annotation typing evaluates": (
+        "import functools, types, typing\n"
+        "held = types.SimpleNamespace(__annotations__={'x': '__import__(\"os\")'})\n"
+        "value = functools.partial(typing.get_type_hints, held)\n"
+    ),
+    "a name pydoc imports": (
+        "import functools, pydoc\nvalue = functools.partial(pydoc.locate, 'its_module')\n"
+    ),
+    "a name pkgutil imports": (
+        "import functools, pkgutil\nvalue = functools.partial(pkgutil.resolve_name, 'its_module')\n"
+    ),
+    "a name importlib's bootstrap imports": (
+        "import functools, importlib._bootstrap as bootstrap\n"
+        "value = functools.partial(bootstrap._gcd_import, 'its_module')\n"
+    ),
+    "exec as a thread's target": (
+        "import threading\nvalue = threading.Thread(target=exec, args=('x = 1',)).start\n"
+    ),
     "nested past the depth judged": (
         "def evil(*args, **kwargs):\n    return True\n"
         "value = [evil]\n"
@@ -312,7 +372,6 @@ def test_library_objects_modules_and_enums_stay_the_librarys(provenance):
     assert provenance.is_library_callable(linear.forward)
     assert provenance.is_library_callable(functools.partial(getattr, torch))
     assert provenance.is_library_callable(functools.partial(print, "text, printed: not run"))
-    assert provenance.is_library_callable(functools.partial(eval))  # given nothing to run
     kind = inspect.Parameter.POSITIONAL_ONLY  # an enum member: its class holds its members
     assert provenance.is_library_callable(functools.partial(operator.eq, kind))
     assert provenance.is_library_object(torch.nn.Sequential(linear, torch.nn.ReLU()))

@@ -20,9 +20,9 @@ can run: its code, its globals (a library module's own namespace, known by ident
 :data:`MAX_DEPTH`, each object once). :meth:`Provenance.is_library_frame` judges a running
 frame the same way: library code running in a library module's namespace. So
 ``types.FunctionType(torch_function.__code__, notebook_dict)`` is the notebook's, and so is a
-``partial`` of a library function bound to a notebook lambda, and one that hands text, bytes
-or a name to a library function that runs it (``partial(eval, "...")``: :data:`_C_RUNNERS`,
-:data:`_PYTHON_RUNNERS`).
+``partial`` of a library function bound to a notebook lambda, and anything that holds or
+hands on a library function that runs what it is given (``partial(eval, "...")``,
+``partial(operator.call, exec, "...")``: :data:`_C_RUNNERS`, :data:`_PYTHON_RUNNERS`).
 
 A namespace is a library module's when it was one before any hand-in code ran (recorded by
 :meth:`Provenance.seal` and :meth:`Provenance.trust`), when it is a private copy the grader made
@@ -118,19 +118,23 @@ _CACHED = functools._lru_cache_wrapper  # functools.lru_cache's, functools.cache
 
 
 # Library functions that run what they are given as data: text or code (``eval``,
-# ``exec``, ``runpy.run_path``, a profiler's or debugger's ``run``), pickled bytes, a
-# module's name or file (``import_module``, a C extension loaded by ``_imp``). Bound to their
-# arguments in a ``partial``, they run code of the notebook's making as library code: such
-# a partial is the notebook's (:func:`_runs_what_it_is_given`). A C module's function goes by
-# its C name alone (fixed in C: its ``__module__`` can be rebound, and a copy of a module made
-# again has other objects), a Python function by its code's file and qualified name (a
-# library's code names its real file).
-_C_RUNNERS = frozenset(  # a C module's functions, by their own C name
+# ``exec``, ``runpy.run_path``, a profiler's or debugger's ``run``, ``typing``'s evaluation
+# of annotations), pickled bytes, a module's name or file (``import_module``, a C extension
+# loaded by ``_imp``). Handed text, they run code of the notebook's making as library code,
+# and any library function that calls what it is given (``operator.call``, ``map`` and what
+# iterates it, ``sys.call_tracing``, a ``__call__`` wrapper) can hand it over. So a runner
+# is the notebook's wherever the walk meets it: called, bound, held or handed on
+# (:func:`_is_code_runner`). A C function goes by its C name alone (fixed in C: its
+# ``__module__`` can be rebound, and a copy of a module made again has other objects), a
+# Python function by its code's file and qualified name (a library's code names its real
+# file). A library that calls one of these on text of its own is not judged here: its
+# module's namespace and functions are, not the builtins they call.
+_C_RUNNERS = frozenset(  # a C function's or method's own name
     {
         "eval",  # builtins
         "exec",
         "__import__",
-        "loads",  # _pickle (marshal's too: it only makes code, which is judged where it runs)
+        "loads",  # _pickle, and an Unpickler's load (marshal's too: it only makes code)
         "load",
         "create_dynamic",  # _imp: a C extension loaded from a file
         "exec_dynamic",
@@ -142,12 +146,22 @@ _PYTHON_RUNNERS = frozenset(
     {
         ("importlib/__init__.py", "import_module"),
         ("importlib/__init__.py", "__import__"),
+        ("importlib/__init__.py", "reload"),
+        ("importlib/_bootstrap.py", "_gcd_import"),
+        ("importlib/_bootstrap.py", "_find_and_load"),
+        ("importlib/_bootstrap.py", "_load"),
+        ("importlib/_bootstrap.py", "_exec"),
+        ("importlib/_bootstrap.py", "_call_with_frames_removed"),
+        ("importlib/_bootstrap_external.py", "_LoaderBasics.exec_module"),
+        ("importlib/_bootstrap_external.py", "SourceLoader.get_code"),
         ("runpy.py", "run_path"),
         ("runpy.py", "run_module"),
         ("runpy.py", "_run_code"),
         ("runpy.py", "_run_module_code"),
+        ("runpy.py", "_run_module_as_main"),
         ("pickle.py", "_loads"),
         ("pickle.py", "_load"),
+        ("pickle.py", "_Unpickler.load"),
         ("timeit.py", "timeit"),
         ("timeit.py", "repeat"),
         ("timeit.py", "Timer.__init__"),
@@ -172,43 +186,43 @@ _PYTHON_RUNNERS = frozenset(
         ("code.py", "InteractiveInterpreter.runsource"),
         ("code.py", "InteractiveInterpreter.runcode"),
         ("code.py", "InteractiveConsole.push"),
-        ("config.py", "dictConfig"),  # logging.config: a factory named by its import path
+        ("typing.py", "get_type_hints"),  # a string annotation is evaluated
+        ("typing.py", "_eval_type"),
+        ("typing.py", "ForwardRef._evaluate"),
+        ("inspect.py", "get_annotations"),
+        ("pydoc.py", "locate"),  # a name imported
+        ("pkgutil.py", "resolve_name"),
+        ("config.py", "dictConfig"),  # logging.config: factories named by their import path
         ("config.py", "fileConfig"),
+        ("config.py", "BaseConfigurator.resolve"),
+        ("config.py", "DictConfigurator.configure"),
     }
 )
-_BUILTIN_SELF = types.BuiltinFunctionType.__dict__["__self__"].__get__
 _BUILTIN_NAME = types.BuiltinFunctionType.__dict__["__name__"].__get__
 _FUNCTION_CODE = types.FunctionType.__dict__["__code__"].__get__
-_METHOD_FUNCTION = types.MethodType.__dict__["__func__"].__get__
 
 
-def _runs_what_it_is_given(func, depth: int = 0) -> bool:
-    """Whether ``func`` (a partial's function: through partials and bound methods) is one
-    of the library functions above that run what they are given. Read through C's own
-    slots; a name or file that is not an exact ``str`` counts as one (no code of a
-    notebook's runs here, and it is not a library's)."""
-    kind = type(func)
-    if kind is types.MethodType and depth < 8:
-        return _runs_what_it_is_given(_METHOD_FUNCTION(func), depth + 1)
-    if issubclass(kind, functools.partial) and depth < 8:
-        return _runs_what_it_is_given(_PARTIAL_PARTS[0](func), depth + 1)
+def _is_code_runner(value) -> bool:
+    """Whether ``value`` is one of the library functions above, as a function or a C
+    function or method (a partial, bound method or ``__call__`` wrapper of one is walked to
+    it). Read through C's own slots; a file or name that is not an exact ``str`` counts as
+    one (no code of a notebook's runs here, and it is not a library's)."""
+    kind = type(value)
     if kind is types.BuiltinFunctionType:
-        if not issubclass(type(_BUILTIN_SELF(func)), _MODULE):
-            return False  # a C type's or object's method: not a module's function
-        return _BUILTIN_NAME(func) in _C_RUNNERS  # an exact str, made from C's own name
-    if kind is types.FunctionType:
-        code = _FUNCTION_CODE(func)
-        if type(code) is not _CODE:
-            return True
-        path, qualname = code.co_filename, code.co_qualname
-        if type(path) is not str or type(qualname) is not str:
-            return True
-        if path.startswith("<frozen ") and path.endswith(">"):  # runpy, in 3.11
-            path = path[8:-1].replace(".", "/") + ".py"
-        folder_and_file = "/".join(path.rsplit("/", 2)[-2:])
-        file = folder_and_file.rsplit("/", 1)[-1]
-        return (file, qualname) in _PYTHON_RUNNERS or (folder_and_file, qualname) in _PYTHON_RUNNERS
-    return False
+        return _BUILTIN_NAME(value) in _C_RUNNERS  # an exact str, made from C's own name
+    if kind is not types.FunctionType:
+        return False
+    code = _FUNCTION_CODE(value)
+    if type(code) is not _CODE:
+        return True
+    path, qualname = code.co_filename, code.co_qualname
+    if type(path) is not str or type(qualname) is not str:
+        return True
+    if path.startswith("<frozen ") and path.endswith(">"):  # runpy, importlib's, in 3.11
+        path = path[8:-1].replace(".", "/") + ".py"
+    folder_and_file = "/".join(path.rsplit("/", 2)[-2:])
+    file = folder_and_file.rsplit("/", 1)[-1]
+    return (file, qualname) in _PYTHON_RUNNERS or (folder_and_file, qualname) in _PYTHON_RUNNERS
 
 
 class Provenance:
@@ -359,6 +373,8 @@ class Provenance:
         if depth > MAX_DEPTH:
             return False
         seen.add(id(value))
+        if _is_code_runner(value):
+            return False  # runs what it is given: see _PYTHON_RUNNERS
         deeper = depth + 1
         kind = type(value)
         if id(kind) not in _EXACT and not self._class(kind, deeper, seen):
@@ -366,15 +382,13 @@ class Provenance:
         if kind is types.FunctionType:
             return self._function(value, strict, deeper, seen)
         if kind is types.MethodType:
-            if _runs_what_it_is_given(value.__func__):
-                return False  # its __self__ is text, bytes or a name it runs as code
             return self._callable(value.__func__, strict, deeper, seen) and self._part(
                 value.__self__, strict, deeper, seen
             )
         if issubclass(kind, functools.partial):
             func, args, keywords = (read(value) for read in _PARTIAL_PARTS)
-            if (args or keywords) and (strict or _runs_what_it_is_given(func)):
-                return False  # text, bytes or a name run as code: see _PYTHON_RUNNERS
+            if strict and (args or keywords):
+                return False
             attributes = _instance_dict(value, kind)  # None: a __dict__ of its class's making
             parts = (func, args, keywords, attributes)
             return attributes is not None and all(
