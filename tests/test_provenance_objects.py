@@ -348,6 +348,19 @@ _DISGUISED = {
     "exec as a thread's target": (
         "import threading\nvalue = threading.Thread(target=exec, args=('x = 1',)).start\n"
     ),
+    # found by the second review: libraries that load pickles or run files
+    "a pickle torch.load unpickles": (
+        "import functools, torch\n"
+        "value = functools.partial(torch.load, 'made_by_it.pt', weights_only=False)\n"
+    ),
+    "a file a source loader runs": (
+        "from importlib.machinery import SourceFileLoader\n"
+        "value = SourceFileLoader('its_module', 'made_by_it.py').load_module\n"
+    ),
+    "a hubconf torch.hub runs": (
+        "import functools, torch.hub\n"
+        "value = functools.partial(torch.hub.load, '.', 'entry', source='local')\n"
+    ),
     "nested past the depth judged": (
         "def evil(*args, **kwargs):\n    return True\n"
         "value = [evil]\n"

@@ -221,6 +221,16 @@ def take() -> Baseline:
     )
     base.tools["warnings"] = warnings
     base.tools["logger_table"] = logging.Logger.manager.loggerDict
+    base.tools["logger_class_made"] = logging.Logger.manager.loggerClass
+    # what library code writes to and looks up (a warning's text through linecache)
+    for label, namespace, name in (
+        ("sys.stdout", vars(sys), "stdout"),
+        ("sys.stderr", vars(sys), "stderr"),
+        ("sys.modules['warnings']", sys.modules, "warnings"),
+        ("sys.modules['logging']", sys.modules, "logging"),
+        ("sys.modules['linecache']", sys.modules, "linecache"),
+    ):
+        base.values.append((label, namespace, name, namespace.get(name)))
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     base.loggers_by_id = {id(state[0]): state for state in base.loggers}
     return base
@@ -485,14 +495,17 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
         for mode in modes:
             if not any(mode is b for b in base.function_modes) and not library_code(mode):
                 found.append(f"it left a torch function mode on ({_name_of(mode)})")
+        base.removed.append(modes)  # held: no __del__ of the notebook's runs here
         while C._len_torch_function_stack():
             C._pop_torch_function_stack()
         for mode in base.function_modes:
             C._push_on_torch_function_stack(mode)
     current, context = base.default_device  # torch.set_default_device: a mode and two records
     if C.device_module.get("CURRENT_DEVICE") is not current:
+        base.removed.append(C.device_module.get("CURRENT_DEVICE"))
         C.device_module["CURRENT_DEVICE"] = current
     if getattr(C.device_context, "device_context", None) is not context:
+        base.removed.append(getattr(C.device_context, "device_context", None))
         C.device_context.device_context = context
     modes = [C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())]
     if len(modes) != len(base.dispatch_modes) or any(
@@ -501,6 +514,7 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
         for mode in modes:
             if not any(mode is b for b in base.dispatch_modes) and not library_code(mode):
                 found.append(f"it left a torch dispatch mode on ({_name_of(mode)})")
+        base.removed.append(modes)
         while C._len_torch_dispatch_stack():
             C._pop_torch_dispatch_stack(None)
         for mode in base.dispatch_modes:
@@ -513,6 +527,7 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
         if now is not mode:
             if now is not None and not library_code(now):
                 found.append(f"it left a torch dispatch mode on ({_name_of(now)})")
+            base.removed.append(now)
             C._unset_dispatch_mode(key)
             if mode is not None:
                 C._set_dispatch_mode(mode)
@@ -545,19 +560,28 @@ def _keys_in(text: str) -> set[str]:
 
 
 def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
+    """Torch's global hooks (dicts keyed by handle numbers), default saved-tensor hooks and
+    gc callbacks, put back. A dict's entries are compared by identity, never looked up (a
+    key of the notebook's class would run its ``__hash__`` and ``__eq__``), and what is
+    taken off is kept (``Baseline.removed``), so none of its ``__del__`` runs here."""
     for label, namespace, name, container, copy in base.containers:
         now = namespace.get(name)
-        same = now is container and len(container) == len(copy)
-        if same and all(container.get(k) is v for k, v in copy.items()):
+        if now is container and _same_items(container, copy):
             continue
-        added = [v for k, v in (now or {}).items() if copy.get(k) is not v]
-        if now is not container or any(not library_code(v) for v in added):
+        held = list(dict.items(now)) if issubclass(type(now), dict) else []
+        base.removed.append((now, held))
+        then = {(id(k), id(v)) for k, v in dict.items(copy)}  # ints: the handles' numbers
+        added = [v for k, v in held if (id(k), id(v)) not in then]
+        if now is not container or not all(map(library_code, added)):
             found.append(f"it left a global hook in {label}")
         namespace[name] = container
-        container.clear()
+        base.removed.append(list(dict.items(container)))
+        container.clear()  # torch's own OrderedDict, as take() found it: its methods are C's
         container.update(copy)
     for label, namespace, name, value in base.values:
-        if namespace.get(name) is not value:
+        now = namespace.get(name)
+        if now is not value:
+            base.removed.append(now)
             namespace[name] = value
             found.append(f"it changed {label}")
     top_saved, pop_saved = base.tools["top_saved"], base.tools["pop_saved"]
@@ -566,8 +590,10 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
         if not all(library_code(hook) for hook in top or ()):
             found.append("it left default saved-tensor hooks on (they see every backward)")
         for _ in range(1000):
-            if _same_hooks(top_saved(True), base.saved_tensor_hooks):
+            top = top_saved(True)
+            if _same_hooks(top, base.saved_tensor_hooks):
                 break
+            base.removed.append(top)
             pop_saved()
     callbacks, then = base.gc_list, base.gc_callbacks
     if len(callbacks) != len(then) or any(
@@ -577,7 +603,18 @@ def _restore_hooks(base: Baseline, found: list[str], library_code) -> None:
         added = [c for c in callbacks if not any(c is b for b in base.gc_callbacks)]
         if any(not library_code(c) for c in added):
             found.append("it left a gc callback (run at every collection)")
+        base.removed.append(list(callbacks))
         callbacks[:] = base.gc_callbacks
+
+
+def _same_items(container: dict, copy: dict) -> bool:
+    """Whether ``container`` holds the very keys and values of ``copy``, in order (read in C:
+    no key is hashed or compared)."""
+    return (
+        len(container) == len(copy)
+        and not any(map(_IS_NOT, dict.keys(container), dict.keys(copy)))
+        and not any(map(_IS_NOT, dict.values(container), dict.values(copy)))
+    )
 
 
 def _same_hooks(now, then) -> bool:
@@ -627,6 +664,7 @@ def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
     for what, get, put, value in base.frame_hooks:  # first: they see every frame after this
         now = get()
         if now is not value:
+            base.removed.append(now)  # held: no __del__ of the notebook's runs here
             put(value)  # before any other frame of the grader's starts, then judged
             if now is not None and not library_code(now):
                 found.append(f"it left {what} on, which is handed every frame")
@@ -652,7 +690,19 @@ def _restore_tracing(base: Baseline, found: list[str], library_code) -> None:
         if now is not value:
             if now is not None and not library_code(now):
                 found.append(f"it left {what} on")
+            base.removed.append(now)
             tools[put](value)
+
+
+def silence() -> None:
+    """Logging off and every warning ignored in the hand-in's process, from before its
+    first cell (the runner calls this before :func:`take`, so that put-back keeps it so):
+    torch logs and warns from inside its computation, and what logging and warnings then
+    run (a handler's or formatter's attributes, the stream it writes to, the functions a
+    warning is formatted with, ``linecache``) is reachable from a cell in more places than
+    put-back compares. With both off, none of it runs. No check reads a log or a warning."""
+    logging.disable(logging.CRITICAL)
+    warnings.simplefilter("ignore")
 
 
 def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
@@ -673,6 +723,12 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         found.append("it replaced logging's table of loggers")
     if dict.get(settings, "disable") is not base.logging_disabled:
         settings["disable"] = base.logging_disabled
+    made_as = dict.get(settings, "loggerClass")  # the class of every logger made from now
+    if made_as is not base.tools["logger_class_made"]:
+        if not library_code(made_as):
+            found.append("it set the class logging makes new loggers of (setLoggerClass)")
+        base.removed.append(made_as)
+        settings["loggerClass"] = base.tools["logger_class_made"]
     roots = (dict.get(settings, "root"), base.loggers[0][0] if base.loggers else None)
     changed = False
     for logger, state in _loggers_now(base, manager):
@@ -689,6 +745,11 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
                 _put_back_dict(held, state, _logger_name(logger, roots), base, found, library_code)
                 changed = True
             continue
+        if not _plain_new_logger(logger, held, library_code):  # made since take()
+            name = _logger_name(logger, roots)
+            _put_back_new_logger(logger, held, name, base, found, library_code)
+            held = _attributes(logger, base.dict_slots)
+            changed = True
         _, level, handlers, filters, propagate, disabled = state[:6]
         for what, key, before in (
             ("handler", "handlers", handlers),
@@ -714,6 +775,40 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             changed = True
     if changed:
         _clear_caches(table, base)
+
+
+_LOGGER_KEYS = frozenset(  # what logging itself puts in a logger's dict
+    {"filters", "name", "level", "parent", "propagate", "handlers", "disabled", "_cache", "manager"}
+)
+
+
+def _plain_new_logger(logger, held: dict, library_code) -> bool:
+    """Whether a torch logger made since :func:`take` is of a library's class and holds in
+    its dict only what logging puts there (names read as items, compared as exact str)."""
+    if type(logger) is not logging.Logger and not library_code(type(logger)):
+        return False
+    return all(type(key) is str and key in _LOGGER_KEYS for key in list(dict.keys(held)))
+
+
+def _put_back_new_logger(logger, held: dict, name: str, base, found, library_code) -> None:
+    """A torch logger made since :func:`take` with a class or attributes of the notebook's
+    (a method set on it, which a torch module imported later would call): made a plain
+    ``Logger`` holding only what logging puts in one, and named."""
+    if type(logger) is not logging.Logger:
+        try:
+            _SET_CLASS(logger, logging.Logger)
+            found.append(f"it made {name} of a class of its own")
+        except TypeError:
+            found.append(f"it made {name} of a class of its own (kept)")
+    items = list(dict.items(held))
+    base.removed.append(items)  # held: no __del__ of the notebook's runs here
+    kept = {k: v for k, v in items if type(k) is str and k in _LOGGER_KEYS}
+    if len(kept) != len(items):
+        extra = [v for k, v in items if not (type(k) is str and k in _LOGGER_KEYS)]
+        if not all(map(library_code, extra)) or len(extra) != len(items) - len(kept):
+            found.append(f"it set attributes of its own on {name}")
+        dict.clear(held)
+        dict.update(held, kept)
 
 
 def _logger_name(logger, roots) -> str:
@@ -769,9 +864,9 @@ def _put_back_dict(held: dict, state: tuple, name: str, base, found, library_cod
         elif key in _SETTINGS:
             continue
         elif key not in then:
-            if callable(value) and not library_code(value):
+            if not library_code(value):  # (torch's own logging sets some: set_logs)
                 found.append(f"it set {name}.{key} to code of its own")
-        elif value is not then[key]:
+        elif value is not then[key] and not library_code(value):
             found.append(f"it changed {name}.{key}")
     for key in then:
         if key not in seen:

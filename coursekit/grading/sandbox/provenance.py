@@ -152,7 +152,20 @@ _PYTHON_RUNNERS = frozenset(
         ("importlib/_bootstrap.py", "_load"),
         ("importlib/_bootstrap.py", "_exec"),
         ("importlib/_bootstrap.py", "_call_with_frames_removed"),
+        ("importlib/_bootstrap.py", "_load_unlocked"),
+        ("importlib/_bootstrap.py", "_load_module_shim"),
         ("importlib/_bootstrap_external.py", "_LoaderBasics.exec_module"),
+        ("importlib/_bootstrap_external.py", "_LoaderBasics.load_module"),
+        ("importlib/_bootstrap_external.py", "FileLoader.load_module"),
+        ("imp.py", "load_source"),
+        ("imp.py", "load_module"),
+        ("imp.py", "load_compiled"),
+        ("imp.py", "load_package"),
+        ("torch/serialization.py", "load"),  # pickles, where weights_only is turned off
+        ("torch/hub.py", "load"),  # a hubconf.py run
+        ("numpy/lib/_npyio_impl.py", "load"),  # pickles, where allow_pickle is on
+        ("numpy/lib/npyio.py", "load"),
+        ("shelve.py", "Shelf.__getitem__"),  # pickles
         ("importlib/_bootstrap_external.py", "SourceLoader.get_code"),
         ("runpy.py", "run_path"),
         ("runpy.py", "run_module"),

@@ -427,6 +427,7 @@ def serve(
     tampering.install_audit_hook(report, trusted, provenance, (tripwire_provenance,))
     # torch's and the interpreter's state as no hand-in code has left it, put back before
     # and after each test (modes, global hooks, settings, tracing: see global_state.py)
+    state.silence()  # logging off, warnings ignored: see global_state.silence
     baseline, restore = state.take(), state.restore
 
     dispatcher_changes = registrations.dispatcher_changes
