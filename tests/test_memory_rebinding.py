@@ -62,9 +62,9 @@ def graded(tmp_path_factory) -> dict:
 def test_a_change_made_for_the_moment_does_not_save_a_whole_window_forward(graded, attack):
     """Before this, each of these scored full marks: the stand-in measured nothing, the
     changed torch function or global hook raised the warm-up's peak in the child by 300 MiB,
-    the priming call was handed the measured model (a finalizer run as the grader puts the
-    state back in the child is new with that step). Now the memory test fails, and every
-    other test passes."""
+    the priming call was handed the measured model (a finalizer meant to run as the grader
+    puts the state back in the child is new with that step: what is taken off is held now,
+    so it never runs). Now the memory test fails, and every other test passes."""
     window = next(q for q in graded[attack]["questions"] if q["name"] == "accumulate_window")
     assert window["score"] < window["max_score"], window
     assert window["feedback"].startswith("8 of 9 tests pass."), window
@@ -90,8 +90,9 @@ def test_a_right_hand_in_keeps_full_marks_unflagged(graded):
         ("stand_in_measure", "changed coursekit.checks.window_memory.measured", "not measured"),
         # a cell's change, flagged when the cells ended; put back in the fork, so measured
         ("cell_rebound", "changed torch.nn.functional.linear", "forward pass on the whole"),
-        # put back in the child, its finalizer changed a name there: seen by the seal again
-        ("finalized_hook", "changed torch.nn.functional.linear", "was not measured"),
+        # taken off in the child and held there, so its finalizer never runs: measured as it
+        # is, and its whole-window forward fails the memory test
+        ("finalized_hook", "a global hook in torch.nn.modules", "forward pass on the whole"),
         # a handler would be handed the measure's frame: none can be set, so it is measured
         # as it is, and its whole-window forward fails the memory test (nothing to flag)
         ("signalled", None, "forward pass on the whole"),
