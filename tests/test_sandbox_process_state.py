@@ -514,6 +514,45 @@ _SILENCED_ROUTES = {  # found by review: what logging and warnings run, from a c
         "logging.getLogger('torch.made_before_its_module').__class__ = Made\n",
         ["it made torch.made_before_its_module of a class of its own"],
     ),
+    # found by the third review: logging turned back on, and modules of a class of its own
+    "logging turned back on": (
+        "logging.disable(logging.NOTSET)\n"
+        "formatter = logging.getLogger('torch').handlers[0].formatter\n"
+        "formatter.format = lambda record: RAN.append('format') or ''\n",
+        [],
+    ),
+    "levels cached while logging was on": (
+        "manager = logging.Logger.manager\nsilenced = manager.disable\n"
+        "manager.disable = 0  # set around logging.disable: no cache emptied\n"
+        "for name in ('torch', 'torch.autograd.graph'):\n"
+        "    made = logging.getLogger(name)\n    level = made.__dict__['level']\n"
+        "    made.setLevel(logging.DEBUG)\n"
+        "    [made.isEnabledFor(n) for n in (10, 20, 30, 40, 50)]\n"
+        "    made.__dict__['level'] = level\n"
+        "formatter = logging.getLogger('torch').handlers[0].formatter\n"
+        "formatter.format = lambda record: RAN.append('format') or ''\n"
+        "manager.disable = silenced\n",
+        [],
+    ),
+    "the types module of a class of its own": (
+        "import types\n"
+        "class Spying(types.ModuleType):\n"
+        "    def __getattribute__(self, name):\n"
+        "        RAN.append(name)\n        return types.ModuleType.__getattribute__(self, name)\n"
+        "types.__class__ = Spying\n",
+        ["it changed the class of module types"],
+    ),
+    "the warnings module of a class of its own": (
+        "import types\n"
+        "class Loud(types.ModuleType):\n"
+        "    def __getattribute__(self, name):\n"
+        "        if name == 'filters':\n            return []\n"
+        "        if name == '_showwarnmsg':\n"
+        "            return lambda message: RAN.append('showwarnmsg')\n"
+        "        return types.ModuleType.__getattribute__(self, name)\n"
+        "warnings.__class__ = Loud\n",
+        ["it changed the class of module warnings"],
+    ),
 }
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import logging
 import operator
 import sys
@@ -101,6 +102,8 @@ class Baseline:
     dict_slots: dict = field(default_factory=dict)  # id(class): (its __dict__ getset, class)
     warnings: tuple = ()  # ((name, function) of warnings' own, its filters list, a copy)
     removed: list = field(default_factory=list)  # what was taken off, held: no __del__ runs
+    module_classes: dict = field(default_factory=dict)  # id: (module, its class) if not plain
+    class_verdicts: dict = field(default_factory=dict)  # id(class): (class, library's own?)
 
 
 def _setting_pairs() -> list:
@@ -221,6 +224,12 @@ def take() -> Baseline:
     )
     base.tools["warnings"] = warnings
     base.tools["logger_table"] = logging.Logger.manager.loggerDict
+    base.tools["modules"] = sys.modules
+    base.module_classes = {
+        id(module): (module, type(module))
+        for module in list(sys.modules.values())
+        if type(module) is not _MODULE
+    }
     base.tools["logger_class_made"] = logging.Logger.manager.loggerClass
     # what library code writes to and looks up (a warning's text through linecache)
     for label, namespace, name in (
@@ -348,16 +357,18 @@ def _loggers_now(base: Baseline, manager) -> list:
 
 
 def _logger_state(logger) -> tuple:
-    """``(logger, level, handlers, filters, propagate, disabled, class, keys, values)`` as
-    :func:`take` finds it, then its class, its dict's keys and values, and where in them
-    its handlers and filters lists are: all put back if the notebook changes them (an
-    attribute that shadows a method, ``parent``, the class)."""
+    """``(logger, level, handlers, filters, propagate, disabled, class, keys, values,
+    lists, cache)`` as :func:`take` finds it: its settings and the items of its handlers and
+    filters, then its class, its dict's keys and values, and where among them its handlers
+    and filters lists and its level cache are (-1: none). All of it is put back if the
+    notebook changes it (an attribute that shadows a method, ``parent``, the class)."""
     held = _attributes(logger)
     keys, values = tuple(dict.keys(held)), tuple(dict.values(held))
     if not all(type(key) is str for key in keys):  # (never, before a hand-in's code)
         return _bare(logger)
     then = dict(zip(keys, values, strict=True))
     lists = tuple(keys.index(key) if key in then else -1 for key in ("handlers", "filters"))
+    cache_at = keys.index("_cache") if type(then.get("_cache")) is dict else -1
     return (
         logger,
         then.get("level"),
@@ -369,13 +380,14 @@ def _logger_state(logger) -> tuple:
         keys,
         values,
         lists,
+        cache_at,
     )
 
 
 def _bare(logger) -> tuple:
     """The state of a logger made since :func:`take`: no handler, no filter, all levels; its
     class and its other attributes are its own."""
-    return (logger, 0, (), (), True, False, None, None, None, None)
+    return (logger, 0, (), (), True, False, None, None, None, None, -1)
 
 
 def _items_of(value) -> tuple:
@@ -449,7 +461,8 @@ def restore(base: Baseline, provenance) -> list[str]:
     are not flagged: see the module's docstring)."""
     found: list[str] = []
     library_code = provenance.is_library_callable
-    _restore_modes(base, found, library_code)  # first: no mode of the notebook's sees the rest
+    _restore_module_classes(base, found, library_code)  # first: the rest reads modules
+    _restore_modes(base, found, library_code)  # then no mode of the notebook's sees the rest
     _restore_settings(base)
     _restore_dispatch_keys(base, found)
     _restore_hooks(base, found, library_code)
@@ -458,6 +471,55 @@ def restore(base: Baseline, provenance) -> list[str]:
     _check_threads(base, found, provenance)
     _check_library(base, found, provenance)
     return found
+
+
+def _restore_module_classes(base: Baseline, found: list[str], library_code) -> None:
+    """A module whose class the notebook changed runs the notebook's code at every lookup of
+    one of its names (a ``__getattribute__``), the grader's and the checks' included, and
+    a class of its own on ``warnings`` brings warnings back on. Put back (to the class the
+    module had at :func:`take`, or a plain module) and named; a class a library gives a
+    module of its own is left. Modules of another class than a plain one are few: they are
+    found in C, and each class is judged once."""
+    modules = list(dict.values(base.tools["modules"]))
+    odd = list(_COMPRESS(modules, map(_IS_NOT, map(_TYPE, modules), _ALWAYS_MODULE)))
+    then, verdicts = base.module_classes, base.class_verdicts
+    changed = []
+    for module in odd:
+        kind = type(module)
+        was = then.get(id(module))
+        was = was[1] if was is not None and was[0] is module else _MODULE
+        if kind is was:
+            continue
+        verdict = verdicts.get(id(kind))
+        if verdict is not None and verdict[0] is kind and verdict[1]:
+            continue  # a class a library gives a module of its own: judged before
+        try:  # put back before anything is judged: the judging looks names up in modules
+            _SET_CLASS(module, was)
+        except TypeError:
+            found.append(f"it changed the class of module {_module_name(module)} (kept)")
+            continue
+        base.removed.append(kind)
+        changed.append((module, kind))
+    for module, kind in changed:
+        verdict = verdicts.get(id(kind))
+        if verdict is None or verdict[0] is not kind:
+            verdict = verdicts[id(kind)] = (kind, library_code(kind))
+        if verdict[1]:
+            _SET_CLASS(module, kind)  # the library's own choice, given back
+        else:
+            found.append(f"it changed the class of module {_module_name(module)}")
+
+
+def _module_name(module) -> str:
+    name = next(
+        (
+            v
+            for k, v in list(dict.items(_MODULE_DICT(module)))
+            if type(k) is str and k == "__name__"
+        ),
+        None,
+    )
+    return name if type(name) is str else "?"
 
 
 def _restore_settings(base: Baseline) -> None:
@@ -487,7 +549,7 @@ def _restore_settings(base: Baseline) -> None:
 
 
 def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
-    C = types.SimpleNamespace(**base.tools)
+    C = _NAMESPACE(**base.tools)
     modes = [C._get_function_stack_at(i) for i in range(C._len_torch_function_stack())]
     if len(modes) != len(base.function_modes) or any(
         a is not b for a, b in zip(modes, base.function_modes, strict=False)
@@ -536,7 +598,7 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
 def _restore_dispatch_keys(base: Baseline, found: list[str]) -> None:
     """Dispatch keys left included or excluded (``torch._C._ExcludeDispatchKeyGuard``...):
     compared after the settings, whose own keys (inference mode, autocast) are theirs."""
-    C = types.SimpleNamespace(**base.tools)
+    C = _NAMESPACE(**base.tools)
     include, exclude = base.dispatch_keys
     now_include = str(C._dispatch_tls_local_include_set())
     now_exclude = str(C._dispatch_tls_local_exclude_set())
@@ -716,13 +778,15 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
     settings = _attributes(manager, base.dict_slots)
+    changed = False
     table = base.tools["logger_table"]
     if dict.get(settings, "loggerDict") is not table:
         base.removed.append(dict.get(settings, "loggerDict"))
         settings["loggerDict"] = table
         found.append("it replaced logging's table of loggers")
-    if dict.get(settings, "disable") is not base.logging_disabled:
-        settings["disable"] = base.logging_disabled
+    if dict.get(settings, "_disable") is not base.logging_disabled:  # (``disable``'s own)
+        settings["_disable"] = base.logging_disabled
+        changed = True
     made_as = dict.get(settings, "loggerClass")  # the class of every logger made from now
     if made_as is not base.tools["logger_class_made"]:
         if not library_code(made_as):
@@ -730,7 +794,6 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         base.removed.append(made_as)
         settings["loggerClass"] = base.tools["logger_class_made"]
     roots = (dict.get(settings, "root"), base.loggers[0][0] if base.loggers else None)
-    changed = False
     for logger, state in _loggers_now(base, manager):
         if state[6] is not None and type(logger) is not state[6]:
             try:
@@ -744,6 +807,8 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             if not _as_taken(held, state):
                 _put_back_dict(held, state, _logger_name(logger, roots), base, found, library_code)
                 changed = True
+            elif state[10] >= 0:  # its level cache, the very dict take() saw: emptied, as
+                dict.clear(state[8][state[10]])  # isEnabledFor reads it before disable
             continue
         if not _plain_new_logger(logger, held, library_code):  # made since take()
             name = _logger_name(logger, roots)
@@ -785,7 +850,7 @@ _LOGGER_KEYS = frozenset(  # what logging itself puts in a logger's dict
 def _plain_new_logger(logger, held: dict, library_code) -> bool:
     """Whether a torch logger made since :func:`take` is of a library's class and holds in
     its dict only what logging puts there (names read as items, compared as exact str)."""
-    if type(logger) is not logging.Logger and not library_code(type(logger)):
+    if type(logger) is not _LOGGER and not library_code(type(logger)):
         return False
     return all(type(key) is str and key in _LOGGER_KEYS for key in list(dict.keys(held)))
 
@@ -794,9 +859,9 @@ def _put_back_new_logger(logger, held: dict, name: str, base, found, library_cod
     """A torch logger made since :func:`take` with a class or attributes of the notebook's
     (a method set on it, which a torch module imported later would call): made a plain
     ``Logger`` holding only what logging puts in one, and named."""
-    if type(logger) is not logging.Logger:
+    if type(logger) is not _LOGGER:
         try:
-            _SET_CLASS(logger, logging.Logger)
+            _SET_CLASS(logger, _LOGGER)
             found.append(f"it made {name} of a class of its own")
         except TypeError:
             found.append(f"it made {name} of a class of its own (kept)")
@@ -841,7 +906,7 @@ def _put_back_dict(held: dict, state: tuple, name: str, base, found, library_cod
     settings as they were, a fresh ``_cache``), naming what the notebook changed. Its keys
     are read as items and compared as exact ``str`` only; the dict is emptied and filled
     again rather than searched, so no key of the notebook's is hashed or compared."""
-    _, level, handlers, filters, propagate, disabled, _, keys, values, _ = state
+    _, level, handlers, filters, propagate, disabled, _, keys, values, _, _ = state
     then = dict(zip(keys, values, strict=True))
     items = list(dict.items(held))
     base.removed.append(items)  # the notebook's objects taken off stay alive: no __del__
@@ -887,7 +952,7 @@ def _clear_caches(table: dict, base) -> None:
     """What ``Manager._clear_cache`` does, without running any ``clear`` of the notebook's:
     each logger's ``_cache`` of levels emptied (a fresh dict where it is not a plain one)."""
     loggers = [state[0] for state in base.loggers]
-    loggers += [v for v in list(dict.values(table)) if issubclass(type(v), logging.Logger)]
+    loggers += [v for v in list(dict.values(table)) if issubclass(type(v), _LOGGER)]
     for logger in loggers:
         held = _attributes(logger, base.dict_slots)
         for key, cache in list(dict.items(held)):
@@ -907,6 +972,16 @@ def _same_list(now, before: tuple) -> bool:
 
 _SETTINGS = ("level", "propagate", "disabled")  # a logger's, put back without a flag
 _SET_CLASS = object.__dict__["__class__"].__set__  # C's own: no metaclass of the notebook's
+# bound as the module is imported: a module whose class a notebook changes runs its code at
+# every lookup of one of its names (put back first thing: _restore_module_classes)
+_MODULE = types.ModuleType
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_NAMESPACE = types.SimpleNamespace
+_LOGGER = logging.Logger
+_COMPRESS = itertools.compress
+_ALWAYS_MODULE = itertools.repeat(types.ModuleType)
+_BY_NOTEBOOK = torch_registrations.by_notebook
+_TAKE_BACK = torch_registrations.take_back
 
 
 def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
@@ -919,7 +994,7 @@ def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
     notebook's class (named). Read as the module's items, compared as exact ``str``."""
     module = base.tools["warnings"]
     functions, filters, copy = base.warnings
-    namespace = vars(module)
+    namespace = _MODULE_DICT(module)
     now = {k: v for k, v in list(dict.items(namespace)) if type(k) is str and k in _WARNINGS_SET}
     for name, before in functions:
         if now.get(name) is not before:
@@ -998,15 +1073,17 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
     """Kernels and operators registered with torch's dispatcher by the notebook's code since
     :func:`take` (:mod:`coursekit.grading.sandbox.torch_registrations`): flagged, taken back."""
     for owner, name, watcher in base.watchers:
-        if vars(owner).get(name) is not watcher:
-            found.append(f"it changed {getattr(owner, '__name__', '?')}.{name}")
+        is_class = issubclass(type(owner), type)  # torch.library.Library, or torch._C
+        if (_CLASS_DICT(owner) if is_class else _MODULE_DICT(owner)).get(name) is not watcher:
+            label = _TYPE_QUALNAME(owner) if is_class else _module_name(owner)
+            found.append(f"it changed {label}.{name}")
     records = base.registrations
     if len(records) < base.registrations_seen:
         found.append("it changed the record of torch.library registrations")
     for what, stack, owner in records[base.registrations_seen :]:
-        if torch_registrations.by_notebook(stack, provenance):
+        if _BY_NOTEBOOK(stack, provenance):
             found.append(f"it registered {what} with torch's dispatcher (torch.library)")
-            torch_registrations.take_back(owner)
+            _TAKE_BACK(owner)
     base.registrations_seen = len(records)
 
 
