@@ -626,16 +626,19 @@ def test_a_hook_keyed_by_an_object_of_the_notebooks_is_taken_off_without_running
     namespace = {"__name__": "__main__"}
     source = (
         "import torch\n"
-        "RAN = []\n"
+        "RAN, ARMED = [], [False]\n"
         "hooks = torch.nn.modules.module._global_forward_hooks\n"
         "class Key:\n"
         "    def __hash__(self):\n"
-        "        RAN.append('__hash__')\n        torch.set_default_dtype(torch.float64)\n"
+        "        RAN.append('__hash__')\n"
+        "        if ARMED[0]:\n            torch.set_default_dtype(torch.float64)\n"
         "        return 1\n"
         "    def __eq__(self, other):\n        return self is other\n"
         "    def __del__(self):\n"
-        "        RAN.append('__del__')\n        torch.set_grad_enabled(False)\n"
+        "        RAN.append('__del__')\n"
+        "        if ARMED[0]:\n            torch.set_grad_enabled(False)\n"
         "hooks[Key()] = print\n"
+        "ARMED[0] = True\n"
     )
     try:
         cell(source, namespace)
@@ -646,6 +649,8 @@ def test_a_hook_keyed_by_an_object_of_the_notebooks_is_taken_off_without_running
         settings = torch.get_default_dtype(), torch.is_grad_enabled()
     finally:
         global_state.restore(baseline, provenance)
+        if "ARMED" in namespace:  # the key lives on in the baseline: its __del__ runs later,
+            namespace["ARMED"][0] = False  # in this test process, once the baseline goes
     assert ran == [], f"put-back ran the notebook's {ran}"
     assert hooks == {} and settings == (torch.float32, True)
 

@@ -511,15 +511,15 @@ def _restore_module_classes(base: Baseline, found: list[str], library_code) -> N
 
 
 def _module_name(module) -> str:
-    name = next(
-        (
-            v
-            for k, v in list(dict.items(_MODULE_DICT(module)))
-            if type(k) is str and k == "__name__"
-        ),
-        None,
-    )
+    name = _item(_MODULE_DICT(module), "__name__")
     return name if type(name) is str else "?"
+
+
+def _item(held: dict, key: str, absent=None):
+    """``held[key]`` (``absent`` where there is none), read as an item: the dict's keys are
+    compared as exact ``str`` one by one, never looked up, so no key of a notebook's is
+    hashed or compared."""
+    return next((v for k, v in list(dict.items(held)) if type(k) is str and k == key), absent)
 
 
 def _restore_settings(base: Baseline) -> None:
@@ -880,8 +880,7 @@ def _logger_name(logger, roots) -> str:
     """How a flag names a logger (its ``name`` read as an item of its own dict)."""
     if any(logger is root for root in roots):
         return "the root logger"
-    held = _attributes(logger)
-    name = next((v for k, v in list(dict.items(held)) if type(k) is str and k == "name"), None)
+    name = _item(_attributes(logger), "name")
     return name if type(name) is str else "a logger"
 
 
@@ -955,13 +954,12 @@ def _clear_caches(table: dict, base) -> None:
     loggers += [v for v in list(dict.values(table)) if issubclass(type(v), _LOGGER)]
     for logger in loggers:
         held = _attributes(logger, base.dict_slots)
-        for key, cache in list(dict.items(held)):
-            if type(key) is str and key == "_cache":
-                if type(cache) is dict:
-                    dict.clear(cache)
-                else:
-                    base.removed.append(cache)
-                    held["_cache"] = {}
+        cache = _item(held, "_cache", _ABSENT)
+        if type(cache) is dict:
+            dict.clear(cache)
+        elif cache is not _ABSENT:
+            base.removed.append(cache)
+            held["_cache"] = {}
 
 
 def _same_list(now, before: tuple) -> bool:
@@ -971,6 +969,7 @@ def _same_list(now, before: tuple) -> bool:
 
 
 _SETTINGS = ("level", "propagate", "disabled")  # a logger's, put back without a flag
+_ABSENT = object()  # what _item gives where a dict holds no such key
 _SET_CLASS = object.__dict__["__class__"].__set__  # C's own: no metaclass of the notebook's
 # bound as the module is imported: a module whose class a notebook changes runs its code at
 # every lookup of one of its names (put back first thing: _restore_module_classes)
