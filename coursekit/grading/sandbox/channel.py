@@ -149,6 +149,11 @@ class FrameReader:
         readable, _, _ = select.select([self.fd, *also], [], [], max(timeout_s, 0.0))
         return readable
 
+    def answered_within(self, seconds: float) -> bool:
+        """Whether something came within ``seconds`` (read or not): a frame already buffered,
+        or the pipe readable."""
+        return bool(self._buffer) or bool(self.poll(seconds))
+
     def next_frame(self, deadline: float, drain=None, drain_fds: tuple[int, ...] = ()) -> dict:
         """The next frame; ``drain(fd)`` is called whenever one of ``drain_fds`` is readable
         (the hand-in's output, which must be read or it blocks)."""

@@ -243,8 +243,9 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
     death_judged = spare_started = False
 
     def start_spare_once() -> None:
-        """Fork the next hand-in's runner once this one has a command to work on: the
-        spare's sandbox builds on another core meanwhile."""
+        """Fork the next hand-in's runner once this one works on a command that takes a
+        while (:data:`coursekit.grading.sandbox.session.PATIENCE_S`; the check after the
+        cells always does): the spare's sandbox builds on another core meanwhile."""
         nonlocal spare_started
         if not spare_started:
             spare_started = True
@@ -291,9 +292,10 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             )
             attempt.cells[index] = {"index": index, **cell_record(reply)}
         attempt.position = ("check",)
-        start_spare_once()  # (where no cell ran: before the check's deadline is set)
-        session.command("check", min(notebook_deadline, time.monotonic() + 30))
-        # the dispatcher is read again after the last test that runs
+        session.command(
+            "check", min(notebook_deadline, time.monotonic() + 30), while_waiting=start_spare_once
+        )
+        # the dispatcher is read after the last test that runs
         final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
         for index, task in enumerate(tasks):
             if index in crashed:
@@ -311,6 +313,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     "task",
                     deadline,
                     index,
+                    while_waiting=start_spare_once,
                     question=task["question"],
                     spec=task["spec"],
                     last=last,

@@ -20,6 +20,10 @@ from coursekit.grading.sandbox.errors import RunnerSetupError
 
 OUTPUT_TAIL_BYTES = 4000
 MAX_FLAGS = 20
+# how long a command runs before the grader does its own work that can wait (the next
+# runner's fork, some 30 ms of waiting on the warm parent) beside it: a cell answered
+# sooner is not held up by it
+PATIENCE_S = 0.005
 
 
 class Ended(Exception):
@@ -109,12 +113,15 @@ class Session:
             return frame
 
     def command(self, kind: str, deadline: float, index=None, while_waiting=None, **fields) -> dict:
-        """Send a command and wait for its answer; ``while_waiting`` is called in between
-        (the grader's own work, done while the runner works; the time it takes is added to
-        the deadline, so that a slow fork of the next runner costs this one nothing)."""
+        """Send a command and wait for its answer. ``while_waiting`` (the grader's own work,
+        which can wait: the fork of the next hand-in's runner) is called only once the
+        runner has worked on this command for :data:`PATIENCE_S` without an answer, so that
+        the runner does not sit idle, its answer unread, while the grader waits on that. The
+        time it takes is added to the deadline, so that a slow fork of the next runner costs
+        this one nothing."""
         nonce = secrets.token_hex(8)
         self.send({"kind": kind, "index": index, "nonce": nonce, **fields}, deadline)
-        if while_waiting is not None:
+        if while_waiting is not None and not self.reader.answered_within(PATIENCE_S):
             started = time.monotonic()
             while_waiting()
             deadline += time.monotonic() - started
