@@ -276,6 +276,62 @@ def test_a_logger_replaced_or_made_after_the_last_look_is_seen(provenance, sourc
     assert found == expected
 
 
+_CHANGES_A_HELD_LOGGER_IN_PLACE = {  # each after a clean put-back: (source, named?)
+    "a handler appended to its own list": ("log.handlers.append(Doubles())", True),
+    "a handler swapped in its own list": ("log.handlers[0] = Doubles()", True),
+    "a filter appended to its own list": ("log.filters.append(lambda record: True)", True),
+    "its handlers list replaced": ("log.__dict__['handlers'] = [Doubles()]", True),
+    "an attribute over a method": ("log.callHandlers = lambda record: None", True),
+    "its class changed": ("log.__class__ = type('Other', (logging.Logger,), {})", True),
+    # data, no code of the notebook's: put back, not named
+    "its keys in another order": ("p = log.__dict__.pop('propagate'); log.propagate = p", False),
+    "its dict replaced by one holding more": ("log.__dict__ = {**log.__dict__, 'x': 1}", False),
+}
+
+
+@pytest.mark.parametrize("change", sorted(_CHANGES_A_HELD_LOGGER_IN_PLACE))
+def test_a_logger_changed_in_place_after_a_clean_put_back_is_put_back(provenance, change):
+    """``put_back`` decides "every logger as take() read it" in a few passes in C and goes
+    logger by logger only when that fails: each change to a logger held since take() is
+    still seen after a put-back that found nothing, and put back (named where it holds
+    code of the notebook's); its level cache, filled since, is emptied every time."""
+    import logging
+
+    log = logging.getLogger("torch.autograd.graph")
+    library_handler = logging.NullHandler()  # one the logger had before any cell
+    log.addHandler(library_handler)
+    handlers, filters, kind = list(log.handlers), list(log.filters), type(log)
+    baseline = global_state.take()
+    keys = list(vars(log))
+    assert global_state.restore(baseline, provenance) == []
+    log._cache[logging.DEBUG] = True  # as isEnabledFor leaves it while logging is on
+    assert global_state.restore(baseline, provenance) == []
+    assert log._cache == {}
+    source, named = _CHANGES_A_HELD_LOGGER_IN_PLACE[change]
+    prelude = "import logging\nclass Doubles(logging.Handler):\n    def emit(self, r): pass\n"
+    try:
+        cell(prelude + source, {"log": log})
+        assert (
+            list(vars(log)) != keys
+            or type(log) is not kind
+            or log.handlers != handlers
+            or (log.filters != filters)
+        )
+        found = global_state.restore(baseline, provenance)
+        again = global_state.restore(baseline, provenance)
+        after = type(log), list(log.handlers), list(log.filters), list(vars(log))
+    finally:
+        log.__class__ = kind
+        global_state.restore(baseline, provenance)
+        log.removeHandler(library_handler)
+    if named:
+        assert len(found) == 1 and "torch.autograd.graph" in found[0], found
+    else:
+        assert found == []
+    assert again == []
+    assert after == (kind, handlers, filters, keys)
+
+
 _A_LOGGER_OF_ITS_OWN_CLASS = """
 import logging
 RAN = []
@@ -771,6 +827,103 @@ def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provena
         torch_registrations.RECORD.clear()
     assert any("Library.impl mul.Tensor" in f for f in found), found
     assert namespace["lib"].m is None
+
+
+@pytest.fixture
+def watched():
+    """torch's registration functions wrapped as the warm parent wraps them, for one test."""
+    kept = {(o, n): vars(o)[n] for o, n in torch_registrations.registrars()}
+    try:
+        torch_registrations.watch()
+        yield
+    finally:
+        for (owner, name), original in kept.items():
+            setattr(owner, name, original)
+        torch_registrations._WATCHERS.clear()
+        torch_registrations.RECORD.clear()
+
+
+def test_no_wrapper_hands_back_what_it_replaced(watched):
+    """The functions torch registers kernels with are held in a generator's frame, not in a
+    wrapper's closure or globals (read without an audited step): reaching them takes
+    ``gi_frame`` or ``gc.get_referents``, which the runner's audit hook reports."""
+    import torch.library
+
+    for owner, name in torch_registrations.registrars():
+        wrapper = vars(owner)[name]
+        held = [cell.cell_contents for cell in wrapper.__closure__ or ()]
+        held += [v for v in vars(owner).values() if v is not wrapper]  # (its own class's)
+        if owner is torch.library.Library:
+            continue  # Python methods: they register through the handle's, wrapped
+        assert not any(getattr(item, "__name__", "") == name for item in held), (owner, name)
+
+
+def test_a_kernel_registered_on_a_handle_torch_made_is_named_and_torch_keeps_its_own(
+    provenance, watched
+):
+    """A ``Library``'s own ``.m`` (here the distributed package's): the handle's methods are
+    wrapped, so the registration is recorded and named; the handle is torch's, holding
+    torch's own kernels, so it is not reset: the flag says the kernel stays."""
+    import torch.distributed._meta_registrations as made_by_torch
+
+    snapshot = torch_registrations.dispatcher_snapshot()
+    baseline = global_state.take()
+    handle = made_by_torch.lib_impl.m
+    try:
+        cell(
+            "import torch, warnings\n"
+            "warnings.simplefilter('ignore')\n"
+            "handle.impl('broadcast_', torch._C.DispatchKey.CPU, lambda *args: None)\n",
+            {"handle": handle},
+        )
+        found = global_state.restore(baseline, provenance)
+    finally:
+        global_state.restore(baseline, provenance)
+    assert found == [
+        "it registered DispatchModule.impl broadcast_ with torch's dispatcher on a handle "
+        "torch made (this cannot be taken back: the tests after it ran with it)"
+    ]
+    assert made_by_torch.lib_impl.m is handle  # torch's own kernels kept
+    changed = torch_registrations.dispatcher_changes(snapshot)
+    assert len(changed) == 1 and "c10d::broadcast_" in changed[0]  # and only that one
+
+
+def test_a_raw_handle_of_the_notebooks_is_taken_back_whole(provenance, watched):
+    """A handle the notebook made through ``torch._C._dispatch_library`` itself (no
+    torch.library): recorded as it was made, so what it registered is taken back."""
+    baseline = global_state.take()
+    try:
+        namespace = cell(
+            "import torch\n"
+            "handle = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "handle.impl('mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b)\n"
+        )
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 6.0  # it took
+        found = global_state.restore(baseline, provenance)
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 9.0  # taken back
+    finally:
+        global_state.restore(baseline, provenance)
+        if "namespace" in locals():
+            namespace["handle"].reset()
+    assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
+    assert not any("cannot be taken back" in f for f in found), found
+
+
+def test_a_kernel_registered_and_removed_between_two_looks_is_still_named(provenance, watched):
+    """Registered and removed again inside one test's call: no reading of the dispatcher
+    sees it, but the record kept as it was made does."""
+    baseline = global_state.take()
+    try:
+        cell(
+            "import torch\n"
+            "handle = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "handle.impl('mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b)\n"
+            "handle.reset()\n"
+        )
+        found = global_state.restore(baseline, provenance)
+    finally:
+        global_state.restore(baseline, provenance)
+    assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
 
 
 # ------------------------------------- class c: library code made to run the notebook's

@@ -41,6 +41,7 @@ prints the figure).
 
 from __future__ import annotations
 
+import collections
 import functools
 import gc
 import itertools
@@ -98,6 +99,7 @@ class Baseline:
     loggers: list = field(default_factory=list)  # (logger, level, handlers, filters, ...)
     loggers_by_id: dict = field(default_factory=dict)  # the same, by id(logger) (held here)
     logger_names: list = field(default_factory=list)  # [table, keys, values, found, types]
+    logger_quick: tuple = ()  # (found, _LoggersAtTake) of the loggers held since take()
     logging_disabled: int = 0  # logging.disable's level
     dict_slots: dict = field(default_factory=dict)  # id(class): (its __dict__ getset, class)
     warnings: tuple = ()  # ((name, function) of warnings' own, its filters list, a copy)
@@ -794,7 +796,14 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         base.removed.append(made_as)
         settings["loggerClass"] = base.tools["logger_class_made"]
     roots = (dict.get(settings, "root"), base.loggers[0][0] if base.loggers else None)
-    for logger, state in _loggers_now(base, manager):
+    pairs = _loggers_now(base, manager)
+    if not base.logger_quick or base.logger_quick[0] is not pairs:
+        base.logger_quick = (pairs, _LoggersAtTake.of(pairs, base.dict_slots))
+    quick = base.logger_quick[1]
+    if quick.unchanged():  # the common case: every logger held since take() as it was
+        quick.clear_level_caches()
+        pairs = quick.others  # those made since, looked at one by one
+    for logger, state in pairs:
         if state[6] is not None and type(logger) is not state[6]:
             try:
                 _SET_CLASS(logger, state[6])
@@ -840,6 +849,89 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             changed = True
     if changed:
         _clear_caches(table, base)
+
+
+class _LoggersAtTake:
+    """The loggers :func:`take` read, as flat tuples, so that :func:`_restore_logging` can
+    tell that none changed in a few C-level passes (``map`` over C functions) rather than a
+    Python step per logger: ``put_back`` runs before and after every test, over some 170
+    loggers. It decides only "all as taken"; any difference is put back and named by the
+    per-logger path, as before. Each logger's dict is read through the C getset that reads
+    it (:func:`_attributes`' cache), its keys and values compared by identity, in order, and
+    its handlers and filters lists item by item; nothing is hashed, looked up by name or
+    compared with ``==`` but the lengths (ints)."""
+
+    def __init__(self, held: list, others: list, slots: tuple):
+        self.others = others  # (logger, state) of loggers made since take(): one by one
+        self.loggers = tuple(state[0] for state in held)
+        self.classes = tuple(state[6] for state in held)
+        self.slots = slots  # the __dict__ getset of each one's class
+        self.lengths = [len(state[7]) for state in held]
+        self.keys = tuple(itertools.chain.from_iterable(state[7] for state in held))
+        self.values = tuple(itertools.chain.from_iterable(state[8] for state in held))
+        lists, items = [], []
+        for state in held:
+            for at, before in zip(state[9], state[2:4], strict=True):
+                if at >= 0:
+                    lists.append(state[8][at])
+                    items.append(before)
+        self.lists = tuple(lists)
+        self.list_lengths = [len(before) for before in items]
+        self.items = tuple(itertools.chain.from_iterable(items))
+        self.caches = tuple(state[8][state[10]] for state in held if state[10] >= 0)
+
+    @classmethod
+    def of(cls, pairs: list, dict_slots: dict) -> _LoggersAtTake:
+        held, others, slots = [], [], []
+        for logger, state in pairs:
+            kind = state[6]
+            if state[7] is None or kind is None or type(logger) is not kind:
+                others.append((logger, state))
+                continue
+            _attributes(logger, dict_slots)  # finds and keeps the getset of its class
+            kept = dict_slots.get(id(kind))
+            if kept is None or kept[1] is not kind:
+                others.append((logger, state))
+                continue
+            held.append(state)
+            slots.append(kept[0])
+        return cls(held, others, tuple(slots))
+
+    def unchanged(self) -> bool:
+        """Whether every logger held since take() has its class, and a dict of the very keys
+        and values, handlers and filters it had then."""
+        if any(map(_IS_NOT, map(_TYPE, self.loggers), self.classes)):
+            return False
+        try:
+            held = list(map(_GETSET_GET, self.slots, self.loggers))
+        except (AttributeError, TypeError):
+            return False
+        if any(map(_IS_NOT, map(_TYPE, held), _ALWAYS_DICT)):
+            return False
+        if list(map(len, held)) != self.lengths:  # (a list of ints: compared in C)
+            return False
+        if any(map(_IS_NOT, _CHAIN(map(dict.keys, held)), self.keys)):
+            return False
+        if any(map(_IS_NOT, _CHAIN(map(dict.values, held)), self.values)):
+            return False
+        # the lists are the very objects taken (the values above): now their items
+        if any(map(_IS_NOT, map(_TYPE, self.lists), _ALWAYS_LIST)):
+            return False
+        if list(map(len, self.lists)) != self.list_lengths:
+            return False
+        return not any(map(_IS_NOT, _CHAIN(self.lists), self.items))
+
+    def clear_level_caches(self) -> None:
+        """Each logger's level cache emptied (``isEnabledFor`` reads it before ``disable``):
+        the very dicts take() saw, still held (:meth:`unchanged`)."""
+        _EXHAUST(map(dict.clear, self.caches))
+
+
+_GETSET_GET = types.GetSetDescriptorType.__get__
+_CHAIN = itertools.chain.from_iterable
+_ALWAYS_DICT = itertools.repeat(dict)
+_ALWAYS_LIST = itertools.repeat(list)
+_EXHAUST = collections.deque(maxlen=0).extend
 
 
 _LOGGER_KEYS = frozenset(  # what logging itself puts in a logger's dict
@@ -981,6 +1073,7 @@ _COMPRESS = itertools.compress
 _ALWAYS_MODULE = itertools.repeat(types.ModuleType)
 _BY_NOTEBOOK = torch_registrations.by_notebook
 _TAKE_BACK = torch_registrations.take_back
+_TAKEN_BACK_WHOLE = torch_registrations.the_notebooks_own
 
 
 def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
@@ -1080,9 +1173,16 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
     if len(records) < base.registrations_seen:
         found.append("it changed the record of torch.library registrations")
     for what, stack, owner in records[base.registrations_seen :]:
-        if _BY_NOTEBOOK(stack, provenance):
+        if not _BY_NOTEBOOK(stack, provenance):
+            continue
+        if _TAKEN_BACK_WHOLE(owner, records, provenance):
             found.append(f"it registered {what} with torch's dispatcher (torch.library)")
             _TAKE_BACK(owner)
+        else:  # a handle torch made: undoing it would take torch's own kernels off too
+            found.append(
+                f"it registered {what} with torch's dispatcher on a handle torch made "
+                "(this cannot be taken back: the tests after it ran with it)"
+            )
     base.registrations_seen = len(records)
 
 

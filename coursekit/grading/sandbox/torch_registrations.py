@@ -4,24 +4,35 @@ A notebook can register a kernel of its own for one of torch's operators
 (``torch.library.Library("aten", "IMPL").impl("mul.Tensor", ...)``) and every later
 multiplication, the hidden tests' included, runs it; nothing the harness seal records is
 replaced. Torch registers kernels too, lazily, as its modules are imported. :func:`watch`
-(in the warm parent, before any hand-in code) wraps torch's ways in and records, for each
-registration, the stack that made it; :func:`by_notebook` says whether the notebook's code
-did; :func:`take_back` undoes it. :mod:`coursekit.grading.sandbox.global_state` calls both
-before each test.
+(in the warm parent, before any hand-in code) wraps every way in that Python has and
+records, for each registration, the stack that made it; :func:`by_notebook` says whether
+the notebook's code did; :func:`take_back` undoes it. :mod:`coursekit.grading.sandbox
+.global_state` calls both before and after each test.
 
-Those wrappers see the ways in that torch's Python API offers. A kernel can also be
-registered through a handle torch itself made (a ``Library``'s own ``.m``), or through the
-registration function taken back out of a wrapper; neither passes a wrapper. So the
-dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent, after every
-import) keeps each operator's registrations as torch prints them, with the backend
-fallbacks, and :func:`dispatcher_changes` names every operator that existed then whose
-kernels differ now, however the change was made. Operators added since (a library imported
-later defines its own) are not compared: nothing the tests run calls them.
+The ways in are ``torch._C._dispatch_library`` (a new handle) and the methods of the
+handle's class, ``torch._C._DispatchModule`` (``impl``, ``define``, ``fallback``...),
+which every handle's registrations go through, those of a handle torch made itself (a
+``Library``'s own ``.m``) included; ``torch.library.Library``'s methods are wrapped too, for
+the registrations torch keeps in Python (fake kernels, torch_dispatch rules). The functions
+the wrappers replaced are held only in the frame of a generator (:func:`_keeper`): a
+wrapper's closure holds the generator's ``send``, and reaching into its frame takes
+``gi_frame`` or ``gc.get_referents``, which the runner's audit hook reports.
+
+A kernel can still be registered where no wrapper sees it: by the functions taken out of
+that frame (reported as that is), or by compiled code (an extension module's own
+registrations). So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the
+warm parent, after every import) keeps each operator's registrations as torch prints them,
+with the backend fallbacks, and :func:`dispatcher_changes` (after the last test) names
+every operator that existed then whose kernels differ now, however the change was made.
+Operators added since (a library imported later defines its own) are not compared: nothing
+the tests run calls them.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
+import types
 
 # What :func:`watch` records: (what, stack, owner); the stack from the registering call
 # down, as (code, globals) pairs, until the import system's call that runs a module's code;
@@ -31,6 +42,23 @@ _WATCHERS: set = set()  # ids of the wrappers made (each registrar is wrapped on
 _IMPORTING = "_call_with_frames_removed"
 _NEW_LIBRARY = "a library of operators"
 _REGISTRARS = ("torch.library", "torch._library", "torch._ops")
+# the handle's registration methods (``reset`` removes, and take_back calls it)
+_HANDLE_METHODS = (
+    "def_",
+    "def_legacy",
+    "def_name_t_t",
+    "def_schema_t_t",
+    "define",
+    "fallback",
+    "fallback_fallthrough",
+    "impl",
+    "impl_t_t",
+    "impl_with_aoti_compile",
+    "register_ad_inplace_or_view_fallback",
+)
+_STACK_DEPTH = 64
+_HANDLE = _LIBRARY = type(None)  # torch._C._DispatchModule and torch.library.Library
+_LIBRARY_DICT = None  # a Library's own __dict__ (the C getset: no property of a subclass)
 
 
 def registrars() -> list:
@@ -38,43 +66,105 @@ def registrars() -> list:
     import torch.library
 
     names = ("define", "impl", "fallback", "_register_fake", "_register_torch_dispatch_rule")
+    handle = torch._C._DispatchModule
     watched = [(torch._C, "_dispatch_library")]
+    watched += [(handle, name) for name in _HANDLE_METHODS if name in vars(handle)]
     return watched + [(torch.library.Library, name) for name in names]
 
 
-def watch() -> None:
-    """Wrap torch's ways to register with its dispatcher (``torch._C._dispatch_library`` and
-    ``torch.library.Library``'s methods) so that each call records who made it. Run once, in
-    the warm parent, before the seal and before any hand-in code. A registration is the
-    notebook's when the nearest frame below it that is not library code called torch's
-    registration API itself; one made while a module is imported, or by torch's own lazy
-    set-up, is the library's (judged by :func:`by_notebook`, in
-    :func:`coursekit.grading.sandbox.global_state.restore`, where provenance is known)."""
-    getframe, record = sys._getframe, RECORD.append
+def _keeper(originals: list, record):
+    """The functions the wrappers replaced, held in this generator's frame only: each
+    request ``(index, label, args, kwargs, stack)`` calls ``originals[index]``, records the
+    registration and answers ``(True, result)``, or ``(False, the exception)`` (its
+    traceback dropped: it would lead into this frame)."""
+    request = yield None
+    while True:
+        index, label, args, kwargs, stack = request
+        try:
+            result = originals[index](*args, **kwargs)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
+            request = yield False, error.with_traceback(None)
+            continue
+        detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
+        record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+        request = yield True, result
 
-    def wrap(function, label: str):
+
+def watch() -> None:
+    """Wrap torch's ways to register with its dispatcher (see the module's docstring) so
+    that each call records who made it. Run once, in the warm parent, before the seal and
+    before any hand-in code. A registration is the notebook's when the nearest frame below
+    it that is not library code called torch's registration API itself; one made while a
+    module is imported, or by torch's own lazy set-up, is the library's (judged by
+    :func:`by_notebook`, in :func:`coursekit.grading.sandbox.global_state.restore`, where
+    provenance is known)."""
+    global _HANDLE, _LIBRARY, _LIBRARY_DICT
+    import torch.library
+
+    _HANDLE, _LIBRARY = torch._C._DispatchModule, torch.library.Library
+    _LIBRARY_DICT = next(
+        vars(klass)["__dict__"].__get__
+        for klass in _LIBRARY.__mro__
+        if type(vars(klass).get("__dict__")) is types.GetSetDescriptorType
+    )
+    getframe, record = sys._getframe, RECORD.append
+    originals: list = []
+    keeper = _keeper(originals, record)
+    next(keeper)
+    send, one_at_a_time = keeper.send, threading.RLock()
+
+    def stack_of(frame) -> list:
+        stack = []
+        while frame is not None and len(stack) < _STACK_DEPTH:
+            stack.append((frame.f_code, frame.f_globals))
+            if frame.f_code.co_name == _IMPORTING:
+                break
+            frame = frame.f_back
+        return stack
+
+    def through_the_keeper(index: int, label: str):
+        """For torch's C functions: the function itself is held by the keeper only."""
+
         def registering(*args, **kwargs):
-            stack, frame = [], getframe(1)
-            while frame is not None and len(stack) < 64:
-                stack.append((frame.f_code, frame.f_globals))
-                if frame.f_code.co_name == _IMPORTING:
-                    break
-                frame = frame.f_back
-            detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            stack = stack_of(getframe(1))
+            with one_at_a_time:  # (a generator runs one request at a time)
+                done, result = send((index, label, args, kwargs, stack))
+            if not done:
+                raise result
+            return result
+
+        return registering
+
+    def around(function, label: str):
+        """For ``Library``'s Python methods, which register through a handle's methods (each
+        wrapped): calling the original gains nothing, so the closure may hold it."""
+
+        def registering(*args, **kwargs):
+            stack = stack_of(getframe(1))
             result = function(*args, **kwargs)
-            owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
+            owner = args[0] if args else None
+            detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
             record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
             return result
 
-        _WATCHERS.add(id(registering))
         return registering
 
     for owner, name in registrars():
         current = vars(owner).get(name)
         if current is None or id(current) in _WATCHERS:
             continue
-        label = _NEW_LIBRARY if name == "_dispatch_library" else f"Library.{name}"
-        setattr(owner, name, wrap(current, label))
+        if name == "_dispatch_library":
+            label = _NEW_LIBRARY
+        else:
+            label = f"{getattr(owner, '__name__', '?').lstrip('_')}.{name}"
+        if isinstance(current, types.FunctionType):
+            wrapper = around(current, label)
+        else:
+            originals.append(current)
+            wrapper = through_the_keeper(len(originals) - 1, label)
+        _WATCHERS.add(id(wrapper))
+        setattr(owner, name, wrapper)
 
 
 def by_notebook(stack: list, provenance) -> bool:
@@ -89,6 +179,26 @@ def by_notebook(stack: list, provenance) -> bool:
         callee = str(stack[index - 1][1].get("__name__", ""))
         return callee.startswith(_REGISTRARS)
     return False
+
+
+def the_notebooks_own(owner, records: list, provenance) -> bool:
+    """Whether ``owner`` (what a registration was made on) is the notebook's to take back
+    whole: a ``Library`` object (torch's own ``Library`` objects register through their
+    handle, and are not handed out), or a dispatcher handle whose making was recorded as the
+    notebook's. A handle torch made (a ``Library``'s own ``.m``) holds torch's kernels too."""
+    handle = owner
+    if issubclass(type(owner), _LIBRARY):  # (type's own check: no __class__ of a notebook's)
+        held = _LIBRARY_DICT(owner)
+        handle = dict.get(held, "m") if type(held) is dict else None
+    if not issubclass(type(handle), _HANDLE):
+        return True  # nothing torch made (a Library destroyed, or no handle at all)
+    return any(
+        type(label) is str
+        and label.startswith(_NEW_LIBRARY)
+        and made is handle
+        and by_notebook(stack, provenance)
+        for label, stack, made in records
+    )
 
 
 def take_back(owner) -> None:
@@ -134,7 +244,7 @@ def _fallbacks(has_fallback, keys) -> frozenset:
 def dispatcher_changes(snapshot: tuple) -> list[str]:
     """The operators of ``snapshot`` whose kernels differ now, or that are gone, and the
     dispatch keys that gained a backend fallback, as flag texts (empty when none). About
-    50 ms: the runner calls it after the cells and after the last test."""
+    50 ms: the runner calls it after the last test."""
     names_of, dump, has_fallback, keys, kernels, fallbacks = snapshot
     now = names_of()
     digests = zip(now, map(hash, map(dump, now)), strict=True)
