@@ -29,14 +29,12 @@ import gc
 import operator
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import repeat
 
 from coursekit.grading.sandbox import seal_reach
 from coursekit.grading.sandbox.seal_reach import (
     _MISSING,
-    COMPILED_MODULES,
-    WATCHED_MODULES,
     Seal,
 )
 
@@ -67,6 +65,9 @@ class _Quick:
     others: tuple  # (function, contents) of those with a cell empty when sealed
     attribute_dicts: tuple  # the sealed functions' __dict__s
     attribute_counts: tuple  # ... and how many attributes each had
+    module_keys: tuple = ()  # sys.modules' keys at the last look (_new_coursekit_modules)
+    new_modules: list = field(default_factory=list)  # coursekit's imported since the seal
+    odd_module_keys: bool = False  # a key of sys.modules that is not exactly a str
 
 
 def _flat(entries: list) -> tuple:
@@ -130,6 +131,7 @@ _REFERENTS = gc.get_referents
 _MODULE = operator.attrgetter("__module__")  # neither read raises an audit event
 _DOC = operator.attrgetter("__doc__")
 _CONTENTS = operator.attrgetter("cell_contents")
+_STARTS = str.startswith
 
 
 def _differs(now, then) -> bool:
@@ -186,14 +188,6 @@ def _functions_unchanged(quick: _Quick) -> bool:
     except ValueError:  # a cell emptied since
         return False
     return not any(_changed_cells(function, cells) for function, cells in quick.others)
-
-
-def watched_names() -> list[str]:
-    """The modules sealed (as ``seal_reach.watched_names``; this one runs in the private
-    copy of this module's globals, in the hand-in's process)."""
-    ours = [n for n in _MODULES if n == "coursekit" or n.startswith("coursekit.")]
-    theirs = (m for m in (*WATCHED_MODULES, *COMPILED_MODULES) if m in _MODULES)
-    return sorted({*ours, *theirs})
 
 
 def seal() -> Seal:
@@ -253,10 +247,31 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             if len(now) < len(hooks) or not all(library_hook(h, provenance) for h in added):
                 found.append(f"sys.{key}")
     if provenance is not None:
-        for name in watched_names():
-            if name.startswith("coursekit") and name not in sealed.modules:
-                found += _foreign_code(name, provenance)
+        for name in _new_coursekit_modules(quick, sealed.modules):
+            found += _foreign_code(name, provenance)
+        if quick.odd_module_keys:
+            found.append("sys.modules (a key that is not a plain string)")
     return found
+
+
+def _new_coursekit_modules(quick: _Quick, sealed_names: frozenset) -> list[str]:
+    """coursekit's modules imported since the seal, by name: read again from ``sys.modules``
+    only when its keys are not the very ones of the last look (checked in C). Only keys of
+    exactly ``str`` are read, with ``str``'s own methods; another key is noted
+    (:attr:`_Quick.odd_module_keys`), never hashed, compared or asked for its methods."""
+    keys = tuple(dict.keys(_MODULES))
+    last = quick.module_keys
+    if len(keys) != len(last) or _differs(keys, last):
+        quick.module_keys = keys
+        quick.odd_module_keys = any(map(_IS_NOT, map(type, keys), _REPEAT(str)))
+        quick.new_modules = [
+            name
+            for name in keys
+            if type(name) is str
+            and (name == "coursekit" or _STARTS(name, "coursekit."))
+            and name not in sealed_names
+        ]
+    return quick.new_modules
 
 
 def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
