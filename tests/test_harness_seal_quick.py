@@ -264,3 +264,54 @@ def test_the_quick_comparison_reads_no_function_attribute_that_is_audited(sealed
     finally:
         events = None
     assert seen == [], f"the comparison read {len(seen)} audited attributes: {set(seen)}"
+
+
+class _Provenance:
+    """The notebook's code is what a cell compiled; the rest is the libraries'."""
+
+    def is_library(self, code) -> bool:
+        return code.co_filename != "<cell>"
+
+
+def test_a_coursekit_module_since_the_seal_is_read_and_odd_keys_run_nothing(sealed):
+    """coursekit's modules imported since the seal are read from ``sys.modules``' keys of
+    exactly ``str``, with ``str``'s own methods, again only when its keys changed; a key of
+    another class is named, and none of its methods runs (a ``str`` subclass's
+    ``startswith``, ``__eq__`` or ``__hash__`` would run the notebook's code inside the
+    check)."""
+    _, seal = sealed
+    ran = []
+
+    class Spy(str):
+        def startswith(self, *args):
+            ran.append("startswith")
+            return False
+
+        def __eq__(self, other):
+            ran.append("__eq__")
+            return False
+
+        def __hash__(self):
+            ran.append("__hash__")
+            return 1
+
+    planted = types.ModuleType("coursekit._planted_since_the_seal")
+    cell = compile("def planted():\n    return 1\n", "<cell>", "exec")
+    exec(cell, vars(planted))  # noqa: S102 - the notebook's code
+    assert harness_seal.changes(seal, _Provenance()) == []
+    sys.modules[planted.__name__] = planted
+    try:
+        found = harness_seal.changes(seal, _Provenance())
+        assert found == ["coursekit._planted_since_the_seal.planted"]
+        assert harness_seal.changes(seal, _Provenance()) == found  # (the keys unchanged)
+        dict.__setitem__(sys.modules, Spy("coursekit.spy"), planted)
+        ran.clear()
+        found = harness_seal.changes(seal, _Provenance())
+        ran_in_the_check = list(ran)
+    finally:
+        for key in [k for k in list(dict.keys(sys.modules)) if type(k) is Spy]:
+            dict.pop(sys.modules, key)
+        sys.modules.pop(planted.__name__, None)
+    assert ran_in_the_check == []
+    assert "sys.modules (a key that is not a plain string)" in found
+    assert harness_seal.changes(seal, _Provenance()) == []
