@@ -829,6 +829,47 @@ def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provena
     assert namespace["lib"].m is None
 
 
+_THREADS_READ_ONLY_WHEN_STARTED = """
+import _thread, os, sys, threading, torch
+from coursekit.grading.sandbox import global_state
+from coursekit.grading.sandbox.provenance import Provenance
+record = Provenance((os.path.dirname(os.path.dirname(torch.__file__)) + "/",))
+record.seal()
+assert _thread._count() == 0  # a fresh process: no thread Python started
+baseline = global_state.take()
+reads = []
+current_frames = baseline.tools["current_frames"]
+baseline.tools["current_frames"] = lambda: reads.append(1) or current_frames()
+assert global_state.restore(baseline, record) == []
+assert reads == [], reads
+stop = threading.Event()
+namespace = {"__name__": "__main__"}
+exec(compile("def spin(stop):\\n    stop.wait(5)\\n", "<cell>", "exec"), namespace)
+_thread.start_new_thread(namespace["spin"], (stop,))
+found = global_state.restore(baseline, record)
+stop.set()
+assert reads and any("still runs beside the tests" in f for f in found), found
+print("ok")
+"""
+
+
+def test_threads_are_read_only_when_python_started_one():
+    """Every thread's frame is read (``sys._current_frames``, an audited call the runner's
+    hook judges each time) only when a thread Python started runs: one started through
+    ``_thread`` itself, past ``threading``, is still named. In a process of its own, which
+    has no thread Python started (a pytest-xdist worker has one)."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _THREADS_READ_ONLY_WHEN_STARTED],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 @pytest.fixture
 def watched():
     """torch's registration functions wrapped as the warm parent wraps them, for one test."""

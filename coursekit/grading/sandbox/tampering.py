@@ -406,7 +406,8 @@ def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
 
 
 _NAMING = ("LOAD_ATTR", "LOAD_METHOD", "LOAD_GLOBAL", "LOAD_NAME", "LOAD_FAST", "LOAD_DEREF")
-_NAMERS: dict[int, tuple] = {}  # code id -> (code, [(first, last, name) of each load])
+# code id -> (code, its loads (_loads_of), {(offset, short): whether named there})
+_NAMERS: dict[int, tuple] = {}
 
 
 def _named_at(code, offset: int, short: str) -> bool:
@@ -417,17 +418,23 @@ def _named_at(code, offset: int, short: str) -> bool:
     instruction's (found once per code object, which is held so that no id is reused)."""
     known = _NAMERS.get(id(code))
     if known is None or known[0] is not code:
-        known = _NAMERS[id(code)] = (code, _loads_of(code))
-    positions = known[1][0]
+        known = _NAMERS[id(code)] = (code, _loads_of(code), {})
+    answers = known[2]  # by (offset, short): the hook asks again at every call of a site
+    answer = answers.get((offset, short))
+    if answer is None:
+        answer = answers[(offset, short)] = _names_within(known[1], offset, short)
+    return answer
+
+
+def _names_within(loads: tuple, offset: int, short: str) -> bool:
+    positions = loads[0]
     if not 0 <= offset // 2 < len(positions):
         return False
     where = positions[offset // 2]
     if where[0] is None:
         return False
     start, end = (where[0], where[2] or 0), (where[1] or where[0], where[3] or 0)
-    return any(
-        short in name and start <= first and last <= end for first, last, name in known[1][1]
-    )
+    return any(short in name and start <= first and last <= end for first, last, name in loads[1])
 
 
 def _loads_of(code) -> tuple[list, list]:
