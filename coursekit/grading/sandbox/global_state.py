@@ -107,6 +107,8 @@ class Baseline:
     warnings: tuple = ()  # ((name, function) of warnings' own, its filters list, a copy)
     removed: list = field(default_factory=list)  # what was taken off, held: no __del__ runs
     module_classes: dict = field(default_factory=dict)  # id: (module, its class) if not plain
+    modules_passed: tuple = ((), ())  # the modules not of the plain class, and their classes,
+    # when put-back last found every one as taken or a library's own
     class_verdicts: dict = field(default_factory=dict)  # id(class): (class, library's own?)
 
 
@@ -488,6 +490,13 @@ def _restore_module_classes(base: Baseline, found: list[str], library_code) -> N
     found in C, and each class is judged once."""
     modules = list(dict.values(base.tools["modules"]))
     odd = list(_COMPRESS(modules, map(_IS_NOT, map(_TYPE, modules), _ALWAYS_MODULE)))
+    known_modules, known_classes = base.modules_passed
+    if (
+        len(odd) == len(known_modules)
+        and not any(map(_IS_NOT, odd, known_modules))
+        and not any(map(_IS_NOT, map(_TYPE, odd), known_classes))
+    ):
+        return  # the very modules, of the very classes, that passed last time (below)
     then, verdicts = base.module_classes, base.class_verdicts
     changed = []
     for module in odd:
@@ -506,6 +515,7 @@ def _restore_module_classes(base: Baseline, found: list[str], library_code) -> N
             continue
         base.removed.append(kind)
         changed.append((module, kind))
+    named = len(found)
     for module, kind in changed:
         verdict = verdicts.get(id(kind))
         if verdict is None or verdict[0] is not kind:
@@ -514,6 +524,9 @@ def _restore_module_classes(base: Baseline, found: list[str], library_code) -> N
             _SET_CLASS(module, kind)  # the library's own choice, given back
         else:
             found.append(f"it changed the class of module {_module_name(module)}")
+    if len(found) == named:  # every module's class as taken, or a library's: remembered
+        # (held, so that no id is reused; each class's verdict is kept by its identity)
+        base.modules_passed = (tuple(odd), tuple(map(_TYPE, odd)))
 
 
 def _module_name(module) -> str:
