@@ -953,6 +953,69 @@ def test_a_raw_handle_of_the_notebooks_is_taken_back_whole(provenance, watched):
     assert not any("cannot be taken back" in f for f in found), found
 
 
+class _CodeOf:
+    """A stand-in provenance: library code is any but a cell's."""
+
+    def is_library(self, code) -> bool:
+        return code.co_filename != "<cell>"
+
+    def is_library_globals(self, namespace) -> bool:
+        return namespace.get("__name__") != "__main__"
+
+
+def test_who_registered_is_judged_without_running_the_notebooks_code(watched):
+    """Found by review: the module name ``by_notebook`` reads (the caller's) was turned into
+    text with ``str()``, so a str subclass put in a library module's globals ran the
+    notebook's ``__str__`` inside put-back, and judged the registration the library's. Now
+    only an exact ``str`` is read, with ``str``'s own methods; anything else counts as the
+    notebook's. And ``take_back`` calls only torch's own ``_destroy`` and ``reset``: a
+    notebook's object recorded as a Library's ``self`` is left alone (its ``_destroy`` never
+    runs), and a Library subclass has its handle reset without any of its code running."""
+    ran = []
+
+    class Spy(str):
+        def __str__(self):
+            ran.append("__str__")
+            return "torch.library"
+
+        def startswith(self, *args):
+            ran.append("startswith")
+            return True
+
+    cell_code = compile("pass", "<cell>", "exec")
+    library_code = torch_registrations.by_notebook.__code__
+    stack = [(library_code, {"__name__": Spy("torch.library")}), (cell_code, {"__name__": "x"})]
+    assert torch_registrations.by_notebook(stack, _CodeOf()) is True
+    assert ran == []
+
+    class Fake:
+        m = "a handle"
+
+        def _destroy(self):
+            ran.append("_destroy")
+
+    torch_registrations.take_back(Fake())
+    made = cell(
+        "import torch\n"
+        "class Mine(torch.library.Library):\n"
+        "    def __getattribute__(self, name):\n"
+        "        RAN.append(name)\n"
+        "        return object.__getattribute__(self, name)\n"
+        "RAN = []\n"
+        "lib = Mine('aten', 'IMPL')\n"
+        "lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')\n"
+        "RAN.clear()\n"
+    )
+    try:
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 6.0
+        torch_registrations.take_back(made["lib"])
+        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 9.0  # taken back
+        ran += made["RAN"]  # (before the finally's own reading)
+    finally:
+        torch_registrations._LIBRARY_DICT(made["lib"])["m"].reset()
+    assert ran == []
+
+
 def test_a_kernel_registered_and_removed_between_two_looks_is_still_named(provenance, watched):
     """Registered and removed again inside one test's call: no reading of the dispatcher
     sees it, but the record kept as it was made does."""

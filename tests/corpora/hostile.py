@@ -547,7 +547,7 @@ torch._dynamo.graph_break = _passing(torch._dynamo.graph_break)
 # itself (the distributed package's), which the grader's wrapper of the handle's methods
 # records; and through the registration function taken out of the frame that holds what
 # the wrappers replaced (gc.get_referents of the generator behind a wrapper's send), which
-# only torch's dispatcher, read directly after the last test, shows.
+# only torch's dispatcher, read directly, shows.
 _KERNEL_REGISTERED_UNSEEN = """
 import gc, torch, torch.distributed._meta_registrations as _made_by_torch
 _made_by_torch.lib_impl.m.impl("broadcast_", torch._C.DispatchKey.CPU, lambda *args: None)

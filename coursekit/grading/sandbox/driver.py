@@ -295,7 +295,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         session.command(
             "check", min(notebook_deadline, time.monotonic() + 30), while_waiting=start_spare_once
         )
-        # the dispatcher is read after the last test that runs
+        # the dispatcher is read again after the last test that runs
         final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
         for index, task in enumerate(tasks):
             if index in crashed:

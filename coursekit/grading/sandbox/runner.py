@@ -434,9 +434,9 @@ def serve(
 
     def dispatcher_read() -> None:
         """Torch's dispatcher against its snapshot: a kernel registered by any way, the
-        wrappers' included (after the last test: about 50 ms). A registration through any
-        of torch's Python ways is recorded as it is made, and taken back at the next
-        put-back (torch_registrations.watch): this reading is for what those miss."""
+        wrappers' included (after the cells, and after the last test: about 50 ms). The
+        wrappers (torch_registrations.watch) record what passes them, and put-back takes
+        the notebook's back; this reading is for what they miss."""
         try:
             found = dispatcher_changes(dispatcher)
         except Exception as error:  # noqa: BLE001 - a notebook's objects, raising when read
@@ -590,6 +590,7 @@ def serve(
         elif kind == "check":
             measured_now[0] = False
             put_back()  # what the cells left on (their torch.library registrations taken back)
+            dispatcher_read()
             reply = {}
         else:
             sys.stdout.flush()

@@ -9,23 +9,23 @@ records, for each registration, the stack that made it; :func:`by_notebook` says
 the notebook's code did; :func:`take_back` undoes it. :mod:`coursekit.grading.sandbox
 .global_state` calls both before and after each test.
 
-The ways in are ``torch._C._dispatch_library`` (a new handle) and the methods of the
-handle's class, ``torch._C._DispatchModule`` (``impl``, ``define``, ``fallback``...),
-which every handle's registrations go through, those of a handle torch made itself (a
-``Library``'s own ``.m``) included; ``torch.library.Library``'s methods are wrapped too, for
-the registrations torch keeps in Python (fake kernels, torch_dispatch rules). The functions
-the wrappers replaced are held only in the frame of a generator (:func:`_keeper`): a
-wrapper's closure holds the generator's ``send``, and reaching into its frame takes
-``gi_frame`` or ``gc.get_referents``, which the runner's audit hook reports.
+The ways in wrapped are ``torch._C._dispatch_library`` (a new handle), the registration
+methods of the handle's class, ``torch._C._DispatchModule`` (``impl``, ``define``,
+``fallback``...), which the registrations of every handle pass, those of a handle torch made
+itself (a ``Library``'s own ``.m``) included, and ``torch.library.Library``'s methods (also
+for the registrations torch keeps in Python: fake kernels, torch_dispatch rules). The C
+functions the wrappers replaced are not in their closures but in the frame of a generator
+(:func:`_keeper`), which raises the bar without closing the way: that frame can be reached
+(a traceback of the generator walked by a library helper), and then a kernel is registered
+where no wrapper sees it. So can a registration made through a library function that calls
+torch.library for the notebook, which :func:`by_notebook` judges the library's.
 
-A kernel can still be registered where no wrapper sees it: by the functions taken out of
-that frame (reported as that is), or by compiled code (an extension module's own
-registrations). So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the
-warm parent, after every import) keeps each operator's registrations as torch prints them,
-with the backend fallbacks, and :func:`dispatcher_changes` (after the last test) names
-every operator that existed then whose kernels differ now, however the change was made.
-Operators added since (a library imported later defines its own) are not compared: nothing
-the tests run calls them.
+So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent,
+after every import) keeps each operator's registrations as torch prints them, with the
+backend fallbacks, and :func:`dispatcher_changes` (after the cells and after the last
+test) names every operator that existed then whose kernels differ now, however the change
+was made. Operators added since (a library imported later defines its own) are not
+compared: nothing the tests run calls them.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ _HANDLE_METHODS = (
 _STACK_DEPTH = 64
 _HANDLE = _LIBRARY = type(None)  # torch._C._DispatchModule and torch.library.Library
 _LIBRARY_DICT = None  # a Library's own __dict__ (the C getset: no property of a subclass)
+_DESTROY = _RESET = None  # torch's own Library._destroy and handle reset, taken by watch()
 
 
 def registrars() -> list:
@@ -99,10 +100,11 @@ def watch() -> None:
     module is imported, or by torch's own lazy set-up, is the library's (judged by
     :func:`by_notebook`, in :func:`coursekit.grading.sandbox.global_state.restore`, where
     provenance is known)."""
-    global _HANDLE, _LIBRARY, _LIBRARY_DICT
+    global _HANDLE, _LIBRARY, _LIBRARY_DICT, _DESTROY, _RESET
     import torch.library
 
     _HANDLE, _LIBRARY = torch._C._DispatchModule, torch.library.Library
+    _DESTROY, _RESET = vars(_LIBRARY)["_destroy"], vars(_HANDLE)["reset"]
     _LIBRARY_DICT = next(
         vars(klass)["__dict__"].__get__
         for klass in _LIBRARY.__mro__
@@ -176,8 +178,9 @@ def by_notebook(stack: list, provenance) -> bool:
             continue
         if index == 0:
             return True
-        callee = str(stack[index - 1][1].get("__name__", ""))
-        return callee.startswith(_REGISTRARS)
+        callee = dict.get(stack[index - 1][1], "__name__", "")
+        # read as it is, exact str only: a str subclass's methods would be the notebook's
+        return type(callee) is not str or str.startswith(callee, _REGISTRARS)
     return False
 
 
@@ -203,15 +206,22 @@ def the_notebooks_own(owner, records: list, provenance) -> bool:
 
 def take_back(owner) -> None:
     """Undo a notebook's registrations: its ``Library`` destroyed, or the dispatcher's
-    handle it holds reset (either removes every kernel and operator it registered)."""
-    destroy = getattr(type(owner), "_destroy", None)
-    reset = getattr(type(owner), "reset", None)
+    handle it holds reset (either removes every kernel and operator it registered). Only
+    torch's own ``Library._destroy`` and handle ``reset`` are called, on objects whose real
+    type is theirs: an owner of another class (a notebook's object passed as a Library's
+    ``self``) is left, and stays flagged."""
+    kind = type(owner)
     try:
-        if callable(destroy) and getattr(owner, "m", None) is not None:
-            destroy(owner)
-        elif callable(reset):
-            reset(owner)
-    except Exception:  # noqa: BLE001 - already destroyed, or a handle of another kind: flagged
+        if issubclass(kind, _LIBRARY):
+            held = _LIBRARY_DICT(owner)
+            handle = dict.get(held, "m") if type(held) is dict else None
+            if kind is _LIBRARY and handle is not None:
+                _DESTROY(owner)
+            elif type(handle) is _HANDLE:  # a subclass's: its handle alone, none of its code
+                _RESET(handle)
+        elif kind is _HANDLE:
+            _RESET(owner)
+    except Exception:  # noqa: BLE001 - already destroyed: flagged all the same
         return
 
 
@@ -244,7 +254,7 @@ def _fallbacks(has_fallback, keys) -> frozenset:
 def dispatcher_changes(snapshot: tuple) -> list[str]:
     """The operators of ``snapshot`` whose kernels differ now, or that are gone, and the
     dispatch keys that gained a backend fallback, as flag texts (empty when none). About
-    50 ms: the runner calls it after the last test."""
+    50 ms: the runner calls it after the cells and after the last test."""
     names_of, dump, has_fallback, keys, kernels, fallbacks = snapshot
     now = names_of()
     digests = zip(now, map(hash, map(dump, now)), strict=True)
