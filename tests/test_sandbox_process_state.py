@@ -845,10 +845,12 @@ current_frames = baseline.tools["current_frames"]
 baseline.tools["current_frames"] = lambda: reads.append(1) or current_frames()
 assert global_state.restore(baseline, record) == []
 assert reads == [], reads
-stop = threading.Event()
+stop, running = threading.Event(), threading.Event()
 namespace = {"__name__": "__main__"}
-exec(compile("def spin(stop):\\n    stop.wait(5)\\n", "<cell>", "exec"), namespace)
-_thread.start_new_thread(namespace["spin"], (stop,))
+source = "def spin(stop, running):\\n    running.set()\\n    stop.wait(60)\\n"
+exec(compile(source, "<cell>", "exec"), namespace)
+_thread.start_new_thread(namespace["spin"], (stop, running))
+assert running.wait(60)  # (a thread not yet running is seen at the next put-back)
 found = global_state.restore(baseline, record)
 stop.set()
 assert reads and any("still runs beside the tests" in f for f in found), found
