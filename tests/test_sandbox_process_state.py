@@ -810,26 +810,42 @@ def test_putting_state_back_runs_none_of_the_notebooks_code(provenance):
         assert expected in said, said
 
 
-def test_torch_library_kernels_of_the_notebooks_are_named_and_taken_back(provenance):
-    watched = {(o, n): vars(o)[n] for o, n in torch_registrations.registrars()}
-    try:
-        torch_registrations.watch()
-        baseline = global_state.take()
-        namespace = cell(
-            "import torch\n"
+def _three_times_three() -> float:
+    return (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item()
+
+
+@pytest.mark.parametrize(
+    "source, named",
+    [
+        (  # through torch.library
             "lib = torch.library.Library('aten', 'IMPL')\n"
-            "lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')\n"
-        )
-        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 6.0  # it took
+            "lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')\n",
+            "Library.impl mul.Tensor",
+        ),
+        (  # a handle the notebook made through torch._C._dispatch_library itself
+            "lib = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "lib.impl('mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b)\n",
+            "DispatchModule.impl mul.Tensor",
+        ),
+    ],
+)
+def test_kernels_of_the_notebooks_are_named_and_taken_back(provenance, watched, source, named):
+    """Recorded as they are made (the handle's making too), so what the notebook
+    registered is taken back whole, and nothing says it cannot be."""
+    baseline = global_state.take()
+    namespace = {}
+    try:
+        namespace = cell("import torch\n" + source)
+        assert _three_times_three() == 6.0  # it took
         found = global_state.restore(baseline, provenance)
-        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 9.0  # taken back
+        assert _three_times_three() == 9.0  # taken back
     finally:
-        for (owner, name), original in watched.items():
-            setattr(owner, name, original)
-        torch_registrations._WATCHERS.clear()
-        torch_registrations.RECORD.clear()
-    assert any("Library.impl mul.Tensor" in f for f in found), found
-    assert namespace["lib"].m is None
+        global_state.restore(baseline, provenance)
+        handle = getattr(namespace.get("lib"), "m", namespace.get("lib"))
+        if handle is not None:
+            handle.reset()
+    assert any(named in f for f in found), found
+    assert not any("cannot be taken back" in f for f in found), found
 
 
 _THREADS_READ_ONLY_WHEN_STARTED = """
@@ -932,27 +948,6 @@ def test_a_kernel_registered_on_a_handle_torch_made_is_named_and_torch_keeps_its
     assert made_by_torch.lib_impl.m is handle  # torch's own kernels kept
     changed = torch_registrations.dispatcher_changes(snapshot)
     assert len(changed) == 1 and "c10d::broadcast_" in changed[0]  # and only that one
-
-
-def test_a_raw_handle_of_the_notebooks_is_taken_back_whole(provenance, watched):
-    """A handle the notebook made through ``torch._C._dispatch_library`` itself (no
-    torch.library): recorded as it was made, so what it registered is taken back."""
-    baseline = global_state.take()
-    try:
-        namespace = cell(
-            "import torch\n"
-            "handle = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
-            "handle.impl('mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b)\n"
-        )
-        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 6.0  # it took
-        found = global_state.restore(baseline, provenance)
-        assert (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item() == 9.0  # taken back
-    finally:
-        global_state.restore(baseline, provenance)
-        if "namespace" in locals():
-            namespace["handle"].reset()
-    assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
-    assert not any("cannot be taken back" in f for f in found), found
 
 
 class _CodeOf:
