@@ -1013,6 +1013,28 @@ def test_who_registered_is_judged_without_running_the_notebooks_code(watched):
     assert ran == []
 
 
+def test_the_wrappers_run_none_of_the_notebooks_code(provenance, watched):
+    """Found by review: the name registered was read with ``str``'s methods looked up on
+    its class, so a subclass ran the notebook's code inside the frame that holds what the
+    wrappers replaced (an error's traceback is dropped by ``BaseException``'s own method,
+    for the same reason)."""
+    made = cell(
+        "import torch\n"
+        "RAN = []\n"
+        "class Name(str):\n"
+        "    def strip(self, *args):\n"
+        "        RAN.append('strip')\n"
+        "        return str.strip(self, *args)\n"
+        "handle = torch._C._dispatch_library('FRAGMENT', 'aten', '', '<cell>', 1)\n"
+        "handle.impl(Name('sin'), torch._C.DispatchKey.CPU, lambda x: x)\n"
+    )
+    try:
+        assert made["RAN"] == []
+    finally:
+        made["handle"].reset()
+        global_state.restore(global_state.take(), provenance)
+
+
 def test_a_kernel_registered_and_removed_between_two_looks_is_still_named(provenance, watched):
     """Registered and removed again inside one test's call: no reading of the dispatcher
     sees it, but the record kept as it was made does."""

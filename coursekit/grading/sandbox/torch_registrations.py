@@ -4,10 +4,10 @@ A notebook can register a kernel of its own for one of torch's operators
 (``torch.library.Library("aten", "IMPL").impl("mul.Tensor", ...)``) and every later
 multiplication, the hidden tests' included, runs it; nothing the harness seal records is
 replaced. Torch registers kernels too, lazily, as its modules are imported. :func:`watch`
-(in the warm parent, before any hand-in code) wraps every way in that Python has and
-records, for each registration, the stack that made it; :func:`by_notebook` says whether
-the notebook's code did; :func:`take_back` undoes it. :mod:`coursekit.grading.sandbox
-.global_state` calls both before and after each test.
+(in the warm parent, before any hand-in code) wraps torch's Python ways in (below) and
+records, for each registration that passes them, the stack that made it;
+:func:`by_notebook` says whether the notebook's code did; :func:`take_back` undoes it.
+:mod:`coursekit.grading.sandbox.global_state` calls both before and after each test.
 
 The ways in wrapped are ``torch._C._dispatch_library`` (a new handle), the registration
 methods of the handle's class, ``torch._C._DispatchModule`` (``impl``, ``define``,
@@ -77,16 +77,18 @@ def _keeper(originals: list, record):
     """The functions the wrappers replaced, held in this generator's frame only: each
     request ``(index, label, args, kwargs, stack)`` calls ``originals[index]``, records the
     registration and answers ``(True, result)``, or ``(False, the exception)`` (its
-    traceback dropped: it would lead into this frame)."""
+    traceback dropped, by ``BaseException``'s own method: it would lead into this frame).
+    Only an exact ``str`` is read as the name registered: a subclass's methods would run
+    the notebook's code here."""
     request = yield None
     while True:
         index, label, args, kwargs, stack = request
         try:
             result = originals[index](*args, **kwargs)
         except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
-            request = yield False, error.with_traceback(None)
+            request = yield False, BaseException.with_traceback(error, None)
             continue
-        detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
         owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
         record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
         request = yield True, result
@@ -146,7 +148,7 @@ def watch() -> None:
             stack = stack_of(getframe(1))
             result = function(*args, **kwargs)
             owner = args[0] if args else None
-            detail = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
             record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
             return result
 
