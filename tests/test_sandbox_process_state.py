@@ -332,6 +332,36 @@ def test_a_logger_changed_in_place_after_a_clean_put_back_is_put_back(provenance
     assert after == (kind, handlers, filters, keys)
 
 
+def test_the_loggers_check_runs_from_the_private_copy(provenance, monkeypatch):
+    """The runner runs put-back from a private copy of this module's globals
+    (``tampering.private_copy``), which re-makes the module's functions, not its classes'
+    methods: the C-level check of the loggers is functions only, so rebinding the names it
+    calls in the shared module (as a cell could) does not blind it."""
+    import logging
+
+    state = tampering.private_copy(global_state)
+    baseline = state.take()
+    assert state.restore(baseline, provenance) == []
+    monkeypatch.setattr(global_state, "_IS_NOT", lambda a, b: False)
+    monkeypatch.setattr(global_state, "_loggers_unchanged", lambda quick: True)
+    log = logging.getLogger("torch.autograd.graph")
+    cell(
+        "import logging\n"
+        "class Doubles(logging.Handler):\n"
+        "    def emit(self, record):\n"
+        "        pass\n"
+        "log.handlers.append(Doubles())\n",
+        {"log": log},
+    )
+    try:
+        found = state.restore(baseline, provenance)
+    finally:
+        monkeypatch.undo()
+        global_state.restore(baseline, provenance)
+    assert found == ["it added a logging handler of its own to torch.autograd.graph"]
+    assert log.handlers == []
+
+
 _A_LOGGER_OF_ITS_OWN_CLASS = """
 import logging
 RAN = []

@@ -815,10 +815,12 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     roots = (dict.get(settings, "root"), base.loggers[0][0] if base.loggers else None)
     pairs = _loggers_now(base, manager)
     if not base.logger_quick or base.logger_quick[0] is not pairs:
-        base.logger_quick = (pairs, _LoggersAtTake.of(pairs, base.dict_slots))
+        base.logger_quick = (pairs, _loggers_at_take(pairs, base.dict_slots))
     quick = base.logger_quick[1]
-    if quick.unchanged():  # the common case: every logger held since take() as it was
-        quick.clear_level_caches()
+    if _loggers_unchanged(quick):  # the common case: every logger held since take() as it was
+        # each level cache emptied (isEnabledFor reads it before disable): the very dicts
+        # take() saw, still held (checked just now)
+        _EXHAUST(map(dict.clear, quick.caches))
         pairs = quick.others  # those made since, looked at one by one
     for logger, state in pairs:
         if state[6] is not None and type(logger) is not state[6]:
@@ -868,80 +870,89 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         _clear_caches(table, base)
 
 
+@dataclass
 class _LoggersAtTake:
-    """The loggers :func:`take` read, as flat tuples, so that :func:`_restore_logging` can
+    """The loggers :func:`take` read, as flat tuples, so that :func:`_loggers_unchanged` can
     tell that none changed in a few C-level passes (``map`` over C functions) rather than a
     Python step per logger: ``put_back`` runs before and after every test, over some 170
     loggers. It decides only "all as taken"; any difference is put back and named by the
     per-logger path, as before. Each logger's dict is read through the C getset that reads
     it (:func:`_attributes`' cache), its keys and values compared by identity, in order, and
     its handlers and filters lists item by item; nothing is hashed, looked up by name or
-    compared with ``==`` but the lengths (ints)."""
+    compared with ``==`` but the lengths (ints). Data only: the functions that read it are
+    this module's, which the runner runs from a private copy of its globals."""
 
-    def __init__(self, held: list, others: list, slots: tuple):
-        self.others = others  # (logger, state) of loggers made since take(): one by one
-        self.loggers = tuple(state[0] for state in held)
-        self.classes = tuple(state[6] for state in held)
-        self.slots = slots  # the __dict__ getset of each one's class
-        self.lengths = [len(state[7]) for state in held]
-        self.keys = tuple(itertools.chain.from_iterable(state[7] for state in held))
-        self.values = tuple(itertools.chain.from_iterable(state[8] for state in held))
-        lists, items = [], []
-        for state in held:
-            for at, before in zip(state[9], state[2:4], strict=True):
-                if at >= 0:
-                    lists.append(state[8][at])
-                    items.append(before)
-        self.lists = tuple(lists)
-        self.list_lengths = [len(before) for before in items]
-        self.items = tuple(itertools.chain.from_iterable(items))
-        self.caches = tuple(state[8][state[10]] for state in held if state[10] >= 0)
+    others: list  # (logger, state) of loggers made since take(): looked at one by one
+    loggers: tuple
+    classes: tuple
+    slots: tuple  # the __dict__ getset of each one's class
+    lengths: list
+    keys: tuple
+    values: tuple
+    lists: tuple  # their handlers and filters lists, as taken
+    list_lengths: list
+    items: tuple
+    caches: tuple  # their level caches, as taken
 
-    @classmethod
-    def of(cls, pairs: list, dict_slots: dict) -> _LoggersAtTake:
-        held, others, slots = [], [], []
-        for logger, state in pairs:
-            kind = state[6]
-            if state[7] is None or kind is None or type(logger) is not kind:
-                others.append((logger, state))
-                continue
-            _attributes(logger, dict_slots)  # finds and keeps the getset of its class
-            kept = dict_slots.get(id(kind))
-            if kept is None or kept[1] is not kind:
-                others.append((logger, state))
-                continue
-            held.append(state)
-            slots.append(kept[0])
-        return cls(held, others, tuple(slots))
 
-    def unchanged(self) -> bool:
-        """Whether every logger held since take() has its class, and a dict of the very keys
-        and values, handlers and filters it had then."""
-        if any(map(_IS_NOT, map(_TYPE, self.loggers), self.classes)):
-            return False
-        try:
-            held = list(map(_GETSET_GET, self.slots, self.loggers))
-        except (AttributeError, TypeError):
-            return False
-        if any(map(_IS_NOT, map(_TYPE, held), _ALWAYS_DICT)):
-            return False
-        if list(map(len, held)) != self.lengths:  # (a list of ints: compared in C)
-            return False
-        if any(map(_IS_NOT, _CHAIN(map(dict.keys, held)), self.keys)):
-            return False
-        if any(map(_IS_NOT, _CHAIN(map(dict.values, held)), self.values)):
-            return False
-        # the lists are the very objects taken (the values above): now their items
-        if any(map(_IS_NOT, map(_TYPE, self.lists), _ALWAYS_LIST)):
-            return False
-        if list(map(len, self.lists)) != self.list_lengths:
-            return False
-        return not any(map(_IS_NOT, _CHAIN(self.lists), self.items))
+def _loggers_at_take(pairs: list, dict_slots: dict) -> _LoggersAtTake:
+    held, others, slots = [], [], []
+    for logger, state in pairs:
+        kind = state[6]
+        if state[7] is None or kind is None or type(logger) is not kind:
+            others.append((logger, state))
+            continue
+        _attributes(logger, dict_slots)  # finds and keeps the getset of its class
+        kept = dict_slots.get(id(kind))
+        if kept is None or kept[1] is not kind:
+            others.append((logger, state))
+            continue
+        held.append(state)
+        slots.append(kept[0])
+    lists, items = [], []
+    for state in held:
+        for at, before in zip(state[9], state[2:4], strict=True):
+            if at >= 0:
+                lists.append(state[8][at])
+                items.append(before)
+    return _LoggersAtTake(
+        others=others,
+        loggers=tuple(state[0] for state in held),
+        classes=tuple(state[6] for state in held),
+        slots=tuple(slots),
+        lengths=[len(state[7]) for state in held],
+        keys=tuple(itertools.chain.from_iterable(state[7] for state in held)),
+        values=tuple(itertools.chain.from_iterable(state[8] for state in held)),
+        lists=tuple(lists),
+        list_lengths=[len(before) for before in items],
+        items=tuple(itertools.chain.from_iterable(items)),
+        caches=tuple(state[8][state[10]] for state in held if state[10] >= 0),
+    )
 
-    def clear_level_caches(self) -> None:
-        """Each logger's level cache emptied (``isEnabledFor`` reads it before ``disable``):
-        the very dicts take() saw, still held (:meth:`unchanged`)."""
-        _EXHAUST(map(dict.clear, self.caches))
+
+def _loggers_unchanged(quick: _LoggersAtTake) -> bool:
+    """Whether every logger held since take() has its class, and a dict of the very keys
+    and values, handlers and filters it had then."""
+    if any(map(_IS_NOT, map(_TYPE, quick.loggers), quick.classes)):
+        return False
+    try:
+        held = list(map(_GETSET_GET, quick.slots, quick.loggers))
+    except (AttributeError, TypeError):
+        return False
+    if any(map(_IS_NOT, map(_TYPE, held), _ALWAYS_DICT)):
+        return False
+    if list(map(len, held)) != quick.lengths:  # (a list of ints: compared in C)
+        return False
+    if any(map(_IS_NOT, _CHAIN(map(dict.keys, held)), quick.keys)):
+        return False
+    if any(map(_IS_NOT, _CHAIN(map(dict.values, held)), quick.values)):
+        return False
+    # the lists are the very objects taken (the values above): now their items
+    if any(map(_IS_NOT, map(_TYPE, quick.lists), _ALWAYS_LIST)):
+        return False
+    if list(map(len, quick.lists)) != quick.list_lengths:
+        return False
+    return not any(map(_IS_NOT, _CHAIN(quick.lists), quick.items))
 
 
 _GETSET_GET = types.GetSetDescriptorType.__get__
