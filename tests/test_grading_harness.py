@@ -125,12 +125,41 @@ time.sleep(3 if made else 0)
 }
 
 
+# A kernel registered by the cells past every wrapper (through what the wrappers replaced,
+# as hostile.py's kernel_registered_unseen takes it), left on for the first test and taken
+# off by the function's second call: only a reading of the dispatcher made before the tests
+# that follow the first one sees it (the one after the last test does not). With the memory
+# test first, the prime call is the first call, and the reading is made as its fork measures.
+KERNEL_UNTIL_THE_SECOND_CALL = (
+    """
+import gc, torch
+_cells = torch._C._dispatch_library.__closure__ or ()
+_keeper = next(c.cell_contents.__self__ for c in _cells
+               if getattr(c.cell_contents, "__name__", "") == "send")
+_held = [r for r in gc.get_referents(_keeper) if isinstance(r, list)]
+_real = {getattr(f, "__name__", ""): f for held in _held for f in held if callable(f)}
+_handle = _real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1)
+_real["impl"](_handle, "logit", torch._C.DispatchKey.CPU, lambda *args: args[0])
+""",
+    """
+_calls, _answer = [0], accumulate_window
+def accumulate_window(*args, **kwargs):
+    _calls[0] += 1
+    if _calls[0] == 2:
+        _handle.reset()
+    return _answer(*args, **kwargs)
+""",
+)
+
+
 def _hand_ins(folder, course, gradebook) -> dict[str, str]:
+    register, take_off = KERNEL_UNTIL_THE_SECOND_CALL
     cells = {
         "ada": [IMPORTS, *answers()],
         "honest": [IMPORTS, HONEST_HABITS, *answers()],
         "wrong": [IMPORTS, *answers(**WRONG)],
         **{name: [IMPORTS, attack, *answers(**WRONG)] for name, attack in HARNESS_ATTACKS.items()},
+        "kernel_until_the_second_call": [IMPORTS, register, *answers(**WRONG), take_off],
     }
     where = {"gradebook": gradebook, "course": course, "folder": folder}
     for name, attack in ROOT_ATTACKS.items():
@@ -203,6 +232,7 @@ def test_the_batch_finishes_and_the_gradebook_is_whole(graded):
     # where hand-ins share the grader's files, others' permissions are taken off notebooks/
     assert run["notebooks_mode"] == ("0o755" if mode == "namespaces" else "0o750")
     expected = {"ada", "honest", "wrong", *HARNESS_ATTACKS, *ROOT_ATTACKS}
+    expected.add("kernel_until_the_second_call")
     assert set(run["results"]) == expected, run["stderr"][-3000:]
 
 
@@ -241,6 +271,15 @@ def test_reaching_into_its_own_process_is_named_in_every_mode(graded, name):
     flags = " ".join(_flags(run["results"][name]))
     for expected in PROCESS_ATTACK_FLAGS[name]:
         assert expected in flags, (name, expected, flags)
+
+
+def test_a_kernel_the_cells_left_for_the_first_test_alone_is_named(graded):
+    """The dispatcher is read before the tests (where the first is a memory test, while its
+    fork measures), not only after the last: a kernel left by the cells and taken off after
+    the first call is named."""
+    _, run = graded
+    flags = " ".join(_flags(run["results"]["kernel_until_the_second_call"]))
+    assert "aten::logit" in flags and "cannot be taken back" in flags, flags
 
 
 def test_no_attack_holds_its_process_until_the_time_limit(graded):

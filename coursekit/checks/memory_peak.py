@@ -101,6 +101,7 @@ _FORK_RUNNING = trusted_fork.fork_running
 _HOLD, _LET_GO, _NO_CHILD_LEFT = held_gil.hold, held_gil.let_go, held_gil.no_child_left
 _GET_INTERVAL = sys.getswitchinterval
 _MONOTONIC, _HELD_S, _HOLD_TRIES = time.monotonic, held_gil.HOLD_S / 2, 3
+_HOLD_S = held_gil.HOLD_S
 _RANDOM_16, _PIPE, _CLOSE = held_gil.random_16, held_gil.pipe, held_gil.close
 _READ_FILE, _NAMES_IN = held_gil.read_file, held_gil.names_in
 _GC_ENABLED, _GC_ENABLE, _GC_DISABLE = gc.isenabled, gc.enable, gc.disable
@@ -128,7 +129,13 @@ def measured(call, warm_up, limit_s: int = CPU_LIMIT_S) -> dict:
 
 
 def measured_in_child(
-    make, *, limit_s: int = CPU_LIMIT_S, sealed=None, in_child=None, alone: bool = False
+    make,
+    *,
+    limit_s: int = CPU_LIMIT_S,
+    sealed=None,
+    in_child=None,
+    alone: bool = False,
+    during=None,
 ) -> dict:
     """:func:`measured`, for a caller that trusts nothing the notebook could have changed:
     the grader's runner. ``make()``, called in the child, gives ``(call, warm_up)``.
@@ -141,7 +148,13 @@ def measured_in_child(
     ``"tampered"``, as ``sealed()``'s is: a finalizer of the notebook's run as the state was
     put back could change a name, so the caller compares the seal again then). With
     ``alone`` (the caller has ended every process it had: :func:`end_children`), a process
-    alive at the fork fails the measure (``{"error": ..., "beside": True}``).
+    alive at the fork fails the measure (``{"error": ..., "beside": True}``). ``during(until)``
+    runs here once the child is forked, before the wait, with the GIL still held: work of the
+    caller's own that reads this process as the child started (the runner reads torch's
+    dispatcher), in steps that keep the GIL, begun only before the monotonic time ``until``;
+    it must not raise. Should it end past the time for which no thread asks for the GIL
+    (:data:`held_gil.HOLD_S`), the child is ended and all is taken again, as when the steps
+    before the fork take too long.
 
     From ``sealed()`` until the child has ended, no other thread of this process runs
     Python (:mod:`coursekit.grading.sandbox.held_gil`): until the fork, every step keeps
@@ -184,6 +197,16 @@ def measured_in_child(
                     raise MeasurementFailed(f"the memory test could not fork ({error})") from None
                 _CLOSE(write_end)
                 try:
+                    if during is not None:
+                        try:
+                            during(started + _HELD_S)
+                        except BaseException:  # (a timer's): the child goes with it
+                            _kill_and_reap(pid)
+                            raise
+                        if _MONOTONIC() - started >= _HOLD_S:  # a thread may have run by now
+                            _kill_and_reap(pid)
+                            _CLOSE(read_end)
+                            continue
                     status, peak_kib = _wait(pid)
                 except BaseException:
                     _CLOSE(read_end)

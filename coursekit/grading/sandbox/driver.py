@@ -2,10 +2,10 @@
 
 A warm parent (:mod:`coursekit.grading.sandbox.warm_parent`) forks a runner
 (:mod:`coursekit.grading.sandbox.process_tree`) holding two pipes; the grader sends it the job,
-then each cell, then each test (one spec at a time, only after the last cell has answered),
-then the end (:mod:`coursekit.grading.sandbox.session`). Every answer must be the one asked
-for, echoing its nonce; anything else on the channel is the hand-in's doing, which ends the
-attempt and is flagged. A time limit holds
+then each cell, then each test (one spec at a time, only after the last cell has answered;
+the memory tests first), then the end (:mod:`coursekit.grading.sandbox.session`). Every
+answer must be the one asked for, echoing its nonce; anything else on the channel is the
+hand-in's doing, which ends the attempt and is flagged. A time limit holds
 for each command and for the whole notebook. The process is killed when it is done, out of
 time or off protocol; its PID namespace takes everything it started along, and its root
 file system lived in memory. A cell or test that kills the process is skipped on a second
@@ -291,13 +291,21 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                 "cell", deadline, index, while_waiting=start_spare_once, source=source
             )
             attempt.cells[index] = {"index": index, **cell_record(reply)}
+        # The memory tests first: the runner reads torch's dispatcher before the first test,
+        # and, when that is a memory test, while its fork measures (on another core).
+        order = execution_order(tasks)
+        running = [i for i in order if i not in crashed]
         attempt.position = ("check",)
         session.command(
-            "check", min(notebook_deadline, time.monotonic() + 30), while_waiting=start_spare_once
+            "check",
+            min(notebook_deadline, time.monotonic() + 30),
+            while_waiting=start_spare_once,
+            memory_first=bool(running) and measures_memory(tasks[running[0]]),
         )
         # the dispatcher is read again after the last test that runs
-        final = max((i for i in range(len(tasks)) if i not in crashed), default=-1)
-        for index, task in enumerate(tasks):
+        final = running[-1] if running else -1
+        for place, index in enumerate(order):
+            task = tasks[index]
             if index in crashed:
                 attempt.tasks[index] = crashed_record(task, crashed[index])
                 continue
@@ -308,7 +316,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             for _ in range(tries):
                 deadline = min(notebook_deadline, _backstop(limits.task_timeout_s, limits))
                 # the harness is compared with its seal after each question's last test
-                last = index + 1 == len(tasks) or tasks[index + 1]["question"] != task["question"]
+                after = order[place + 1] if place + 1 < len(order) else None
+                last = after is None or tasks[after]["question"] != task["question"]
                 reply = session.command(
                     "task",
                     deadline,
@@ -322,8 +331,9 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                 raise_a_grader_fault(reply)
                 if reply.get("status") != "timeout":
                     break
-            else:
-                attempt.slow_questions.add(task["question"])
+            else:  # (a memory test's problem is its own: it runs first, and says nothing)
+                if not measures_memory(task):
+                    attempt.slow_questions.add(task["question"])
             attempt.tasks[index] = task_record(reply)
         attempt.position = ("end",)
         with contextlib.suppress(Ended):
@@ -362,6 +372,19 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     attempt.seconds = time.monotonic() - started
     return attempt
+
+
+def execution_order(tasks: list[dict]) -> list[int]:
+    """The order the tests run in: the memory tests first (each question's own order kept),
+    then the others, as listed. Their records keep their places in ``tasks``."""
+    measuring = [i for i, task in enumerate(tasks) if measures_memory(task)]
+    return measuring + sorted(set(range(len(tasks))) - set(measuring))
+
+
+def measures_memory(task: dict) -> bool:
+    """Whether a test is a memory test (as the runner tells: its spec says so)."""
+    spec = task.get("spec")
+    return isinstance(spec, dict) and spec.get("memory") is True
 
 
 def _backstop(limit_s: float, limits: Limits) -> float:
@@ -430,7 +453,10 @@ def run_hand_in(
     crashed: dict[int, str] = {}  # test index -> "crash" or "timeout"
     retried: set[int] = set()  # tests given a second try after their process was ended
     attempt = None
-    for _ in range(retries + 1):
+    # A test that ends the process is skipped from the next try on, with the tests of its
+    # question listed after it. A memory test is listed last but runs first: one that ends
+    # the process skips only itself, as when it ran last, and may so cost a try of its own.
+    for _ in range(retries + 1 + sum(map(measures_memory, tasks))):
         wall_s = limits.hand_in_timeout_s * limits.wall_factor
         budget_s = wall_s - run.seconds  # one wall-clock backstop for all the tries
         if budget_s <= 1:

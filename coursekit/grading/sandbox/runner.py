@@ -17,6 +17,7 @@ are kept here, in the module :func:`serve` copies.
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import resource
@@ -393,7 +394,8 @@ def serve(
         record.forget_globals(shell.user_ns)  # but __main__ is now the notebook's own
         copies = (tampering.private_copy, own.run_task, wire.receive, state.restore, end_children)
         copies += (peak.measured_in_child, changes)
-        for copy in (*copies, registrations.dispatcher_changes):
+        copies += (registrations.dispatcher_changes, registrations.read_until)
+        for copy in copies:
             record.trust_globals(copy.__globals__)  # the private copies run library code
             made_since_the_seal += [
                 f for f in copy.__globals__.values() if type(f) is type(on_timer_alone)
@@ -430,19 +432,42 @@ def serve(
     state.silence()  # logging off, warnings ignored: see global_state.silence
     baseline, restore = state.take(), state.restore
 
-    dispatcher_changes = registrations.dispatcher_changes
+    dispatcher_changes, dispatcher_reading = (
+        registrations.dispatcher_changes,
+        registrations.dispatcher_reading,
+    )
+    read_until = registrations.read_until
+    gc_isenabled, gc_disable, gc_enable = gc.isenabled, gc.disable, gc.enable
+    # the reading before the first test, when that is a memory test: begun as its fork
+    # measures (read_while_measured), finished right after; due until then
+    reading_due = [False]
+    begun: list = []  # a reading begun while a fork measured: (digests so far, marks)
 
-    def dispatcher_read() -> None:
+    def dispatcher_read(begun_reading: tuple | None = None) -> None:
         """Torch's dispatcher against its snapshot: a kernel registered by any way, the
-        wrappers' included (after the cells, and after the last test: about 50 ms). The
+        wrappers' included (before the first test, and after the last: 50 to 90 ms). The
         wrappers (torch_registrations.watch) record what passes them, and put-back takes
-        the notebook's back; this reading is for what they miss."""
+        the notebook's back; this reading is for what they miss. ``begun_reading``: its
+        first part, read while a memory test's fork measured, finished here. Due until it
+        is done (a timer's exception in between leaves it due for the next test)."""
         try:
-            found = dispatcher_changes(dispatcher)
+            reading = dispatcher_reading(dispatcher, *(begun_reading or ()))
+            found = dispatcher_changes(dispatcher, reading)
         except Exception as error:  # noqa: BLE001 - a notebook's objects, raising when read
             found = [f"it left torch's dispatcher unreadable ({type(error).__name__})"]
+        reading_due[0] = False
         for what in found:
             report(what)
+
+    def read_while_measured(until: float) -> None:
+        """The reading before the first test, where that test is a memory test: begun here,
+        in the runner, once its fork is made (whose dispatcher is the one the measured call
+        runs on), while the fork measures on another core. It runs with the GIL held
+        (memory_peak.measured_in_child), so no code of the notebook's runs meanwhile: each
+        step is one call of torch's from C, begun only before ``until``
+        (torch_registrations.read_until); what is left is read once the fork has ended,
+        before anything else runs."""
+        begun[:] = [read_until(dispatcher, until)]
 
     def put_back() -> None:
         try:
@@ -539,7 +564,23 @@ def serve(
             call, warm_up_with = question.memory_call(fn)
             return window_memory.measurement(spec, call, warm_up_with)
 
-        outputs = peak.measured_in_child(make, sealed=sealed, in_child=in_child, alone=True)
+        during = read_while_measured if reading_due[0] else None
+        begun.clear()
+        collecting = gc_isenabled()
+        gc_disable()  # (and no finalizer of the notebook's until the reading is finished)
+        try:
+            outputs = peak.measured_in_child(
+                make, sealed=sealed, in_child=in_child, alone=True, during=during
+            )
+            if reading_due[0]:  # the rest of the reading, before anything else runs, whole:
+                held = mask(block, timers)  # the task's timers wait until it is done
+                try:
+                    dispatcher_read(begun.pop() if begun else None)
+                finally:
+                    mask(set_mask, held)
+        finally:
+            if collecting:
+                gc_enable()
         for what in (*outputs.pop("put_back", ()), *outputs.get("tampered", ())):
             reported.add(what.removeprefix("it changed "))
             report(what)
@@ -577,20 +618,26 @@ def serve(
             put_back()
             spec = command.get("spec")
             timeouts = limits["task_timeout_s"], limits["wall_factor"]
-            if isinstance(spec, dict) and spec.get("memory") is True:
+            memory_test = isinstance(spec, dict) and spec.get("memory") is True
+            if reading_due[0] and not memory_test:
+                dispatcher_read()
+            if memory_test:
                 end_children()
                 reply = own.run_memory_task(shell.user_ns, questions, command, *timeouts, measure)
             else:
                 reply = own.run_task(shell.user_ns, questions, command, *timeouts)
             put_back()  # what the test itself left on
-            if command.get("final"):
+            if command.get("final"):  # (and the first reading, if it is still due)
                 dispatcher_read()
             if not tripwires_intact():  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
             measured_now[0] = False
             put_back()  # what the cells left on (their torch.library registrations taken back)
-            dispatcher_read()
+            if command.get("memory_first") is True:  # read as its fork measures (above)
+                reading_due[0] = True
+            else:
+                dispatcher_read()
             reply = {}
         else:
             sys.stdout.flush()

@@ -22,16 +22,18 @@ torch.library for the notebook, which :func:`by_notebook` judges the library's.
 
 So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent,
 after every import) keeps each operator's registrations as torch prints them, with the
-backend fallbacks, and :func:`dispatcher_changes` (after the cells and after the last
-test) names every operator that existed then whose kernels differ now, however the change
-was made. Operators added since (a library imported later defines its own) are not
-compared: nothing the tests run calls them.
+backend fallbacks, and :func:`dispatcher_changes` (before the first test and after the
+last) names every operator that existed then whose kernels differ now, however the change
+was made. The reading before the first test, where that is a memory test, is begun while
+its fork measures (:func:`read_until`, from the runner). Operators added since (a library
+imported later defines its own) are not compared: nothing the tests run calls them.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 import types
 
 # What :func:`watch` records: (what, stack, owner); the stack from the registering call
@@ -234,34 +236,89 @@ def dispatcher_snapshot() -> tuple:
     import torch
 
     C = torch._C
-    names_of, dump = C._dispatch_get_all_op_names, C._dispatch_dump
-    has_fallback, keys = C._dispatch_has_backend_fallback, tuple(C.DispatchKey.__members__.values())
-    names = names_of()
+    dump, has_fallback = C._dispatch_dump, C._dispatch_has_backend_fallback
+    names = tuple(C._dispatch_get_all_op_names())
+    keys = tuple(key for key in C.DispatchKey.__members__.values() if _answers(has_fallback, key))
     # a digest each (Python's keyed string hash: a change cannot be made to collide unseen)
-    kernels = dict(zip(names, map(hash, map(dump, names)), strict=True))
-    return names_of, dump, has_fallback, keys, kernels, _fallbacks(has_fallback, keys)
+    digests = tuple(map(hash, map(dump, names)))
+    return dump, has_fallback, names, keys, digests, tuple(map(has_fallback, keys))
 
 
-def _fallbacks(has_fallback, keys) -> frozenset:
-    found = set()
-    for key in keys:
-        try:
-            if has_fallback(key):
-                found.add(key)
-        except Exception:  # noqa: BLE001 - an alias key, which holds no fallback of its own
-            continue
-    return frozenset(found)
+def _answers(has_fallback, key) -> bool:
+    try:
+        has_fallback(key)
+    except Exception:  # noqa: BLE001 - an alias key, which holds no fallback of its own
+        return False
+    return True
 
 
-def dispatcher_changes(snapshot: tuple) -> list[str]:
-    """The operators of ``snapshot`` whose kernels differ now, or that are gone, and the
-    dispatch keys that gained a backend fallback, as flag texts (empty when none). About
-    50 ms: the runner calls it after the cells and after the last test."""
-    names_of, dump, has_fallback, keys, kernels, fallbacks = snapshot
-    now = names_of()
-    digests = zip(now, map(hash, map(dump, now)), strict=True)
-    changed = [name for name, digest in digests if kernels.get(name, digest) != digest]
-    changed += sorted(kernels.keys() - set(now))
+GONE = -1  # the digest of an operator that no longer exists (``hash`` never gives -1)
+PART = 256  # operators read in one step: a few milliseconds
+
+
+def read_part(snapshot: tuple, first: int, end: int) -> list[int]:
+    """The digests of the snapshot's operators from ``first`` to ``end`` as they are now,
+    read in one step: torch's functions called from C (``map``), so no other thread runs
+    Python until it is done (the memory test reads while its fork measures:
+    :func:`read_fallbacks` and this, with the GIL held). :data:`GONE` for an operator that
+    no longer exists."""
+    dump, _, names, _, _, _ = snapshot
+    part = names[first:end]
+    try:
+        return list(map(hash, map(dump, part)))
+    except Exception:  # noqa: BLE001 - an operator taken away since (its library destroyed)
+        digests = []
+        for name in part:
+            try:
+                digests.append(hash(dump(name)))
+            except Exception:  # noqa: BLE001
+                digests.append(GONE)
+        return digests
+
+
+def read_fallbacks(snapshot: tuple) -> list[bool]:
+    """Which of the snapshot's dispatch keys hold a backend fallback now, in one step."""
+    _, has_fallback, _, keys, _, _ = snapshot
+    return list(map(has_fallback, keys))
+
+
+_CLOCK = time.monotonic  # (the runner calls a private copy: this module's names, as now)
+
+
+def read_until(snapshot: tuple, until: float) -> tuple:
+    """A reading begun, for :func:`dispatcher_reading` to finish: the fallback marks, then
+    the operators' digests, :data:`PART` at a time, each part begun only before the
+    monotonic time ``until``. For the memory test's parent, which reads while its fork
+    measures, with the GIL held (see :func:`read_part`). Never raises."""
+    try:
+        marks, digests, count = read_fallbacks(snapshot), [], len(snapshot[2])
+        while len(digests) < count and _CLOCK() < until:
+            digests += read_part(snapshot, len(digests), len(digests) + PART)
+    except Exception:  # noqa: BLE001 - read whole, later
+        return [], None
+    return digests, marks
+
+
+def dispatcher_reading(snapshot: tuple, digests: list | None = None, marks=None) -> tuple:
+    """The dispatcher as it is now, in the snapshot's terms: ``(digests, fallback marks)``.
+    ``digests``, ``marks``: a reading begun earlier (the first operators' digests, the
+    marks), finished here."""
+    digests = list(digests or ())
+    count = len(snapshot[2])
+    while len(digests) < count:
+        digests += read_part(snapshot, len(digests), len(digests) + PART)
+    return digests, (read_fallbacks(snapshot) if marks is None else marks)
+
+
+def dispatcher_changes(snapshot: tuple, reading: tuple | None = None) -> list[str]:
+    """The operators of ``snapshot`` whose kernels differ in ``reading`` (by default, read
+    now: :func:`dispatcher_reading`), or that are gone, and the dispatch keys that gained a
+    backend fallback, as flag texts (empty when none). About 50 ms to read: the runner
+    reads before the first test (while the memory test's fork measures, where the first test
+    is one) and after the last."""
+    _, _, names, keys, kernels, fallbacks = snapshot
+    digests, marks = dispatcher_reading(snapshot) if reading is None else reading
+    changed = [name for name, was, now in zip(names, kernels, digests, strict=True) if was != now]
     found = []
     if changed:
         more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
@@ -271,7 +328,7 @@ def dispatcher_changes(snapshot: tuple) -> list[str]:
             "functions did not see (this cannot be taken back: the tests after it ran with "
             "them)"
         )
-    added = _fallbacks(has_fallback, keys) - fallbacks
+    added = [key for key, was, now in zip(keys, fallbacks, marks, strict=True) if now and not was]
     if added:
         shown = ", ".join(sorted(str(key).rsplit(".", 1)[-1] for key in added)[:3])
         found.append(
