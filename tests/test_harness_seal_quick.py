@@ -3,9 +3,10 @@
 :func:`harness_seal.changes` first asks, in a few C-level passes, whether every sealed entry
 and function is as sealed, and names differences only when one is not. These tests change a
 sealed module in each way the full comparison names (an entry replaced by an equal object or
-removed, a function's code, defaults or keyword defaults swapped, a closure cell refilled or
-emptied, in a function whose cells were all full and in one with an empty cell) and check
-that each change is named, and that nothing is once it is undone.
+removed, a function's code, defaults or keyword defaults swapped, a keyword default changed
+in its dict, a closure cell refilled or emptied, in a function whose cells were all full and
+in one with an empty cell) and check that each change is named, and that nothing is once it
+is undone.
 """
 
 from __future__ import annotations
@@ -92,6 +93,16 @@ def test_an_untouched_seal_names_nothing_and_is_laid_out_once(sealed):
             "module.closed.__kwdefaults__ = saved['kwdefaults']",
             f"the code of {PROBE}.closed",
         ),
+        (  # in place: the same dict, no audit event
+            "module.closed.__kwdefaults__['y'] = 3",
+            "module.closed.__kwdefaults__['y'] = saved['y']",
+            f"{PROBE}.closed's keyword default y",
+        ),
+        (
+            "del module.closed.__kwdefaults__['y']",
+            "module.closed.__kwdefaults__['y'] = saved['y']",
+            f"{PROBE}.closed's keyword default y",
+        ),
         (
             "module.closed.__closure__[0].cell_contents = [1]",
             "module.closed.__closure__[0].cell_contents = saved['held']",
@@ -116,6 +127,7 @@ def test_each_change_is_named_and_nothing_once_undone(sealed, change, undo, name
         "defaults": module.closed.__defaults__,
         "kwdefaults": module.closed.__kwdefaults__,
         "held": module.closed.__closure__[0].cell_contents,
+        "y": module.closed.__kwdefaults__["y"],
     }
     scope = {"module": module, "saved": saved}
     exec(change, scope)  # noqa: S102 - the change under test

@@ -775,6 +775,16 @@ if callable(_handler):
 """
 HARNESS_ATTACKS["runner_defaults_rewritten"] = _RUNNER_DEFAULTS_REWRITTEN
 
+# A keyword default of a function the memory test runs, changed in its dict, in place:
+# reading __kwdefaults__ raises no event the audit hook names, and the dict stays the
+# function's (here an equal int, to change nothing else; an attack would swap the fork).
+_KEYWORD_DEFAULT_IN_PLACE = """
+import importlib
+_pipe = importlib.import_module("coursekit.grading.sandbox.held_gil").pipe
+_pipe.__kwdefaults__["_flags"] = int(str(_pipe.__kwdefaults__["_flags"]))
+"""
+HARNESS_ATTACKS["keyword_default_in_place"] = _KEYWORD_DEFAULT_IN_PLACE
+
 # Changes made and undone within one call of the wrong answer, so that no comparison between
 # tests sees them: Provenance patched through its class (whose attributes Python 3.11 sets
 # unaudited), and the tripwire's judge handed another record. The instruments hold private
@@ -924,6 +934,7 @@ PROCESS_ATTACK_FLAGS = {
         "it changed __defaults__ of coursekit.grading.sandbox.runner._on_timer",
         "it changed __code__ of coursekit.grading.sandbox.runner._on_timer",
     ),
+    "keyword_default_in_place": ("'s keyword default _flags",),
     "blinded_within_a_call": ("its train_accumulated called coursekit's own answer",),
     # gc's route first, unflagged, would take over before any flag is sent; the frame from
     # cached_property is flagged as it is taken (what is sent stays sent)

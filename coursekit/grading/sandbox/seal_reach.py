@@ -275,6 +275,12 @@ def _seal_functions(found: Seal, start: int = 0) -> None:
             seen.add(id(item))
             state = _state_of(item)
             found.functions.append((f"the code of {label}", item, *state))
+            # what each keyword default holds too: the dict stays the function's, and a
+            # value put in it in place (no audit event) changes what the function runs
+            if type(state[2]) is dict:
+                for key, value in state[2].items():
+                    where = f"{label}'s keyword default {key}"
+                    found.entries.append((where, state[2], key, value, True))
             if not str(item.__globals__.get("__name__", "")).startswith("coursekit"):
                 inner += [(f"{label} (what it wraps)", cell) for cell in state[3]]
 
