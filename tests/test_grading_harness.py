@@ -20,7 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.corpora.hostile import HARNESS_ATTACKS, HONEST_HABITS, PROCESS_ATTACK_FLAGS
+from tests.corpora.hostile import (
+    HARNESS_ATTACKS,
+    HONEST_HABITS,
+    PROCESS_ATTACK_FLAGS,
+    REGISTRATION_ORIGINALS,
+)
 from tests.helpers import docker_like
 from tests.helpers.hand_ins import ASSIGNMENT, IMPORTS, REPO, answers, notebook, runners_left
 
@@ -131,14 +136,9 @@ time.sleep(3 if made else 0)
 # that follow the first one sees it (the one after the last test does not). With the memory
 # test first, the prime call is the first call, and the reading is made as its fork measures.
 KERNEL_UNTIL_THE_SECOND_CALL = (
-    """
-import gc, torch
-_cells = torch._C._dispatch_library.__closure__ or ()
-_keeper = next(c.cell_contents.__self__ for c in _cells
-               if getattr(c.cell_contents, "__name__", "") == "send")
-_held = [r for r in gc.get_referents(_keeper) if isinstance(r, list)]
-_real = {getattr(f, "__name__", ""): f for held in _held for f in held if callable(f)}
-_handle = _real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1)
+    "import gc, torch\n"
+    + REGISTRATION_ORIGINALS
+    + """_handle = _real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1)
 _real["impl"](_handle, "logit", torch._C.DispatchKey.CPU, lambda *args: args[0])
 """,
     """

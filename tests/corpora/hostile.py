@@ -548,17 +548,24 @@ torch._dynamo.graph_break = _passing(torch._dynamo.graph_break)
 # records; and through the registration function taken out of the frame that holds what
 # the wrappers replaced (gc.get_referents of the generator behind a wrapper's send), which
 # only torch's dispatcher, read directly, shows.
-_KERNEL_REGISTERED_UNSEEN = """
-import gc, torch, torch.distributed._meta_registrations as _made_by_torch
-_made_by_torch.lib_impl.m.impl("broadcast_", torch._C.DispatchKey.CPU, lambda *args: None)
+# (the functions the wrappers replaced, by name, in _real; a cell that imported gc and torch)
+REGISTRATION_ORIGINALS = """
 _cells = torch._C._dispatch_library.__closure__ or ()
 _keeper = next(c.cell_contents.__self__ for c in _cells
                if getattr(c.cell_contents, "__name__", "") == "send")
 _held = [r for r in gc.get_referents(_keeper) if isinstance(r, list)]
 _real = {getattr(f, "__name__", ""): f for held in _held for f in held if callable(f)}
-_handle = _real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1)
+"""
+_KERNEL_REGISTERED_UNSEEN = (
+    """
+import gc, torch, torch.distributed._meta_registrations as _made_by_torch
+_made_by_torch.lib_impl.m.impl("broadcast_", torch._C.DispatchKey.CPU, lambda *args: None)
+"""
+    + REGISTRATION_ORIGINALS
+    + """_handle = _real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1)
 _real["impl"](_handle, "logit", torch._C.DispatchKey.CPU, lambda *args: args[0])
 """
+)
 
 # A trace or profile function installed by library code (the profile and trace modules),
 # handed every frame that runs after it: the checks' instruments included.
