@@ -27,6 +27,7 @@ from coursekit.checks import memory_peak
 from coursekit.checks.window_memory import measurement, memory_spec
 from coursekit.grading.sandbox import held_gil, torch_registrations
 from coursekit.grading.sandbox.driver import execution_order
+from coursekit.grading.sandbox.reaping import children
 from tests.test_memory_peak import honest
 
 pytestmark = pytest.mark.grading
@@ -113,22 +114,24 @@ def test_no_thread_runs_while_the_reading_steps(snapshot):
     assert after == before
 
 
+def _measured_with(during) -> dict:
+    return memory_peak.measured_in_child(lambda: measurement(memory_spec(5), honest), during=during)
+
+
 @forks
 def test_the_callback_runs_while_the_child_measures_and_the_measure_is_whole():
-    seen = []
+    before, seen = children(), []
 
     def during(until: float) -> None:
-        seen.append((held_gil.no_child_left(), until - time.monotonic()))
+        seen.append((children() - before, until - time.monotonic()))
 
-    outputs = memory_peak.measured_in_child(
-        lambda: measurement(memory_spec(5), honest), during=during
-    )
+    outputs = _measured_with(during)
     assert "grad_projection" in outputs and "peak_above_warm_up" in outputs, outputs
     assert len(seen) == 1
-    child_gone, time_left = seen[0]
-    assert child_gone is False  # the child was there (running, or ended and not reaped)
+    measured, time_left = seen[0]
+    assert len(measured) == 1  # the child was there (running, or ended and not reaped)
     assert 0 < time_left <= held_gil.HOLD_S / 2
-    assert held_gil.no_child_left()  # and it was reaped
+    assert not children() & measured  # and it was reaped
 
 
 @forks
@@ -138,29 +141,31 @@ def test_a_callback_that_outlasts_the_held_time_ends_the_child_and_all_is_taken_
     """Past the time for which no thread asks for the GIL, a thread may have run while the
     child measured: that child is ended, and the hold, the fork and the callback start again."""
     monkeypatch.setattr(memory_peak, "_HOLD_S", 0.05)
-    calls = []
+    before, seen = children(), []
 
     def during(until: float) -> None:
-        calls.append(held_gil.no_child_left())
-        if len(calls) == 1:
+        seen.append(children() - before)
+        if len(seen) == 1:
             time.sleep(0.1)
 
-    outputs = memory_peak.measured_in_child(
-        lambda: measurement(memory_spec(5), honest), during=during
-    )
-    assert calls == [False, False]
+    outputs = _measured_with(during)
+    assert [len(measured) for measured in seen] == [1, 1] and seen[0] != seen[1]
     assert "grad_projection" in outputs and "peak_above_warm_up" in outputs, outputs
-    assert held_gil.no_child_left()
+    assert not children() & (seen[0] | seen[1])
 
 
 @forks
 def test_a_callback_that_raises_takes_the_child_with_it():
+    before, seen = children(), []
+
     def during(until: float) -> None:
+        seen.append(children() - before)
         raise KeyboardInterrupt("a timer's exception, say")
 
     with pytest.raises(KeyboardInterrupt):
-        memory_peak.measured_in_child(lambda: measurement(memory_spec(5), honest), during=during)
-    assert held_gil.no_child_left()
+        _measured_with(during)
+    assert len(seen) == 1 and len(seen[0]) == 1
+    assert not children() & seen[0]
 
 
 def test_the_memory_tests_run_first_each_record_in_its_place():
