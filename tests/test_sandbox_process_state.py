@@ -934,7 +934,6 @@ def watched():
         for (owner, name), original in kept.items():
             setattr(owner, name, original)
         torch_registrations._WATCHERS.clear()
-        torch_registrations.RECORD.clear()
 
 
 def test_no_wrapper_hands_back_what_it_replaced(watched):
@@ -1082,6 +1081,95 @@ def test_a_kernel_registered_and_removed_between_two_looks_is_still_named(proven
     finally:
         global_state.restore(baseline, provenance)
     assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
+
+
+_REWRITES_THE_RECORD = """
+import torch
+lib = torch.library.Library('aten', 'IMPL')
+lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')
+# what the wrappers hold, read through closures and bound methods (no audited step)
+seen, lists, todo = set(), [], [getattr(torch.library.Library, 'impl')]
+while todo:
+    item = todo.pop()
+    if id(item) in seen or len(seen) > 500:
+        continue
+    seen.add(id(item))
+    if type(item) is list:
+        lists.append(item)
+        continue
+    for cell in getattr(item, '__closure__', None) or ():
+        try:
+            todo.append(cell.cell_contents)
+        except ValueError:
+            pass
+    owner = getattr(item, '__self__', None)
+    if owner is not None and not isinstance(owner, type):
+        todo.append(owner)
+for record in lists:  # each registration rewritten as made by nobody's code
+    for index, entry in enumerate(record):
+        if type(entry) is tuple and len(entry) == 3:
+            record[index] = (entry[0], [], entry[2])
+"""
+
+
+def test_the_record_of_registrations_cannot_be_rewritten(provenance, watched):
+    """Found by review: the record was a list, reached through the wrappers' closures
+    (``record`` was its ``append``) with no audited step, and a registration rewritten there
+    as made by no code of the notebook's was neither named nor taken back. The record now
+    lives in a generator's frame, which only an audited step reaches."""
+    baseline = global_state.take()
+    namespace = {}
+    try:
+        namespace = cell(_REWRITES_THE_RECORD)
+        found = global_state.restore(baseline, provenance)
+        assert _three_times_three() == 9.0  # taken back
+    finally:
+        global_state.restore(baseline, provenance)
+        handle = getattr(namespace.get("lib"), "m", None)
+        if handle is not None:
+            handle.reset()
+    assert namespace["lists"] == []
+    assert any("Library.impl mul.Tensor" in f for f in found), found
+
+
+def test_the_keeper_hands_on_what_its_record_raised_and_goes_on():
+    """A timer's exception met while a registration is recorded is handed to the caller
+    with no traceback (raised inside the keeper, it would end it, and its traceback would
+    lead to the frame that holds the functions the wrappers replaced)."""
+
+    def record(item):
+        raise KeyboardInterrupt
+
+    keeper = torch_registrations._keeper([lambda *args: "made"], record)
+    next(keeper)
+    for _ in range(2):  # and again: the keeper goes on
+        done, error = keeper.send((0, "impl", (), {}, []))
+        assert done is False and type(error) is KeyboardInterrupt
+        assert error.__traceback__ is None
+
+
+def test_a_record_the_notebook_adds_is_named_and_not_read(provenance, watched):
+    """The ledger takes what any caller sends it: an entry not of the wrappers' form is
+    named, and its parts are not read (a notebook's object there would run its code as the
+    stack is judged)."""
+    baseline = global_state.take()
+    try:
+        made = cell(
+            "import torch\n"
+            "from coursekit.grading.sandbox import torch_registrations\n"
+            "RAN = []\n"
+            "class Code:\n"
+            "    def __getattribute__(self, name):\n"
+            "        RAN.append(name)\n"
+            "        return object.__getattribute__(self, name)\n"
+            "torch_registrations.RECORD(('add', ('forged', [(Code(), {})], None)))\n"
+            "torch_registrations.RECORD(('add', 'not a record'))\n"
+        )
+        found = global_state.restore(baseline, provenance)
+    finally:
+        global_state.restore(baseline, provenance)
+    assert made["RAN"] == []
+    assert sum("it added to the record of torch.library registrations" in f for f in found) == 2
 
 
 # ------------------------------------- class c: library code made to run the notebook's

@@ -92,7 +92,7 @@ class Baseline:
     started_threads: int = 0  # threads Python started (``_thread._count()``) at take()
     gc_callbacks: list = field(default_factory=list)
     gc_list: list = field(default_factory=list)
-    registrations: list = field(default_factory=list)  # torch_registrations.RECORD
+    registrations: object = None  # torch_registrations.RECORD, the ledger's send
     registrations_seen: int = 0
     watchers: tuple = ()  # (owner, name, watcher) as torch_registrations.watch left them
     tools: dict = field(default_factory=dict)  # the functions used, taken at take()
@@ -217,7 +217,7 @@ def take() -> Baseline:
     base.gc_list = gc.callbacks
     base.gc_callbacks = list(gc.callbacks)
     base.registrations = torch_registrations.RECORD
-    base.registrations_seen = len(torch_registrations.RECORD)
+    base.registrations_seen = torch_registrations.records_since(base.registrations, 0)[1]
     base.watchers = tuple(
         (owner, name, vars(owner).get(name)) for owner, name in torch_registrations.registrars()
     )
@@ -1100,6 +1100,7 @@ _LOGGER = logging.Logger
 _COMPRESS = itertools.compress
 _ALWAYS_MODULE = itertools.repeat(types.ModuleType)
 _BY_NOTEBOOK = torch_registrations.by_notebook
+_RECORDS_SINCE = torch_registrations.records_since
 _TAKE_BACK = torch_registrations.take_back
 _TAKEN_BACK_WHOLE = torch_registrations.the_notebooks_own
 
@@ -1203,12 +1204,16 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
         if (_CLASS_DICT(owner) if is_class else _MODULE_DICT(owner)).get(name) is not watcher:
             label = _TYPE_QUALNAME(owner) if is_class else _module_name(owner)
             found.append(f"it changed {label}.{name}")
-    records = base.registrations
-    if len(records) < base.registrations_seen:
-        found.append("it changed the record of torch.library registrations")
-    for what, stack, owner in records[base.registrations_seen :]:
+    new, count = _RECORDS_SINCE(base.registrations, base.registrations_seen)
+    records = None  # all of them, read only where one is judged
+    for entry in new:
+        if not _made_by_the_wrappers(entry):  # read no further: its parts could run code
+            found.append("it added to the record of torch.library registrations")
+            continue
+        what, stack, owner = entry
         if not _BY_NOTEBOOK(stack, provenance):
             continue
+        records = records or _RECORDS_SINCE(base.registrations, 0)[0]
         if _TAKEN_BACK_WHOLE(owner, records, provenance):
             found.append(f"it registered {what} with torch's dispatcher (torch.library)")
             _TAKE_BACK(owner)
@@ -1217,7 +1222,28 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
                 f"it registered {what} with torch's dispatcher on a handle torch made "
                 "(this cannot be taken back: the tests after it ran with it)"
             )
-    base.registrations_seen = len(records)
+    base.registrations_seen = count
+
+
+def _made_by_the_wrappers(entry) -> bool:
+    """Whether a record is of the form the registration wrappers make, ``(what, stack,
+    owner)`` with the stack a list of ``(code, globals)`` pairs, read by exact types (the
+    ledger takes what any caller sends it, and a notebook's object here could run its code
+    as the stack is judged)."""
+    if type(entry) is not tuple or len(entry) != 3:
+        return False
+    what, stack, _ = entry
+    return (
+        type(what) is str
+        and type(stack) is list
+        and all(
+            type(pair) is tuple
+            and len(pair) == 2
+            and type(pair[0]) is types.CodeType
+            and issubclass(type(pair[1]), dict)
+            for pair in stack
+        )
+    )
 
 
 def _name_of(mode) -> str:

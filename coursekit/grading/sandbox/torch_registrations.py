@@ -36,10 +36,67 @@ import threading
 import time
 import types
 
-# What :func:`watch` records: (what, stack, owner); the stack from the registering call
-# down, as (code, globals) pairs, until the import system's call that runs a module's code;
-# the owner, what take_back undoes (the Library, or the dispatcher's handle).
-RECORD: list = []
+
+def _ledger():
+    """The record of registrations, in this generator's frame alone: no list of it is held
+    anywhere a notebook's code can reach without an audited step (``gi_frame``), so what was
+    recorded can be neither rewritten nor taken off. Sent ``("add", item)``: appends it.
+    Sent ``("since", n)``: answers ``(the records from the n-th on, as a tuple, the count)``.
+    It yields ``(raised, answer)``: an exception met here (a timer's, one thrown in) is
+    handed back, to be raised by the caller, and the record goes on. Only an exact ``str``
+    and ``int`` are read from a message: no method of the notebook's runs here."""
+    items: list = []
+    answer = (None, None)
+    while True:
+        try:
+            while True:  # within the try: a signal met at a jump back is caught too
+                message = yield answer
+                answer = (None, None)
+                if type(message) is not tuple or len(message) != 2:
+                    continue
+                kind, value = message
+                if type(kind) is not str:
+                    continue
+                if kind == "add":
+                    items.append(value)
+                elif kind == "since" and type(value) is int:
+                    answer = (None, (tuple(items[value:]), len(items)))
+        except GeneratorExit:
+            raise
+        except BaseException as error:  # noqa: BLE001 - a timer's, a throw(): handed back
+            answer = (BaseException.with_traceback(error, None), None)
+
+
+_RECORDING = _ledger()
+next(_RECORDING)
+# What :func:`watch` records, each ``(what, stack, owner)``: the stack from the registering
+# call down, as (code, globals) pairs, until the import system's call that runs a module's
+# code; the owner, what take_back undoes (the Library, or the dispatcher's handle). The
+# ledger's ``send``: read it with :func:`records_since`.
+RECORD = _RECORDING.send
+del _RECORDING
+
+
+def records_since(ledger, seen: int) -> tuple[tuple, int]:
+    """``(the records from the seen-th on, how many there are)`` of ``ledger`` (:data:`RECORD`)."""
+    raised, answer = ledger(("since", seen))
+    if raised is not None:
+        raise raised
+    return answer
+
+
+def _recorder(ledger):
+    """``record(item)``: appends ``item`` to ``ledger``; an exception the ledger met is
+    raised here."""
+
+    def record(item) -> None:
+        raised, _ = ledger(("add", item))
+        if raised is not None:
+            raise raised
+
+    return record
+
+
 _WATCHERS: set = set()  # ids of the wrappers made (each registrar is wrapped once)
 _IMPORTING = "_call_with_frames_removed"
 _NEW_LIBRARY = "a library of operators"
@@ -92,7 +149,13 @@ def _keeper(originals: list, record):
             continue
         detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
         owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
-        record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+        try:
+            record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+        except BaseException as error:  # noqa: BLE001 - a timer's, met in the ledger: handed
+            # on without this frame in its traceback (raised here, it would end the keeper
+            # and lead to it)
+            request = yield False, BaseException.with_traceback(error, None)
+            continue
         request = yield True, result
 
 
@@ -114,7 +177,7 @@ def watch() -> None:
         for klass in _LIBRARY.__mro__
         if type(vars(klass).get("__dict__")) is types.GetSetDescriptorType
     )
-    getframe, record = sys._getframe, RECORD.append
+    getframe, record = sys._getframe, _recorder(RECORD)
     originals: list = []
     keeper = _keeper(originals, record)
     next(keeper)
@@ -188,7 +251,7 @@ def by_notebook(stack: list, provenance) -> bool:
     return False
 
 
-def the_notebooks_own(owner, records: list, provenance) -> bool:
+def the_notebooks_own(owner, records: tuple, provenance) -> bool:
     """Whether ``owner`` (what a registration was made on) is the notebook's to take back
     whole: a ``Library`` object (torch's own ``Library`` objects register through their
     handle, and are not handed out), or a dispatcher handle whose making was recorded as the
