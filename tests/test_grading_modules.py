@@ -374,3 +374,55 @@ def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_plan
     assert flags["dev"] == [], flags
     for student in ("eve", "fay"):
         assert any("its autotune called coursekit's own answer" in n for n in flags[student]), flags
+
+
+def test_coursekit_s_answers_by_other_names_are_flagged_where_they_answer(
+    tmp_path, one_warm_parent
+):
+    """Coursekit code that answers a question under another name, found by
+    tests/test_answer_routes.py, is flagged when a hand-in's function calls it while that
+    question is tested: module 1's ``train_accumulated``, which takes a scheduler, for
+    module 2's ``train_scheduled`` (an earlier module's answer is library code elsewhere);
+    the checks' own loops (``loop_variants.run_loop``); a memory test's warm-up, a right
+    window the check keeps for itself. An honest hand-in beside them is not flagged."""
+    borrowed = {
+        "eve": (
+            "train_scheduled",
+            "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
+            " accum_steps):\n"
+            "    coursekit.train_accumulated(model, optimizer, loss_fn, micro_batches,"
+            " accum_steps, scheduler=scheduler)\n",
+        ),
+        "fay": (
+            "train_scheduled",
+            "from coursekit.checks.loop_variants import run_loop\n\n"
+            "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
+            " accum_steps):\n"
+            "    run_loop(model, optimizer, loss_fn, micro_batches, accum_steps,"
+            " scheduler=scheduler)\n",
+        ),
+        "gus": (
+            "amp_window",
+            "from coursekit.checks.module02 import amp_window as check\n\n"
+            "def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):\n"
+            "    check._warm_up(model, loss_fn, micro_batches)\n",
+        ),
+        "dev": ("train_scheduled", student_code.BY_QUESTION["train_scheduled"]["correct"]),
+    }
+    for student, (question, source) in borrowed.items():
+        folder = tmp_path / "hand-ins" / student
+        folder.mkdir(parents=True)
+        cells = ["import torch\nimport coursekit", f"# Question: {question}\n{source}"]
+        (folder / "02_loss_scaling.ipynb").write_text(notebook(cells, "02_loss_scaling"))
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        arguments = ["grade", str(tmp_path / "hand-ins"), "--assignment", "02_loss_scaling"]
+        arguments += ["--json", "--gradebook", str(tmp_path / "g.sqlite"), "--root", str(REPO)]
+        assert main(arguments) == 0
+    results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
+    flags = {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
+    assert flags["dev"] == [], flags
+    for student, (question, _) in borrowed.items():
+        if student != "dev":
+            wanted = f"its {question} called coursekit's own answer"
+            assert any(wanted in n for n in flags[student]), (student, flags[student])

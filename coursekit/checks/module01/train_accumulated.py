@@ -81,6 +81,8 @@ class TrainAccumulated(Question):
     name = "train_accumulated"
     module = MODULE
     points = 4
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.checks.loop_variants.run_loop",)
     rules = (
         Rule(
             "calls `optimizer.step()` and then `optimizer.zero_grad()` **once per window** of "

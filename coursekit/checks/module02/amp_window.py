@@ -155,13 +155,17 @@ def _wide_window(fn):
     return window
 
 
-def _warm_up(model, optimizer, scaler, loss_fn, micro_batches, max_norm):
-    """The right window, written here: calling coursekit's own answer while the question is
-    tested is what the grader's tripwire flags."""
+def _warm_up(model, loss_fn, micro_batches):
+    """The memory test's warm-up: the right window, as :func:`_wide_window` calls one, with
+    an optimizer and a scaler of its own. Written here (coursekit's own answer is watched by
+    the grader's tripwire), and watched itself: the question names it in
+    ``library_answers``."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = CountingScaler(init_scale=2.0**4)
     for inputs, targets in micro_batches:
         scaler.scale(loss_fn(model(inputs), targets) / len(micro_batches)).backward()
     scaler.unscale_(optimizer)
-    nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    nn.utils.clip_grad_norm_(model.parameters(), 1000.0)
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
@@ -295,6 +299,8 @@ class AmpWindow(Question):
     name = "amp_window"
     module = MODULE
     points = 4
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.checks.module02.amp_window._warm_up",)
     rules = (
         Rule(
             "loss = loss_fn(model(inputs), targets) / accum_steps",
@@ -391,7 +397,7 @@ class AmpWindow(Question):
     def memory_call(self, fn) -> tuple:
         """How the memory test calls ``fn``, and the right answer its warm-up runs
         (:func:`coursekit.checks.window_memory.run_measured`)."""
-        return _wide_window(fn), _wide_window(_warm_up)
+        return _wide_window(fn), _warm_up
 
     def run(self, fn, spec):
         if is_memory_spec(spec):

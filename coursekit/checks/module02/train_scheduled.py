@@ -64,9 +64,13 @@ def _reference_scheduled(model, optimizer, scheduler, loss_fn, micro_batches, ac
     train_accumulated(model, optimizer, loss_fn, micro_batches, accum_steps, scheduler=scheduler)
 
 
-def _warm_up(model, optimizer, scheduler, loss_fn, micro_batches, accum_steps):
-    """One right window, written here: calling coursekit's own answer while the question is
-    tested is what the grader's tripwire flags."""
+def _warm_up(model, loss_fn, micro_batches):
+    """The memory test's warm-up: one right window, as :func:`_one_window` calls one, with an
+    optimizer and a schedule of its own. Written here (coursekit's own answer is watched by
+    the grader's tripwire), and watched itself: the question names it in
+    ``library_answers``."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = warmup_linear_decay(optimizer, 1, 2)
     for inputs, targets in micro_batches:
         (loss_fn(model(inputs), targets) / len(micro_batches)).backward()
     optimizer.step()
@@ -177,6 +181,12 @@ class TrainScheduled(Question):
     name = "train_scheduled"
     module = MODULE
     points = 3
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = (
+        "coursekit.training.train_accumulated",
+        "coursekit.checks.loop_variants.run_loop",
+        "coursekit.checks.module02.train_scheduled._warm_up",
+    )
     rules = (
         Rule(
             "one step per window of `accum_steps` micro-batches",
@@ -269,7 +279,7 @@ class TrainScheduled(Question):
     def memory_call(self, fn) -> tuple:
         """How the memory test calls ``fn``, and the right answer its warm-up runs
         (:func:`coursekit.checks.window_memory.run_measured`)."""
-        return _one_window(fn), _one_window(_warm_up)
+        return _one_window(fn), _warm_up
 
     def run(self, fn, spec):
         if is_memory_spec(spec):

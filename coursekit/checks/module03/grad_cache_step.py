@@ -89,19 +89,20 @@ def _whole_batch(fn):
     return step
 
 
-def _warm_up(encoder, queries, keys, micro_batch_size, temperature):
-    """The right step, written here: calling coursekit's own answer while the question is
-    tested is what the grader's tripwire flags."""
+def _warm_up(encoder, _loss_fn, micro_batches):
+    """The memory test's warm-up: the right step, on the micro-batches :func:`_whole_batch`
+    would join. Written here (coursekit's own answer is watched by the grader's tripwire),
+    and watched itself: the question names it in ``library_answers``."""
     with torch.no_grad():
-        query_cache = torch.cat([encoder(q) for q in queries.split(micro_batch_size)])
-        key_cache = torch.cat([encoder(k) for k in keys.split(micro_batch_size)])
+        query_cache = torch.cat([encoder(q) for q, _ in micro_batches])
+        key_cache = torch.cat([encoder(k) for _, k in micro_batches])
     query_cache.requires_grad_(True)
     key_cache.requires_grad_(True)
-    info_nce(query_cache, key_cache, temperature).backward()
-    for inputs, cache in ((queries, query_cache), (keys, key_cache)):
-        slices = inputs.split(micro_batch_size), cache.grad.split(micro_batch_size)
-        for chunk, gradient in zip(*slices, strict=True):
-            encoder(chunk).backward(gradient)
+    info_nce(query_cache, key_cache, TEMPERATURE).backward()
+    sizes = [len(queries) for queries, _ in micro_batches]
+    for side, cache in enumerate((query_cache, key_cache)):
+        for pair, gradient in zip(micro_batches, cache.grad.split(sizes), strict=True):
+            encoder(pair[side]).backward(gradient)
 
 
 def _too_much_memory(spec, outputs) -> Failure:
@@ -307,6 +308,8 @@ class GradCacheStep(Question):
     name = "grad_cache_step"
     module = MODULE
     points = 4
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.checks.module03.grad_cache_step._warm_up",)
     rules = (
         Rule(
             "Leave the full-batch gradient in `.grad`",
@@ -379,7 +382,7 @@ class GradCacheStep(Question):
     def memory_call(self, fn) -> tuple:
         """How the memory test calls ``fn``, and the right answer its warm-up runs
         (:func:`coursekit.checks.window_memory.run_measured`)."""
-        return _whole_batch(fn), _whole_batch(_warm_up)
+        return _whole_batch(fn), _warm_up
 
     def run(self, fn, spec):
         if is_memory_spec(spec):

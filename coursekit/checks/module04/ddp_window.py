@@ -233,6 +233,8 @@ class DdpWindow(Question):
     name = "ddp_window"
     module = MODULE
     points = 4
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.checks.module04.ddp_memory.right_window",)
     rules = (
         Rule(
             "the gradients all-reduced exactly once, in the last micro-batch's backward",

@@ -84,18 +84,22 @@ def _wide_window(fn):
     return window
 
 
-def _warm_up(model, optimizer, scheduler, window, max_norm):
-    """The right window, written here: calling coursekit's own answer while the question is
-    tested is what the grader's tripwire flags. Its first micro-batch runs under bf16
+def _warm_up(model, _, window):
+    """The memory test's warm-up: the right window, as :func:`_wide_window` calls one, with
+    an optimizer and a schedule of its own. Written here (coursekit's own answer is watched
+    by the grader's tripwire), and watched itself: the question names it in
+    ``library_answers``. Its first micro-batch runs under bf16
     autocast, as the recipe's forward may: what that path first builds (oneDNN's kernels
     and their buffers, about 10 MiB) is then in place before the measure, whichever path a
     function takes."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     tokens = sum(int((labels != -100).sum()) for _, labels in window)
     for index, (inputs, labels) in enumerate(window):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=index == 0):
             logits = model(inputs)
         (token_loss_sum(logits, labels) / tokens).backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1e6)
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -106,6 +110,8 @@ class RecipeWindow(Question):
     name = "recipe_window"
     module = MODULE
     points = 4
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.checks.module05.recipe_window._warm_up",)
     rules = (
         Rule(
             "**Forward** each micro-batch under `torch.autocast(device_type, dtype=dtype, "
@@ -216,7 +222,7 @@ class RecipeWindow(Question):
     def memory_call(self, fn) -> tuple:
         """How the memory test calls ``fn``, and the right answer its warm-up runs
         (:func:`coursekit.checks.window_memory.run_measured`)."""
-        return _wide_window(fn), _wide_window(_warm_up)
+        return _wide_window(fn), _warm_up
 
     def run(self, fn, spec):
         if is_memory_spec(spec):

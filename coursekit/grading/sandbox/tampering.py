@@ -633,8 +633,11 @@ def warm_up() -> None:
 def install_tripwires(questions: dict, provenance, root=None):
     """Wrap coursekit's own answers to each question: the library function of the same name
     (``coursekit.training.train_accumulated``...), those a question names in its
-    ``library_answers`` (the same answer under another name: ``coursekit.real_model.tuning.tune``)
-    and the check's ``reference()``. Returns the judge's ``send``
+    ``library_answers`` (the same answer under another name: ``coursekit.real_model.tuning.tune``;
+    an earlier module's answer that answers this one too: ``coursekit.training.train_accumulated``
+    with a scheduler; a right answer a check keeps for its own use: a memory test's warm-up)
+    and the check's ``reference()``. One answer to several questions is reported under each,
+    and the runner counts the one being tested. Returns the judge's ``send``
     (:func:`_judge_calls`): the runner hands it its record with ``("reporter", record)``
     before any hand-in code runs, and ``("ping",)`` answers ``(None, True)`` while the
     judge is whole.
@@ -680,14 +683,22 @@ def install_tripwires(questions: dict, provenance, root=None):
     judging = make(provenance.is_library_frame, sys._getframe, root, parts, _MOST_FRAMES)
     next(judging)
     judge = judging.send
-    wrappers: dict[int, Callable] = {}
+    wrappers: dict[int, tuple[int, Callable]] = {}  # id of an answer -> its part, tripwire
+    originals: dict[int, Callable] = {}  # id of a tripwire -> the answer it watches
 
     def wrap(function, question: str, where: str, names: frozenset = frozenset()):
-        if id(function) in wrappers:
-            return wrappers[id(function)]
+        function = originals.get(id(function), function)  # wrapped already: the answer
+        if id(function) in wrappers:  # one answer to several questions: each is reported
+            index, tripwire = wrappers[id(function)]
+            questions, first, known, *rest = parts[index]
+            if question not in questions:
+                questions = (*questions, question)
+            parts[index] = (questions, first, known | names, *rest)
+            return tripwire
         tripwire = _made_tripwire(judge, len(parts), function)
-        parts.append((question, where, names, function, tripwire.__code__))
-        wrappers[id(function)] = tripwire
+        wrappers[id(function)] = (len(parts), tripwire)
+        originals[id(tripwire)] = function
+        parts.append(((question,), where, names, function, tripwire.__code__))
         _hold_original(function, where)  # see _held_answer
         return tripwire
 
@@ -711,13 +722,14 @@ def install_tripwires(questions: dict, provenance, root=None):
             function = vars(sys.modules.get(owner, types)).get(attribute)
             if not isinstance(function, types.FunctionType):
                 continue
+            function = originals.get(id(function), function)
             bound = [
                 (module, name)
                 for _, module in modules
                 for name, value in list(vars(module).items())
-                if value is function
+                if value is function or value is wrappers.get(id(function), (0, function))[1]
             ]
-            names = frozenset({attribute, question_name, *(name for _, name in bound)})
+            names = frozenset({attribute, question_name, *(name for _, name in bound), *_CALLED_AS})
             for module, name in bound:
                 setattr(module, name, wrap(function, question_name, dotted, names))
         try:
@@ -801,7 +813,7 @@ def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
                 index = message[1]
                 if not 0 <= index < len(parts):
                     continue
-                question, where, names, function, tripwire = parts[index]
+                questions, where, names, function, tripwire = parts[index]
                 sender = getframe(1)  # 0 this generator, 1 whoever sent the message
                 passes = False
                 if sender.f_code is tripwire and names:
@@ -825,7 +837,9 @@ def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
                         frame = frame.f_back
                         if not is_library_frame(frame):
                             break
-                raised = None if passes or record is None else record((question, where))
+                raised = None
+                for question in () if passes or record is None else questions:
+                    raised = record((question, where)) or raised
                 answer = (raised, function)
         except GeneratorExit:
             raise
@@ -869,6 +883,10 @@ def coursekit_function(fn, provenance) -> str | None:
 
 
 _MOST_DEPTH = 8
+# the name a check's own code calls an answer of its question by, besides the answer's own:
+# the memory test's warm-up (coursekit.checks.window_memory.measurement) runs a right window
+# handed to it as ``warm_up_with``
+_CALLED_AS = frozenset({"warm_up_with"})
 _MOST_FRAMES = 2000
 _MOST_VISITS = 20_000  # objects _held_answer reads, at most, for one function
 # id -> where, of each answer a tripwire wraps and of its code object. Read-only, and rebound
