@@ -1140,12 +1140,47 @@ def test_the_keeper_hands_on_what_its_record_raised_and_goes_on():
     def record(item):
         raise KeyboardInterrupt
 
-    keeper = torch_registrations._keeper([lambda *args: "made"], record)
+    keeper = torch_registrations._keeper(
+        [lambda *args: "made"], record, sys._getframe, torch_registrations._stack_of
+    )
     next(keeper)
-    for _ in range(2):  # and again: the keeper goes on
-        done, error = keeper.send((0, "impl", (), {}, []))
-        assert done is False and type(error) is KeyboardInterrupt
+    for request in [(0, "impl", (), {}), ("no index", "impl", (), {}), (0, "impl", (), {})]:
+        done, error = keeper.send(request)  # each handed on, and the keeper goes on
+        assert done is False and isinstance(error, KeyboardInterrupt | TypeError)
         assert error.__traceback__ is None
+    assert keeper.send(("not", "a", "request")) == (False, None)
+    assert keeper.throw(KeyboardInterrupt)[0] is False  # thrown in: handed back too
+    assert keeper.send((0, "impl", (), {}))[0] is False
+
+
+_SENDS_TO_THE_KEEPER = """
+import torch
+wrapper = vars(torch._C._DispatchModule)['impl']
+parts = {name: cell.cell_contents for name, cell in zip(
+    wrapper.__code__.co_freevars, wrapper.__closure__)}
+lib = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)
+# straight to the keeper, past the wrapper: the stack it was once handed, empty
+done, made = parts['send']((parts['index'], parts['label'],
+    (lib, 'mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b), {}))
+"""
+
+
+def test_a_registration_sent_to_the_keeper_past_its_wrapper_is_the_notebooks(provenance, watched):
+    """Found by review: a wrapper handed the keeper the stack it had read, so code that
+    reached the keeper's ``send`` through the wrapper's closure could send an empty stack,
+    and its kernel was judged the library's. The keeper now reads who sent the request."""
+    baseline = global_state.take()
+    namespace = {}
+    try:
+        namespace = cell(_SENDS_TO_THE_KEEPER)
+        assert namespace["done"] is True and _three_times_three() == 6.0
+        found = global_state.restore(baseline, provenance)
+        assert _three_times_three() == 9.0  # taken back
+    finally:
+        global_state.restore(baseline, provenance)
+        if namespace.get("lib") is not None:
+            namespace["lib"].reset()
+    assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
 
 
 def test_a_record_the_notebook_adds_is_named_and_not_read(provenance, watched):

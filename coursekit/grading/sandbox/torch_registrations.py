@@ -15,10 +15,11 @@ methods of the handle's class, ``torch._C._DispatchModule`` (``impl``, ``define`
 itself (a ``Library``'s own ``.m``) included, and ``torch.library.Library``'s methods (also
 for the registrations torch keeps in Python: fake kernels, torch_dispatch rules). The C
 functions the wrappers replaced are not in their closures but in the frame of a generator
-(:func:`_keeper`), which raises the bar without closing the way: that frame can be reached
-(a traceback of the generator walked by a library helper), and then a kernel is registered
-where no wrapper sees it. So can a registration made through a library function that calls
-torch.library for the notebook, which :func:`by_notebook` judges the library's.
+(:func:`_keeper`), which reads who called a wrapper itself (a request sent to it by other
+code is judged as that code's) and lets no exception out, so no traceback leads into its
+frame: only an audited step (``gi_frame``, ``gc``) reaches it. A registration made through
+a library function that calls torch.library for the notebook is judged the library's
+(:func:`by_notebook`): torch registers lazily, from its own functions the notebook calls.
 
 So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent,
 after every import) keeps each operator's registrations as torch prints them, with the
@@ -132,31 +133,43 @@ def registrars() -> list:
     return watched + [(torch.library.Library, name) for name in names]
 
 
-def _keeper(originals: list, record):
+def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
     """The functions the wrappers replaced, held in this generator's frame only: each
-    request ``(index, label, args, kwargs, stack)`` calls ``originals[index]``, records the
-    registration and answers ``(True, result)``, or ``(False, the exception)`` (its
-    traceback dropped, by ``BaseException``'s own method: it would lead into this frame).
-    Only an exact ``str`` is read as the name registered: a subclass's methods would run
-    the notebook's code here."""
-    request = yield None
+    request ``(index, label, args, kwargs)`` calls ``originals[index]``, records the
+    registration and answers ``(True, result)``, or ``(False, the exception)``.
+
+    Who registered is read here, not taken from the request: the stack below the caller of
+    ``send`` (below the wrapper, when ``wrapper``'s code made the request; anyone else who
+    reached ``send`` through a wrapper's closure is at the stack's top, and judged as it
+    is). No exception leaves this frame: each is handed to the caller with its traceback
+    dropped, by ``BaseException``'s own method (a traceback through this frame would lead
+    to what it holds, and ending the keeper would end every registration). Only an exact
+    ``str`` is read as the name registered: a subclass's methods would run the notebook's
+    code here."""
+    answer = None
     while True:
-        index, label, args, kwargs, stack = request
         try:
-            result = originals[index](*args, **kwargs)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, raised there
-            request = yield False, BaseException.with_traceback(error, None)
-            continue
-        detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
-        owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
-        try:
-            record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
-        except BaseException as error:  # noqa: BLE001 - a timer's, met in the ledger: handed
-            # on without this frame in its traceback (raised here, it would end the keeper
-            # and lead to it)
-            request = yield False, BaseException.with_traceback(error, None)
-            continue
-        request = yield True, result
+            while True:  # within the try: a signal met at a jump back is caught too
+                request = yield answer
+                answer = (False, None)
+                if type(request) is not tuple or len(request) != 4:
+                    continue
+                index, label, args, kwargs = request
+                sender = getframe(1)
+                stack = stack_of(sender.f_back if sender.f_code is wrapper else sender)
+                try:
+                    result = originals[index](*args, **kwargs)
+                except BaseException as error:  # noqa: BLE001 - handed on, raised there
+                    answer = (False, BaseException.with_traceback(error, None))
+                    continue
+                detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
+                owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
+                answer = (True, result)
+                record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+        except GeneratorExit:
+            raise
+        except BaseException as error:  # noqa: BLE001 - a timer's, a throw(): handed on
+            answer = (False, BaseException.with_traceback(error, None))
 
 
 def watch() -> None:
@@ -179,38 +192,32 @@ def watch() -> None:
     )
     getframe, record = sys._getframe, _recorder(RECORD)
     originals: list = []
-    keeper = _keeper(originals, record)
-    next(keeper)
-    send, one_at_a_time = keeper.send, threading.RLock()
-
-    def stack_of(frame) -> list:
-        stack = []
-        while frame is not None and len(stack) < _STACK_DEPTH:
-            stack.append((frame.f_code, frame.f_globals))
-            if frame.f_code.co_name == _IMPORTING:
-                break
-            frame = frame.f_back
-        return stack
+    one_at_a_time = threading.RLock()
+    send = None  # the keeper's, below
 
     def through_the_keeper(index: int, label: str):
-        """For torch's C functions: the function itself is held by the keeper only."""
+        """For torch's C functions: the function itself is held by the keeper only, which
+        reads who called this wrapper."""
 
         def registering(*args, **kwargs):
-            stack = stack_of(getframe(1))
             with one_at_a_time:  # (a generator runs one request at a time)
-                done, result = send((index, label, args, kwargs, stack))
+                done, result = send((index, label, args, kwargs))
             if not done:
                 raise result
             return result
 
         return registering
 
+    keeper = _keeper(originals, record, getframe, _stack_of, through_the_keeper(0, "").__code__)
+    next(keeper)
+    send = keeper.send
+
     def around(function, label: str):
         """For ``Library``'s Python methods, which register through a handle's methods (each
         wrapped): calling the original gains nothing, so the closure may hold it."""
 
         def registering(*args, **kwargs):
-            stack = stack_of(getframe(1))
+            stack = _stack_of(getframe(1))
             result = function(*args, **kwargs)
             owner = args[0] if args else None
             detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
@@ -234,6 +241,18 @@ def watch() -> None:
             wrapper = through_the_keeper(len(originals) - 1, label)
         _WATCHERS.add(id(wrapper))
         setattr(owner, name, wrapper)
+
+
+def _stack_of(frame) -> list:
+    """``(code, globals)`` of ``frame`` and those below it, to the import system's call that
+    runs a module's code (what :func:`by_notebook` judges)."""
+    stack = []
+    while frame is not None and len(stack) < _STACK_DEPTH:
+        stack.append((frame.f_code, frame.f_globals))
+        if frame.f_code.co_name == _IMPORTING:
+            break
+        frame = frame.f_back
+    return stack
 
 
 def by_notebook(stack: list, provenance) -> bool:
