@@ -396,6 +396,15 @@ worker = threading.Thread(target=getattr(sys, "addaudit" + "hook"), args=(lambda
 worker.start()
 worker.join()
 ''',
+    "helper_handed_to_a_library": '''
+import functools, inspect
+class Frames(int):
+    here = functools.cached_property(getattr(inspect, "tr" + "ace"))  # inspect.trace(context)
+try:
+    raise ValueError
+except ValueError:
+    frames = Frames(0).here
+''',
     "types_rebound": '''
 import shlex, types
 real, types.FunctionType = types.FunctionType, int
@@ -418,11 +427,15 @@ def test_a_library_handed_what_hands_over_frames_is_judged_by_its_caller():
     """Library code that calls a function it was handed, and does not name, raised the
     event as if it were the libraries' own: cached_property(sys._getframe) handed a frame
     back, ExitStack().callback(sys.settrace, f) and threading.setprofile installed a tracer
-    or a profiler, unflagged. A name of a module the hook reads (types.FunctionType) rebound for
+    or a profiler, unflagged; so did a helper that hands frames back (inspect.stack) handed
+    to one. A name of a module the hook reads (types.FunctionType) rebound for
     the length of one change hid that change."""
     found = _child(_HANDED)
     assert found["honest"] == [], found
     assert "it called sys._getframe" in found["cached_property"], found
+    assert (
+        "it read a tb_frame (a frame of the running program)" in found["helper_handed_to_a_library"]
+    ), found
     # (each flag is said once: each cell reaches by a function of its own)
     assert "it called sys._current_frames" in found["exit_stack"], found
     assert "it called sys.setprofile" in found["thread_hook"], found

@@ -160,19 +160,24 @@ def install_audit_hook(
         (True) or library code that names it. A thread's start that installs a function
         ``threading.settrace`` or ``setprofile`` was handed counts, whatever it is. Past a
         helper of :data:`HELPER_MODULES` (a traceback walker's generator, iterated where it
-        is not named), the helper's caller is judged as :func:`by_notebook` judges it (a
-        helper handed to a library caller is not seen: a limit)."""
+        is not named), the helper is judged the same way: library code that names the
+        helper it called (by the helper's own name, or the name its module gives it) where
+        it stands passes; library code that does not was handed it
+        (``ExitStack().callback(inspect.currentframe)``), and its callers decide."""
         frame = own_frame(depth)
-        through_a_helper = False
+        helper = None  # the code of the last helper passed, while no caller has named it
         while frame is not None:
             code = frame.f_code
             if id(code) in helpers or (_names_text(code, "<frozen importlib") and is_library(code)):
-                frame, through_a_helper = frame.f_back, True
+                frame, helper = frame.f_back, code
                 continue
             if not is_library_frame(frame):
                 return True
-            if through_a_helper:  # a helper's caller is judged, as by_notebook judges it
-                return False
+            if helper is not None:  # the helper's caller, or a library caller below it
+                if any(_named_at(code, frame.f_lasti, n) for n in _helper_names(helper)):
+                    return False
+                frame = frame.f_back
+                continue
             if id(code) in tripwire_codes or _named_at(code, frame.f_lasti, short):
                 # a thread's start installs what threading.settrace/setprofile were handed:
                 # a library's bound method (a Queue's put) keeps every frame it is given
@@ -349,6 +354,7 @@ def _helper_codes() -> frozenset:
     import importlib
 
     codes: set = set()
+    names: dict[int, set] = {}
     seen: set[int] = set()
     for name in HELPER_MODULES:
         try:
@@ -373,16 +379,33 @@ def _helper_codes() -> frozenset:
             item = getattr(item, "__func__", item)
             code = getattr(item, "__code__", None)
             if isinstance(code, types.CodeType) and code.co_filename == home:  # not imported
+                named = getattr(item, "__name__", None)
+                if type(named) is str and named != "<lambda>":
+                    names.setdefault(id(code), set()).add(named)
                 nested = [code]
                 while nested:
                     one = nested.pop()
                     codes.add(one)
+                    if one.co_name != "<lambda>" and not one.co_name.startswith("<"):
+                        names.setdefault(id(one), set()).add(one.co_name)
                     nested += [c for c in one.co_consts if isinstance(c, types.CodeType)]
+        for attribute, value in list(vars(module).items()):  # the names a module gives them
+            if type(value) is types.FunctionType and value.__code__ in codes:
+                names.setdefault(id(value.__code__), set()).add(attribute)
     _HELPERS = frozenset(codes)
+    global _HELPER_NAMES
+    _HELPER_NAMES = types.MappingProxyType({k: frozenset(v) for k, v in names.items()})
     return _HELPERS
 
 
 _HELPERS: frozenset | None = None
+# id of a helper's code -> the names a caller calls it by (its own, its module's for it):
+# read-only, made with _HELPERS (whose codes are held, so no id is reused)
+_HELPER_NAMES: types.MappingProxyType = types.MappingProxyType({})
+
+
+def _helper_names(code) -> frozenset:
+    return _HELPER_NAMES.get(id(code), frozenset())
 
 
 def _from_a_trusted_pyc(frame, args: tuple, trusted_file) -> bool:
