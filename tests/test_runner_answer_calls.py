@@ -15,20 +15,43 @@ pytestmark = pytest.mark.grading
 
 def _record(testing: str = "b"):
     reports: list[str] = []
-    calls = _answer_calls(reports.append, {"a": "01", "b": "01", "c": "05"}, [testing])
+    modules = {"z": "01_first", "a": "02_second", "b": "02_second", "c": "05_fifth"}
+    calls = _answer_calls(reports.append, modules, [testing])
     next(calls)
     return calls, reports
 
 
-def test_a_call_to_an_answer_of_the_module_tested_now_is_reported_and_an_earlier_is_not():
+def test_which_calls_to_an_answer_count_while_a_question_is_tested():
+    """The module tested now's answers count, and so do a later module's (not yet taught)
+    and the checks' own code, wherever it answers; an earlier module's library answer is
+    library code (module 7's tuner may plan with module 5's planner). Found by review: a
+    later module's warm-up answered module 1's question unreported, and module 1's
+    reference answered module 4's."""
     calls, reports = _record()
-    assert calls.send(("b", "direct")) is None
-    assert calls.send(("a", "map")) is None
-    assert calls.send(("c", "direct")) is None  # another module's answer: library code
+    for sent in [
+        ("b", "direct"),
+        ("a", "map"),
+        ("z", "coursekit.training.train_accumulated"),  # earlier, the library's: passes
+        ("z", "coursekit.checks.loop_variants.run_loop"),
+        ("z", "the check's reference for z"),
+        ("c", "coursekit.workers.distributed.reference_ddp_window"),  # later
+    ]:
+        assert calls.send(sent) is None
     assert reports == [
         "its b called coursekit's own answer (direct)",
         "its b called coursekit's own answer to a (map)",
+        "its b called coursekit's own answer to z (coursekit.checks.loop_variants.run_loop)",
+        "its b called coursekit's own answer to z (the check's reference for z)",
+        "its b called coursekit's own answer to c "
+        "(coursekit.workers.distributed.reference_ddp_window)",
     ]
+
+
+def test_nothing_counts_between_tests():
+    calls, reports = _record(testing="")
+    calls.send(("b", "direct"))
+    calls.send(("z", "the check's reference for z"))
+    assert reports == []
 
 
 def test_only_plain_strings_are_read():

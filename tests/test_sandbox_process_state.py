@@ -129,6 +129,34 @@ def test_torch_and_interpreter_state_a_cell_leaves_is_put_back_and_named(provena
     assert global_state.restore(baseline, provenance) == []  # all of it was put back
 
 
+@pytest.mark.parametrize(
+    "source",
+    [
+        "warnings.filters.insert(0, Kept(('ignore', None, Warning, None, 0)))",
+        "logging.getLogger('torch')._cache[5] = Kept()",  # a level cache, emptied
+        "logging.getLogger('x.y')._cache[5] = Kept()",
+    ],
+)
+def test_what_put_back_takes_off_is_held_not_finalized_inside_it(provenance, source):
+    """Found by review: put-back let go of the warnings filters it replaced, and a filter of
+    the notebook's class, finalized there, ran its code inside put-back, after the checks
+    (it rebound the graded function after its check, and set a global hook). What put-back
+    takes off is held for the process's life."""
+    baseline = global_state.take()
+    made = cell(
+        "import logging, warnings\n"
+        "RAN = []\n"
+        "class Kept(tuple):\n"
+        "    def __del__(self):\n"
+        "        RAN.append('finalized')\n" + source + "\n"
+    )
+    try:
+        global_state.restore(baseline, provenance)
+        assert made["RAN"] == []
+    finally:
+        global_state.restore(baseline, provenance)
+
+
 def test_settings_a_cell_changes_are_put_back_without_a_flag(provenance):
     baseline = global_state.take()
     try:
@@ -951,33 +979,56 @@ def test_no_wrapper_hands_back_what_it_replaced(watched):
         assert not any(getattr(item, "__name__", "") == name for item in held), (owner, name)
 
 
-def test_a_kernel_registered_on_a_handle_torch_made_is_named_and_torch_keeps_its_own(
-    provenance, watched
-):
+_ON_A_HANDLE_TORCH_MADE = """
+import json, os, torch
+import torch.distributed._meta_registrations as made_by_torch
+from coursekit.grading.sandbox import global_state, torch_registrations
+from coursekit.grading.sandbox.provenance import Provenance
+record = Provenance((os.path.dirname(os.path.dirname(torch.__file__)) + "/",
+                     os.path.dirname(os.__file__) + "/"))
+record.seal()
+torch_registrations.watch()
+snapshot = torch_registrations.dispatcher_snapshot()
+baseline = global_state.take()
+handle = made_by_torch.lib_impl.m
+source = ("import torch, warnings\\n"
+          "warnings.simplefilter('ignore')\\n"
+          "handle.impl('broadcast_', torch._C.DispatchKey.CPU, lambda *args: None)\\n")
+namespace = {"__name__": "__main__", "handle": handle}
+exec(compile(source, "<cell>", "exec", dont_inherit=True), namespace)
+found = global_state.restore(baseline, record)
+print(json.dumps({
+    "found": found,
+    "kept": made_by_torch.lib_impl.m is handle,
+    "changed": torch_registrations.dispatcher_changes(snapshot),
+}))
+"""
+
+
+def test_a_kernel_registered_on_a_handle_torch_made_is_named_and_torch_keeps_its_own():
     """A ``Library``'s own ``.m`` (here the distributed package's): the handle's methods are
     wrapped, so the registration is recorded and named; the handle is torch's, holding
-    torch's own kernels, so it is not reset: the flag says the kernel stays."""
-    import torch.distributed._meta_registrations as made_by_torch
+    torch's own kernels, so it is not reset: the flag says the kernel stays. In a process
+    of its own: the kernel cannot be taken back, and it would break every later test of
+    this process that broadcasts (DDP's check of its parameters does)."""
+    import json
+    import subprocess
 
-    snapshot = torch_registrations.dispatcher_snapshot()
-    baseline = global_state.take()
-    handle = made_by_torch.lib_impl.m
-    try:
-        cell(
-            "import torch, warnings\n"
-            "warnings.simplefilter('ignore')\n"
-            "handle.impl('broadcast_', torch._C.DispatchKey.CPU, lambda *args: None)\n",
-            {"handle": handle},
-        )
-        found = global_state.restore(baseline, provenance)
-    finally:
-        global_state.restore(baseline, provenance)
-    assert found == [
+    done = subprocess.run(
+        [sys.executable, "-c", _ON_A_HANDLE_TORCH_MADE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["found"] == [
         "it registered DispatchModule.impl broadcast_ with torch's dispatcher on a handle "
         "torch made (this cannot be taken back: the tests after it ran with it)"
     ]
-    assert made_by_torch.lib_impl.m is handle  # torch's own kernels kept
-    changed = torch_registrations.dispatcher_changes(snapshot)
+    assert seen["kept"] is True  # torch's own kernels kept
+    changed = seen["changed"]
     assert len(changed) == 1 and "c10d::broadcast_" in changed[0]  # and only that one
 
 
@@ -1181,6 +1232,39 @@ def test_a_registration_sent_to_the_keeper_past_its_wrapper_is_the_notebooks(pro
         if namespace.get("lib") is not None:
             namespace["lib"].reset()
     assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
+
+
+_CLOSES_THE_RECORD = """
+import torch
+from coursekit.grading.sandbox import torch_registrations
+ended = []
+for generator in (torch_registrations.RECORD.__self__,):  # the ledger
+    try:
+        generator.close()
+    except RuntimeError:
+        ended.append(False)
+lib = torch.library.Library('aten', 'IMPL')
+lib.impl('mul.Tensor', lambda a, b: a + b, 'CPU')
+"""
+
+
+def test_closing_the_record_of_registrations_ends_nothing(provenance, watched):
+    """Found by review: ``RECORD.__self__.close()`` ended the ledger with no audited step,
+    and no later registration was recorded or taken back. ``close()`` now raises to its
+    caller, and the ledger goes on."""
+    baseline = global_state.take()
+    namespace = {}
+    try:
+        namespace = cell(_CLOSES_THE_RECORD)
+        found = global_state.restore(baseline, provenance)
+        assert _three_times_three() == 9.0  # taken back
+    finally:
+        global_state.restore(baseline, provenance)
+        handle = getattr(namespace.get("lib"), "m", None)
+        if handle is not None:
+            handle.reset()
+    assert namespace["ended"] == [False]
+    assert any("Library.impl mul.Tensor" in f for f in found), found
 
 
 def test_a_record_the_notebook_adds_is_named_and_not_read(provenance, watched):

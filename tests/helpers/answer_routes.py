@@ -1,6 +1,10 @@
 """Coursekit's answers by other names: every coursekit function that passes a question's
 public checks when a notebook's function calls it with the question's own arguments, by
-name, and whether the grader's tripwires report that call under the question.
+name (one more argument it requires given ``False``; what it returns read through its
+``as_dict()`` where that passes and the object does not), and whether the grader's
+tripwires report that call as the runner counts it (``runner.counted``). Also every
+unwatched answer a coursekit function or class still holds after the tripwires are made
+(a default, a closure cell), which any cell could read.
 
 Run as a program (``python -m tests.helpers.answer_routes``; it prints one JSON line per
 route found): it wraps coursekit's answers as the warm parent does, which changes coursekit's
@@ -67,15 +71,19 @@ def answer(*args, **kwargs):
     bound.apply_defaults()
     inside.append(True)
     try:
-        return candidate(**{name: bound.arguments[name] for name in passed})
+        given = {name: bound.arguments[name] for name in passed}
+        result = candidate(**given, **filled)
     finally:
         inside.pop()
+    structured.append(callable(getattr(result, "as_dict", None)))
+    return result.as_dict() if as_dict else result
 """
 
 
-def passed_names(signature: inspect.Signature, candidate) -> list[str] | None:
-    """The question's arguments ``candidate`` takes by name, or None where it needs one the
-    question does not have (read before the tripwires are made: theirs is ``*args``)."""
+def call_plan(signature: inspect.Signature, candidate) -> tuple[list[str], dict] | None:
+    """``(the question's arguments candidate takes by name, the one more it requires, given
+    False)``, or None where it needs more (read before the tripwires are made: theirs is
+    ``*args``)."""
     try:
         parameters = inspect.signature(candidate).parameters.values()
     except (TypeError, ValueError):
@@ -84,22 +92,57 @@ def passed_names(signature: inspect.Signature, candidate) -> list[str] | None:
     required = [p.name for p in parameters if p.default is p.empty and p.kind in named]
     if not required or any(p.kind is p.POSITIONAL_ONLY for p in parameters):
         return None
-    if any(name not in signature.parameters for name in required):
+    extra = [name for name in required if name not in signature.parameters]
+    if len(extra) > 1 or len(extra) == len(required):
         return None
-    return [p.name for p in parameters if p.kind in named and p.name in signature.parameters]
+    passed = [p.name for p in parameters if p.kind in named and p.name in signature.parameters]
+    return passed, dict.fromkeys(extra, False)
 
 
 def adapter(
-    signature: inspect.Signature, where: str, passed: list[str], inside: list
+    signature: inspect.Signature,
+    where: str,
+    plan: tuple,
+    inside: list,
+    as_dict: bool,
+    structured: list,
 ) -> types.FunctionType:
     """The notebook's answer that calls the function at ``where`` (``module.name``, looked up
-    now: the tripwire, where one wraps it) with the question's arguments by name; ``inside``
-    is not empty while it does."""
+    now: the tripwire, where one wraps it) as ``plan`` says; ``inside`` is not empty while
+    it does; ``structured`` says, call by call, whether what it returned has an
+    ``as_dict()``."""
     module, _, name = where.rpartition(".")
     namespace = {"signature": signature, "candidate": getattr(sys.modules[module], name)}
-    namespace.update(passed=passed, inside=inside)
+    namespace.update(passed=plan[0], filled=plan[1], inside=inside, as_dict=as_dict)
+    namespace["structured"] = structured
     exec(compile(_ADAPTER, "<a student's notebook>", "exec"), namespace)
     return namespace["answer"]
+
+
+def held_originals(originals) -> list[str]:
+    """Where a coursekit function's defaults or closure cells, or a class's attributes,
+    still hold an answer a tripwire wraps (``originals``: ids)."""
+    from coursekit.grading.sandbox.tampering import _functions_of
+
+    modules = [m for n, m in list(sys.modules.items()) if n.startswith("coursekit")]
+    found = []
+    for function in _functions_of(modules):
+        held = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
+        for cell in function.__closure__ or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:
+                continue
+        if any(id(value) in originals for value in held):
+            found.append(f"{function.__module__}.{function.__qualname__}")
+    for module in modules:
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                for key, member in list(vars(value).items()):
+                    member = getattr(member, "__func__", member)
+                    if id(member) in originals:
+                        found.append(f"{module.__name__}.{value.__qualname__}.{key}")
+    return found
 
 
 def main() -> None:
@@ -108,31 +151,46 @@ def main() -> None:
     from coursekit.checks.result import Status
     from coursekit.grading.sandbox import tampering
     from coursekit.grading.sandbox.provenance import Provenance, made_private
+    from coursekit.grading.sandbox.runner import counted
 
     signatures = stub_signatures()
     calls = [
-        (question, where, passed)
+        (question, where, plan)
         for question, signature in signatures.items()
         for where, candidate in candidates()
-        if (passed := passed_names(signature, candidate)) is not None
+        if (plan := call_plan(signature, candidate)) is not None
     ]
     record = made_private(Provenance())
     record.seal()
     judge = tampering.install_tripwires(QUESTIONS, record)
+    for where in held_originals(tampering._ORIGINALS):
+        print(json.dumps({"held": where}), flush=True)
     # what the tripwires report while the notebook's function runs (the checks' own calls
     # of their references, made after it, are not the notebook's)
     reports: list = []
     inside: list = []
-    judge(("reporter", lambda call: reports.append(call[0]) if inside else None))
-    for question, where, passed in calls:
-        answer = adapter(signatures[question], where, passed, inside)
-        reports.clear()
-        quiet = io.StringIO()
-        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-            verdict = evaluate(question, answer)
-        if verdict.status is Status.PASSED:
-            route = {"question": question, "route": where, "reported": question in reports}
-            print(json.dumps(route), flush=True)
+    judge(("reporter", lambda call: reports.append(call) if inside else None))
+    modules = {name: question.module for name, question in QUESTIONS.items()}
+    for question, where, plan in calls:
+        structured: list = []
+        for as_dict in (False, True):
+            answer = adapter(signatures[question], where, plan, inside, as_dict, structured)
+            reports.clear()
+            quiet = io.StringIO()
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                try:
+                    verdict = evaluate(question, answer)
+                except Exception:  # noqa: BLE001 - a candidate that breaks the check: no route
+                    break
+            if verdict.status is Status.PASSED:
+                reported = any(
+                    counted(modules.get(q), modules[question], str(w)) for q, w in reports
+                )
+                route = {"question": question, "route": where, "reported": reported}
+                print(json.dumps({**route, "as_dict": as_dict}), flush=True)
+                break
+            if not any(structured):  # no answer in a structure to read
+                break
 
 
 if __name__ == "__main__":

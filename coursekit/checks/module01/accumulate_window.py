@@ -75,6 +75,8 @@ class AccumulateWindow(Question):
     name = "accumulate_window"
     module = MODULE
     points = 3
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = ("coursekit.noise_scale._accumulate",)
     rules = (
         Rule(
             "For each `(inputs, targets)` in `micro_batches`, run the forward pass and call "

@@ -82,7 +82,10 @@ class TrainAccumulated(Question):
     module = MODULE
     points = 4
     # coursekit code that answers it under other names (flagged when called for it)
-    library_answers = ("coursekit.checks.loop_variants.run_loop",)
+    library_answers = (
+        "coursekit.checks.loop_variants.run_loop",
+        "coursekit.batch_scaling.train_with_plan",
+    )
     rules = (
         Rule(
             "calls `optimizer.step()` and then `optimizer.zero_grad()` **once per window** of "

@@ -186,6 +186,7 @@ class TrainScheduled(Question):
         "coursekit.training.train_accumulated",
         "coursekit.checks.loop_variants.run_loop",
         "coursekit.checks.module02.train_scheduled._warm_up",
+        "coursekit.batch_scaling.train_with_plan",
     )
     rules = (
         Rule(

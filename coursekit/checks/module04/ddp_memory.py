@@ -97,17 +97,31 @@ def in_ddp(fn, made: dict, world_size: int):
     def call(model, loss_fn, micro_batches):
         ddp, store = _wrapped(model, made)
         with _the_world(ddp.process_group, store, world_size):
-            if fn is right_window:  # the warm-up, called by its name: the grader watches
-                return right_window(ddp, loss_fn, micro_batches)  # it (library_answers)
             return fn(ddp, loss_fn, micro_batches)
 
     return call
 
 
+def warm_up_in_ddp(made: dict, world_size: int):
+    """The memory test's warm-up: :func:`right_window` called by its name, as :func:`in_ddp`
+    calls a function (the grader watches it; ``ddp_window`` names it in ``library_answers``,
+    and code that names it is the libraries' own path). Its own wrapper: no function a
+    hand-in hands over is ever called from code that names it (found by review: one that
+    tested ``fn is right_window`` let a hand-in whose function *was* the warm-up take the
+    libraries' path)."""
+
+    def warm_up(model, loss_fn, micro_batches):
+        ddp, store = _wrapped(model, made)
+        with _the_world(ddp.process_group, store, world_size):
+            right_window(ddp, loss_fn, micro_batches)
+
+    return warm_up
+
+
 def right_window(model, loss_fn, micro_batches) -> None:
     """The memory test's warm-up: a right answer, written here (coursekit's own answer is
     watched by the grader's tripwire), and watched itself: ``ddp_window`` names it in
-    ``library_answers``; :func:`in_ddp` calls it by its name."""
+    ``library_answers``; :func:`warm_up_in_ddp` calls it by its name."""
     n = len(micro_batches)
     with model.no_sync():
         for inputs, targets in micro_batches[:-1]:

@@ -25,7 +25,7 @@ from coursekit.checks.instruments import (
     weights_of,
 )
 from coursekit.checks.module04.common import MODULE
-from coursekit.checks.module04.ddp_memory import in_ddp, right_window
+from coursekit.checks.module04.ddp_memory import in_ddp, warm_up_in_ddp
 from coursekit.checks.question import Failure, Question, Rule, number_list, relative_gap, scale_of
 from coursekit.checks.registry import register
 from coursekit.checks.side_effects import Kept, judge_left_behind
@@ -234,7 +234,10 @@ class DdpWindow(Question):
     module = MODULE
     points = 4
     # coursekit code that answers it under other names (flagged when called for it)
-    library_answers = ("coursekit.checks.module04.ddp_memory.right_window",)
+    library_answers = (
+        "coursekit.checks.module04.ddp_memory.right_window",
+        "coursekit.noise_scale._accumulate",
+    )
     rules = (
         Rule(
             "the gradients all-reduced exactly once, in the last micro-batch's backward",
@@ -304,7 +307,7 @@ class DdpWindow(Question):
         made: dict = {}  # the wrapper the warm-up makes, handed to the call
         return (
             in_ddp(fn, made, PRETENDED_WORLD_SIZE),
-            in_ddp(right_window, made, PRETENDED_WORLD_SIZE),
+            warm_up_in_ddp(made, PRETENDED_WORLD_SIZE),
         )
 
     def run(self, fn, spec):

@@ -225,6 +225,11 @@ class NoiseScale(Question):
     name = "noise_scale"
     module = MODULE
     points = 3
+    # coursekit code that answers it under other names (flagged when called for it)
+    library_answers = (
+        "coursekit.noise_scale.estimate_from_per_sample",
+        "coursekit.noise_scale.estimate_from_micro_batches",
+    )
     rules = (
         Rule(
             "For each micro-batch $i$, its own mean gradient $g_i$ and $|g_i|^2$: the sum over "

@@ -820,6 +820,9 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     if _loggers_unchanged(quick):  # the common case: every logger held since take() as it was
         # each level cache emptied (isEnabledFor reads it before disable): the very dicts
         # take() saw, still held (checked just now)
+        # (what they held kept: a value of the notebook's finalized here would run its code
+        # inside put-back)
+        base.removed.append(list(filter(None, map(dict.copy, quick.caches))))
         _EXHAUST(map(dict.clear, quick.caches))
         pairs = quick.others  # those made since, looked at one by one
     for logger, state in pairs:
@@ -836,7 +839,9 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
                 _put_back_dict(held, state, _logger_name(logger, roots), base, found, library_code)
                 changed = True
             elif state[10] >= 0:  # its level cache, the very dict take() saw: emptied, as
-                dict.clear(state[8][state[10]])  # isEnabledFor reads it before disable
+                cache = state[8][state[10]]  # isEnabledFor reads it before disable; what
+                base.removed.append(list(dict.items(cache)))  # it held kept: no __del__
+                dict.clear(cache)
             continue
         if not _plain_new_logger(logger, held, library_code):  # made since take()
             name = _logger_name(logger, roots)
@@ -1076,6 +1081,7 @@ def _clear_caches(table: dict, base) -> None:
         held = _attributes(logger, base.dict_slots)
         cache = _item(held, "_cache", _ABSENT)
         if type(cache) is dict:
+            base.removed.append(list(dict.items(cache)))  # held: no __del__ runs here
             dict.clear(cache)
         elif cache is not _ABSENT:
             base.removed.append(cache)
@@ -1130,6 +1136,9 @@ def _restore_warnings(base: Baseline, found: list[str], library_code) -> None:
         base.removed.append(held)
         namespace["filters"] = filters
     if not _same_list(filters, tuple(copy)):
+        # the filters taken off held: a notebook's filter finalized here would run its code
+        # inside put-back, after the checks above (found by review)
+        base.removed.append(list.copy(filters))
         list.__setitem__(filters, slice(None), copy)
         _FILTERS_MUTATED()
 

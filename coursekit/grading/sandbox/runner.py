@@ -259,15 +259,27 @@ def _move_high(fd_in: int, fd_out: int) -> tuple[int, int]:
     return top - 1, top
 
 
+def counted(answer_module: str | None, tested_module: str | None, where: str) -> bool:
+    """Whether a call to coursekit's answer to a question of ``answer_module``, found at
+    ``where``, counts while a question of ``tested_module`` is tested. An earlier module's
+    library answer is library code to a later one (module 7's tuner may plan its window with
+    module 5's planner); the checks' own code (a reference, a warm-up, their loops) is no
+    one's library, and a later module's answer is not yet taught. Modules are ordered by
+    their names (``01_accumulation`` < ``04_distributed``)."""
+    if type(answer_module) is not str or type(tested_module) is not str:
+        return False
+    if where.startswith(("coursekit.checks.", "the check's reference")):
+        return True
+    return answer_module >= tested_module
+
+
 def _answer_calls(report, modules: dict[str, str], testing: list[str]):
     """The tripwires' record of calls to coursekit's answers, as a generator: each
-    ``(question, where)`` sent is a call to coursekit's answer to ``question``, reported when
-    that question is one of the assignment's own (the module of the question tested now).
-    An earlier module's answer is library code to a later one (module 7's tuner may plan its
-    window with module 5's planner). Anything else sent (``None``: whether it is still whole)
-    is passed over. An exception met here (a timer's, one thrown in) is handed back, to be
-    raised by the caller, and the record goes on. What it holds lives in its frame alone (see
-    where ``serve`` makes it)."""
+    ``(question, where)`` sent is a call to coursekit's answer to ``question``, reported while
+    a question is tested when :func:`counted` says so. Anything else sent (``None``: whether
+    it is still whole) is passed over. An exception met here (a timer's, one thrown in) is
+    handed back, to be raised by the caller, and the record goes on. What it holds lives in
+    its frame alone (see where ``serve`` makes it)."""
     raised = None
     while True:
         try:
@@ -280,8 +292,7 @@ def _answer_calls(report, modules: dict[str, str], testing: list[str]):
                 if not all(type(x) is str for x in sent):
                     continue
                 question, where = sent
-                now = modules.get(testing[0])
-                if now is None or modules.get(question) != now:
+                if not counted(modules.get(question), modules.get(testing[0]), where):
                     continue
                 if question == testing[0]:
                     report(f"its {question} called coursekit's own answer ({where})")
@@ -410,8 +421,9 @@ def serve(
     # so far, the questions it runs, the question tested now): reaching those takes gi_frame
     # or gc.get_referents, which the audit hook reports. The judge takes the first record
     # it is handed, this one, before any hand-in code runs. A generator closed or broken
-    # from outside is seen at the next task.
-    calls = _answer_calls(report, {name: q.module for name, q in questions.items()}, testing)
+    # from outside is seen at the next task. (Made from the private copy: the builtins and
+    # the rule it reads, ``counted``, are the copy's.)
+    calls = own._answer_calls(report, {n: q.module for n, q in questions.items()}, testing)
     next(calls)
     ping = calls.send
     judge(("reporter", calls.send))
@@ -612,9 +624,13 @@ def serve(
             testing[0], measured_now[0] = str(command.get("question", "")), False
             if not tripwires_intact():
                 report("it changed the grader's tripwires on coursekit's own answers")
-            owner = tampering.coursekit_function(shell.user_ns.get(command["question"]), provenance)
+            # read once: the object checked is the one the test calls (put-back may run code
+            # of the notebook's that rebinds the name: an object it lets go of, finalized)
+            name = str(command.get("question", ""))
+            graded = {name: shell.user_ns.get(name)}
+            owner = tampering.coursekit_function(graded[name], provenance)
             if owner is not None:
-                report(f"its {command['question']} is coursekit's own answer ({owner})")
+                report(f"its {name} is coursekit's own answer ({owner})")
             put_back()
             spec = command.get("spec")
             timeouts = limits["task_timeout_s"], limits["wall_factor"]
@@ -623,9 +639,9 @@ def serve(
                 dispatcher_read()
             if memory_test:
                 end_children()
-                reply = own.run_memory_task(shell.user_ns, questions, command, *timeouts, measure)
+                reply = own.run_memory_task(graded, questions, command, *timeouts, measure)
             else:
-                reply = own.run_task(shell.user_ns, questions, command, *timeouts)
+                reply = own.run_task(graded, questions, command, *timeouts)
             put_back()  # what the test itself left on
             if command.get("final"):  # (and the first reading, if it is still due)
                 dispatcher_read()

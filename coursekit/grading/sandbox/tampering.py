@@ -752,7 +752,10 @@ def install_tripwires(questions: dict, provenance, root=None):
                 for name, value in list(vars(module).items())
                 if value is function or value is wrappers.get(id(function), (0, function))[1]
             ]
-            names = frozenset({attribute, question_name, *(name for _, name in bound), *_CALLED_AS})
+            names = {attribute, question_name, *(name for _, name in bound)}
+            if owner.startswith("coursekit.checks."):  # a check's own: its warm-up's name
+                names |= _CALLED_AS
+            names = frozenset(names)
             for module, name in bound:
                 setattr(module, name, wrap(function, question_name, dotted, names))
         try:
@@ -768,7 +771,50 @@ def install_tripwires(questions: dict, provenance, root=None):
                 for name, value in list(vars(module).items()):
                     if value is reference:
                         setattr(module, name, wrapped)
+    # an answer a library function took as a default or closed over when it was defined
+    # (``train_recipe(window_fn=recipe_window)``): the tripwire instead, and the parameter's
+    # name is one the answer is called by (found by review: the default was the unwatched
+    # answer, there for any cell to read)
+
+    def rewired(value, name: str):
+        if id(value) not in wrappers:
+            return value
+        index, tripwire = wrappers[id(value)]
+        questions, first, known, *rest = parts[index]
+        parts[index] = (questions, first, known | {name}, *rest)
+        return tripwire
+
+    for function in _functions_of(module for _, module in modules):
+        code = function.__code__
+        if function.__defaults__:
+            positional = code.co_varnames[: code.co_argcount]
+            named = positional[len(positional) - len(function.__defaults__) :]
+            new = tuple(map(rewired, function.__defaults__, named))
+            if any(a is not b for a, b in zip(new, function.__defaults__, strict=True)):
+                function.__defaults__ = new
+        for key, value in list((function.__kwdefaults__ or {}).items()):
+            function.__kwdefaults__[key] = rewired(value, key)
+        for name, cell in zip(code.co_freevars, function.__closure__ or (), strict=True):
+            try:
+                cell.cell_contents = rewired(cell.cell_contents, name)
+            except ValueError:  # an empty cell
+                continue
     return judge
+
+
+def _functions_of(modules):
+    """The functions of these modules (theirs, not imported) and of the classes they define."""
+    for module in modules:
+        for value in list(vars(module).values()):
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            if type(value) is types.FunctionType:
+                yield value
+            elif isinstance(value, type):
+                for member in list(vars(value).values()):
+                    member = getattr(member, "__func__", member)  # staticmethod, classmethod
+                    if type(member) is types.FunctionType:
+                        yield member
 
 
 def _tripwire(*args, **kwargs):
@@ -908,7 +954,7 @@ def coursekit_function(fn, provenance) -> str | None:
 _MOST_DEPTH = 8
 # the name a check's own code calls an answer of its question by, besides the answer's own:
 # the memory test's warm-up (coursekit.checks.window_memory.measurement) runs a right window
-# handed to it as ``warm_up_with``
+# handed to it as ``warm_up_with`` (given to the checks' own answers alone)
 _CALLED_AS = frozenset({"warm_up_with"})
 _MOST_FRAMES = 2000
 _MOST_VISITS = 20_000  # objects _held_answer reads, at most, for one function

@@ -38,10 +38,12 @@ import time
 import types
 
 
-def _ledger():
+def _ledger(finalizing=sys.is_finalizing):
     """The record of registrations, in this generator's frame alone: no list of it is held
     anywhere a notebook's code can reach without an audited step (``gi_frame``), so what was
-    recorded can be neither rewritten nor taken off. Sent ``("add", item)``: appends it.
+    recorded can be neither rewritten nor taken off, and ``close()`` does not end it (found
+    by review: it ended the record with no audited step) but at the interpreter's own
+    shutdown. Sent ``("add", item)``: appends it.
     Sent ``("since", n)``: answers ``(the records from the n-th on, as a tuple, the count)``.
     It yields ``(raised, answer)``: an exception met here (a timer's, one thrown in) is
     handed back, to be raised by the caller, and the record goes on. Only an exact ``str``
@@ -63,7 +65,9 @@ def _ledger():
                 elif kind == "since" and type(value) is int:
                     answer = (None, (tuple(items[value:]), len(items)))
         except GeneratorExit:
-            raise
+            if finalizing():
+                raise
+            answer = (None, None)  # close() raises RuntimeError to its caller; this goes on
         except BaseException as error:  # noqa: BLE001 - a timer's, a throw(): handed back
             answer = (BaseException.with_traceback(error, None), None)
 
@@ -166,7 +170,7 @@ def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
                 owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
                 answer = (True, result)
                 record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
-        except GeneratorExit:
+        except GeneratorExit:  # closed, it ends every registration, the notebook's own too
             raise
         except BaseException as error:  # noqa: BLE001 - a timer's, a throw(): handed on
             answer = (False, BaseException.with_traceback(error, None))
