@@ -340,6 +340,24 @@ def test_no_correct_style_and_no_mistake_is_flagged(graded):
     assert flagged == {}
 
 
+def _flags(tmp_path, assignment: str, hand_ins: dict[str, tuple[str, str]]) -> dict:
+    """student -> the flags ``grade`` gives a hand-in of ``assignment`` whose one answer is
+    ``hand_ins[student]``: ``(question, source)``."""
+    for student, (question, source) in hand_ins.items():
+        folder = tmp_path / assignment / "hand-ins" / student
+        folder.mkdir(parents=True)
+        cells = ["import torch\nimport coursekit", f"# Question: {question}\n{source}"]
+        (folder / f"{assignment}.ipynb").write_text(notebook(cells, assignment))
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        arguments = ["grade", str(tmp_path / assignment / "hand-ins"), "--assignment", assignment]
+        gradebook = tmp_path / assignment / "g.sqlite"
+        arguments += ["--json", "--gradebook", str(gradebook), "--root", str(REPO)]
+        assert main(arguments) == 0
+    results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
+    return {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
+
+
 def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_planner_is_not(
     tmp_path, one_warm_parent
 ):
@@ -355,25 +373,35 @@ def test_an_answer_that_calls_the_library_s_tuner_is_flagged_and_module_5_s_plan
         "    return tune(try_step, target_batch, max_memory_gb, world_size, margin,"
         " free_memory, False).as_dict()\n"
     )
-    for student, source in {
-        "eve": borrowed.format(module="coursekit.autotune"),
-        "fay": borrowed.format(module="coursekit.real_model"),
-        "dev": student_code.BY_QUESTION["autotune"]["correct_top_down_bisection"],
-    }.items():
-        folder = tmp_path / "hand-ins" / student
-        folder.mkdir(parents=True)
-        cells = ["import torch\nimport coursekit", f"# Question: autotune\n{source}"]
-        (folder / "07_real_model.ipynb").write_text(notebook(cells, "07_real_model"))
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        arguments = ["grade", str(tmp_path / "hand-ins"), "--assignment", "07_real_model"]
-        arguments += ["--json", "--gradebook", str(tmp_path / "g.sqlite"), "--root", str(REPO)]
-        assert main(arguments) == 0
-    results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
-    flags = {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
+    flags = _flags(
+        tmp_path,
+        "07_real_model",
+        {
+            "eve": ("autotune", borrowed.format(module="coursekit.autotune")),
+            "fay": ("autotune", borrowed.format(module="coursekit.real_model")),
+            "dev": ("autotune", student_code.BY_QUESTION["autotune"]["correct_top_down_bisection"]),
+        },
+    )
     assert flags["dev"] == [], flags
     for student in ("eve", "fay"):
         assert any("its autotune called coursekit's own answer" in n for n in flags[student]), flags
+
+
+_RIGHT_WINDOW_OF_MODULE_4 = """
+import contextlib
+from coursekit.checks.module04.ddp_memory import right_window
+
+class Synced:  # a model without DDP, whose no_sync() does nothing
+    def __init__(self, model):
+        self.model = model
+    def __call__(self, inputs):
+        return self.model(inputs)
+    def no_sync(self):
+        return contextlib.nullcontext()
+
+def accumulate_window(model, loss_fn, micro_batches):
+    right_window(Synced(model), loss_fn, micro_batches)
+"""
 
 
 def test_coursekit_s_answers_by_other_names_are_flagged_where_they_answer(
@@ -384,45 +412,42 @@ def test_coursekit_s_answers_by_other_names_are_flagged_where_they_answer(
     question is tested: module 1's ``train_accumulated``, which takes a scheduler, for
     module 2's ``train_scheduled`` (an earlier module's answer is library code elsewhere);
     the checks' own loops (``loop_variants.run_loop``); a memory test's warm-up, a right
-    window the check keeps for itself. An honest hand-in beside them is not flagged."""
+    window the check keeps for itself, in its own module and in an earlier one (module 4's
+    for module 1's window, found by review). An honest hand-in beside them is not flagged."""
     borrowed = {
-        "eve": (
-            "train_scheduled",
-            "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
-            " accum_steps):\n"
-            "    coursekit.train_accumulated(model, optimizer, loss_fn, micro_batches,"
-            " accum_steps, scheduler=scheduler)\n",
-        ),
-        "fay": (
-            "train_scheduled",
-            "from coursekit.checks.loop_variants import run_loop\n\n"
-            "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
-            " accum_steps):\n"
-            "    run_loop(model, optimizer, loss_fn, micro_batches, accum_steps,"
-            " scheduler=scheduler)\n",
-        ),
-        "gus": (
-            "amp_window",
-            "from coursekit.checks.module02 import amp_window as check\n\n"
-            "def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):\n"
-            "    check._warm_up(model, loss_fn, micro_batches)\n",
-        ),
-        "dev": ("train_scheduled", student_code.BY_QUESTION["train_scheduled"]["correct"]),
+        "02_loss_scaling": {
+            "eve": (
+                "train_scheduled",
+                "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
+                " accum_steps):\n"
+                "    coursekit.train_accumulated(model, optimizer, loss_fn, micro_batches,"
+                " accum_steps, scheduler=scheduler)\n",
+            ),
+            "fay": (
+                "train_scheduled",
+                "from coursekit.checks.loop_variants import run_loop\n\n"
+                "def train_scheduled(model, optimizer, scheduler, loss_fn, micro_batches,"
+                " accum_steps):\n"
+                "    run_loop(model, optimizer, loss_fn, micro_batches, accum_steps,"
+                " scheduler=scheduler)\n",
+            ),
+            "gus": (
+                "amp_window",
+                "from coursekit.checks.module02 import amp_window as check\n\n"
+                "def amp_window(model, optimizer, scaler, loss_fn, micro_batches, max_norm):\n"
+                "    check._warm_up(model, loss_fn, micro_batches)\n",
+            ),
+            "dev": ("train_scheduled", student_code.BY_QUESTION["train_scheduled"]["correct"]),
+        },
+        "01_accumulation": {
+            "hal": ("accumulate_window", _RIGHT_WINDOW_OF_MODULE_4),
+            "dev": ("accumulate_window", student_code.BY_QUESTION["accumulate_window"]["correct"]),
+        },
     }
-    for student, (question, source) in borrowed.items():
-        folder = tmp_path / "hand-ins" / student
-        folder.mkdir(parents=True)
-        cells = ["import torch\nimport coursekit", f"# Question: {question}\n{source}"]
-        (folder / "02_loss_scaling.ipynb").write_text(notebook(cells, "02_loss_scaling"))
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        arguments = ["grade", str(tmp_path / "hand-ins"), "--assignment", "02_loss_scaling"]
-        arguments += ["--json", "--gradebook", str(tmp_path / "g.sqlite"), "--root", str(REPO)]
-        assert main(arguments) == 0
-    results = {r["student"]: r for r in map(json.loads, stdout.getvalue().splitlines())}
-    flags = {s: [n for n in r["notes"] if n.startswith("Flagged")] for s, r in results.items()}
-    assert flags["dev"] == [], flags
-    for student, (question, _) in borrowed.items():
-        if student != "dev":
-            wanted = f"its {question} called coursekit's own answer"
-            assert any(wanted in n for n in flags[student]), (student, flags[student])
+    for assignment, hand_ins in borrowed.items():
+        flags = _flags(tmp_path, assignment, hand_ins)
+        assert flags["dev"] == [], flags
+        for student, (question, _) in hand_ins.items():
+            if student != "dev":
+                wanted = f"its {question} called coursekit's own answer"
+                assert any(wanted in n for n in flags[student]), (student, flags[student])

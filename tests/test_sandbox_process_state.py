@@ -1134,6 +1134,23 @@ def test_a_kernel_registered_and_removed_between_two_looks_is_still_named(proven
     assert any("DispatchModule.impl mul.Tensor" in f for f in found), found
 
 
+def _registered_and_taken_back(source: str, provenance) -> tuple[dict, list[str]]:
+    """Run ``source`` as a cell that registers ``aten::mul`` on its own ``Library`` ``lib``;
+    then put back: the kernel must be taken back. (namespace, what put-back found)."""
+    baseline = global_state.take()
+    namespace = {}
+    try:
+        namespace = cell(source)
+        found = global_state.restore(baseline, provenance)
+        assert _three_times_three() == 9.0  # taken back
+    finally:
+        global_state.restore(baseline, provenance)
+        handle = getattr(namespace.get("lib"), "m", None)
+        if handle is not None:
+            handle.reset()
+    return namespace, found
+
+
 _REWRITES_THE_RECORD = """
 import torch
 lib = torch.library.Library('aten', 'IMPL')
@@ -1168,17 +1185,7 @@ def test_the_record_of_registrations_cannot_be_rewritten(provenance, watched):
     (``record`` was its ``append``) with no audited step, and a registration rewritten there
     as made by no code of the notebook's was neither named nor taken back. The record now
     lives in a generator's frame, which only an audited step reaches."""
-    baseline = global_state.take()
-    namespace = {}
-    try:
-        namespace = cell(_REWRITES_THE_RECORD)
-        found = global_state.restore(baseline, provenance)
-        assert _three_times_three() == 9.0  # taken back
-    finally:
-        global_state.restore(baseline, provenance)
-        handle = getattr(namespace.get("lib"), "m", None)
-        if handle is not None:
-            handle.reset()
+    namespace, found = _registered_and_taken_back(_REWRITES_THE_RECORD, provenance)
     assert namespace["lists"] == []
     assert any("Library.impl mul.Tensor" in f for f in found), found
 
@@ -1252,17 +1259,7 @@ def test_closing_the_record_of_registrations_ends_nothing(provenance, watched):
     """Found by review: ``RECORD.__self__.close()`` ended the ledger with no audited step,
     and no later registration was recorded or taken back. ``close()`` now raises to its
     caller, and the ledger goes on."""
-    baseline = global_state.take()
-    namespace = {}
-    try:
-        namespace = cell(_CLOSES_THE_RECORD)
-        found = global_state.restore(baseline, provenance)
-        assert _three_times_three() == 9.0  # taken back
-    finally:
-        global_state.restore(baseline, provenance)
-        handle = getattr(namespace.get("lib"), "m", None)
-        if handle is not None:
-            handle.reset()
+    namespace, found = _registered_and_taken_back(_CLOSES_THE_RECORD, provenance)
     assert namespace["ended"] == [False]
     assert any("Library.impl mul.Tensor" in f for f in found), found
 
