@@ -49,6 +49,7 @@ def test_the_search_finds_the_answers_it_must(routes):
         ("train_scheduled", "run_loop"),
         ("ddp_window", "right_window"),
         ("accumulate_window", "_accumulate"),  # given False for the argument it adds
+        ("accumulate_window", "_honest_warm_up"),  # given an empty spec
         ("noise_scale", "estimate_from_micro_batches"),  # read through its as_dict()
         ("plan_accumulation", "_reference_plan"),
         ("ramp_plan", "ramp_plan"),

@@ -135,7 +135,8 @@ def _parts(tripwire) -> tuple:
 def test_a_tripwire_holds_nothing_a_hand_in_can_rewrite_or_call_unseen(judged):
     """No closure cell (whose contents are written without an audited step), no global looked
     up, and not the answer: its constants hold the judge and an index, and the judge hands
-    the answer back only to a caller it has judged."""
+    the answer to its tripwires' code alone (asked by anyone else, it reports the asking
+    and hands over nothing)."""
     judge, module, calls, _ = judged
     tripwire = module.zz_fake
     assert tripwire.__closure__ is None and tripwire.__code__.co_names == ()
@@ -143,8 +144,8 @@ def test_a_tripwire_holds_nothing_a_hand_in_can_rewrite_or_call_unseen(judged):
     assert _parts(tripwire)[0] is judge and type(_parts(tripwire)[1]) is int
     _, index = _parts(tripwire)
     raised, answer = judge(("call", index))  # asked directly, not by the tripwire: reported
-    assert raised is None and answer(1) == 2
-    assert calls == [("zz_fake", "coursekit._fake_zz.zz_fake")]
+    assert raised is None and answer is None
+    assert calls == [("zz_fake", tampering.READ_OUT)]
 
 
 def test_the_judge_keeps_the_first_record_it_is_handed(judged):

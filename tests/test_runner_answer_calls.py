@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from coursekit.grading.sandbox.runner import CellTimeout, _answer_calls
+from coursekit.grading.sandbox.tampering import READ_OUT
 
 pytestmark = pytest.mark.grading
 
@@ -47,11 +48,12 @@ def test_which_calls_to_an_answer_count_while_a_question_is_tested():
     ]
 
 
-def test_nothing_counts_between_tests():
+def test_between_tests_only_an_answer_read_out_of_its_tripwire_counts():
     calls, reports = _record(testing="")
     calls.send(("b", "direct"))
     calls.send(("z", "the check's reference for z"))
-    assert reports == []
+    calls.send(("z", READ_OUT))
+    assert reports == [f"a cell took coursekit's own answer to z {READ_OUT}"]
 
 
 def test_only_plain_strings_are_read():

@@ -14,6 +14,7 @@ modules for the rest of the process, so a test runs it in a process of its own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import inspect
 import io
@@ -80,10 +81,14 @@ def answer(*args, **kwargs):
 """
 
 
-def call_plan(signature: inspect.Signature, candidate) -> tuple[list[str], dict] | None:
+# what one more required argument is given, in turn (a flag; an empty spec or options)
+FILLERS = (False, {})
+
+
+def call_plans(signature: inspect.Signature, candidate) -> list[tuple[list[str], dict]]:
     """``(the question's arguments candidate takes by name, the one more it requires, given
-    False)``, or None where it needs more (read before the tripwires are made: theirs is
-    ``*args``)."""
+    each of FILLERS)``; none where it needs more (read before the tripwires are made: theirs
+    is ``*args``)."""
     try:
         parameters = inspect.signature(candidate).parameters.values()
     except (TypeError, ValueError):
@@ -91,12 +96,12 @@ def call_plan(signature: inspect.Signature, candidate) -> tuple[list[str], dict]
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     required = [p.name for p in parameters if p.default is p.empty and p.kind in named]
     if not required or any(p.kind is p.POSITIONAL_ONLY for p in parameters):
-        return None
+        return []
     extra = [name for name in required if name not in signature.parameters]
     if len(extra) > 1 or len(extra) == len(required):
-        return None
+        return []
     passed = [p.name for p in parameters if p.kind in named and p.name in signature.parameters]
-    return passed, dict.fromkeys(extra, False)
+    return [(passed, dict.fromkeys(extra, filler)) for filler in (FILLERS if extra else (0,))]
 
 
 def adapter(
@@ -147,18 +152,16 @@ def held_originals(originals) -> list[str]:
 
 def main() -> None:
     warnings.simplefilter("ignore")
-    from coursekit.checks.registry import QUESTIONS, evaluate
-    from coursekit.checks.result import Status
+    from coursekit.checks.registry import QUESTIONS
     from coursekit.grading.sandbox import tampering
     from coursekit.grading.sandbox.provenance import Provenance, made_private
-    from coursekit.grading.sandbox.runner import counted
 
     signatures = stub_signatures()
     calls = [
-        (question, where, plan)
+        (question, where, plans)
         for question, signature in signatures.items()
         for where, candidate in candidates()
-        if (plan := call_plan(signature, candidate)) is not None
+        if (plans := call_plans(signature, candidate))
     ]
     record = made_private(Provenance())
     record.seal()
@@ -171,26 +174,39 @@ def main() -> None:
     inside: list = []
     judge(("reporter", lambda call: reports.append(call) if inside else None))
     modules = {name: question.module for name, question in QUESTIONS.items()}
-    for question, where, plan in calls:
-        structured: list = []
-        for as_dict in (False, True):
-            answer = adapter(signatures[question], where, plan, inside, as_dict, structured)
-            reports.clear()
-            quiet = io.StringIO()
-            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
-                try:
-                    verdict = evaluate(question, answer)
-                except Exception:  # noqa: BLE001 - a candidate that breaks the check: no route
-                    break
-            if verdict.status is Status.PASSED:
-                reported = any(
-                    counted(modules.get(q), modules[question], str(w)) for q, w in reports
-                )
-                route = {"question": question, "route": where, "reported": reported}
-                print(json.dumps({**route, "as_dict": as_dict}), flush=True)
+    for question, where, plans in calls:
+        for plan in plans:
+            answer = functools.partial(adapter, signatures[question], where, plan, inside)
+            if _passes(question, answer, where, reports, modules):
                 break
-            if not any(structured):  # no answer in a structure to read
-                break
+
+
+def _passes(question: str, answer, where: str, reports: list, modules: dict) -> bool:
+    """Whether the notebook's function ``answer(as_dict, structured)`` makes passes
+    ``question``'s public checks, what it returns read as it is or through ``as_dict()``; a
+    line is printed for a route, saying whether the runner counts the call
+    (``runner.counted``)."""
+    from coursekit.checks.registry import evaluate
+    from coursekit.checks.result import Status
+    from coursekit.grading.sandbox.runner import counted
+
+    structured: list = []
+    for as_dict in (False, True):
+        reports.clear()
+        quiet = io.StringIO()
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            try:
+                verdict = evaluate(question, answer(as_dict, structured))
+            except Exception:  # noqa: BLE001 - a candidate that breaks the check: no route
+                return False
+        if verdict.status is Status.PASSED:
+            reported = any(counted(modules.get(q), modules[question], str(w)) for q, w in reports)
+            route = {"question": question, "route": where, "reported": reported}
+            print(json.dumps({**route, "as_dict": as_dict}), flush=True)
+            return True
+        if not any(structured):  # no answer in a structure to read
+            return False
+    return False
 
 
 if __name__ == "__main__":

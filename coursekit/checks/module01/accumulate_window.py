@@ -76,7 +76,10 @@ class AccumulateWindow(Question):
     module = MODULE
     points = 3
     # coursekit code that answers it under other names (flagged when called for it)
-    library_answers = ("coursekit.noise_scale._accumulate",)
+    library_answers = (
+        "coursekit.noise_scale._accumulate",
+        "coursekit.checks.window_memory._honest_warm_up",
+    )
     rules = (
         Rule(
             "For each `(inputs, targets)` in `micro_batches`, run the forward pass and call "

@@ -237,6 +237,7 @@ class DdpWindow(Question):
     library_answers = (
         "coursekit.checks.module04.ddp_memory.right_window",
         "coursekit.noise_scale._accumulate",
+        "coursekit.checks.window_memory._honest_warm_up",
     )
     rules = (
         Rule(

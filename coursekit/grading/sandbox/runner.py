@@ -28,6 +28,7 @@ import threading
 from coursekit.grading.sandbox import channel
 from coursekit.grading.sandbox.confinement import confine
 from coursekit.grading.sandbox.exit_codes import SETUP_FAILED
+from coursekit.grading.sandbox.tampering import READ_OUT
 
 
 class CellTimeout(BaseException):
@@ -259,13 +260,22 @@ def _move_high(fd_in: int, fd_out: int) -> tuple[int, int]:
     return top - 1, top
 
 
+_TRIPWIRES_BROKEN = (
+    "The memory test could not run: the notebook broke the grader's tripwires on "
+    "coursekit's own answers, through which the test warms up."
+)
+
+
 def counted(answer_module: str | None, tested_module: str | None, where: str) -> bool:
     """Whether a call to coursekit's answer to a question of ``answer_module``, found at
     ``where``, counts while a question of ``tested_module`` is tested. An earlier module's
     library answer is library code to a later one (module 7's tuner may plan its window with
     module 5's planner); the checks' own code (a reference, a warm-up, their loops) is no
     one's library, and a later module's answer is not yet taught. Modules are ordered by
-    their names (``01_accumulation`` < ``04_distributed``)."""
+    their names (``01_accumulation`` < ``04_distributed``). An answer read out of its
+    tripwire (:data:`READ_OUT`) counts whenever it happens, in a cell too."""
+    if where == READ_OUT:  # the answer taken out of its tripwire: tested or not
+        return True
     if type(answer_module) is not str or type(tested_module) is not str:
         return False
     if where.startswith(("coursekit.checks.", "the check's reference")):
@@ -293,6 +303,9 @@ def _answer_calls(report, modules: dict[str, str], testing: list[str]):
                     continue
                 question, where = sent
                 if not counted(modules.get(question), modules.get(testing[0]), where):
+                    continue
+                if not testing[0]:
+                    report(f"a cell took coursekit's own answer to {question} {where}")
                     continue
                 if question == testing[0]:
                     report(f"its {question} called coursekit's own answer ({where})")
@@ -622,7 +635,8 @@ def serve(
             )
         elif kind == "task":
             testing[0], measured_now[0] = str(command.get("question", "")), False
-            if not tripwires_intact():
+            intact = tripwires_intact()
+            if not intact:
                 report("it changed the grader's tripwires on coursekit's own answers")
             # read once: the object checked is the one the test calls (put-back may run code
             # of the notebook's that rebinds the name: an object it lets go of, finalized)
@@ -640,6 +654,10 @@ def serve(
             if memory_test:
                 end_children()
                 reply = own.run_memory_task(graded, questions, command, *timeouts, measure)
+                if reply.get("status") == "grader_fault" and not (intact and tripwires_intact()):
+                    # the warm-up, a right window the check keeps, is watched by the very
+                    # tripwires the hand-in broke: its doing, not the grader's
+                    reply = {"status": "error", "message": _TRIPWIRES_BROKEN}
             else:
                 reply = own.run_task(graded, questions, command, *timeouts)
             put_back()  # what the test itself left on

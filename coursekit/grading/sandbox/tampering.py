@@ -342,6 +342,10 @@ HELPER_MODULES = (
     # createResolutionCallbackFromFrame(n) hands back a lookup in the locals of the frame n
     # levels up: its caller is judged (torch.jit.script, when it scripts)
     "torch._jit_internal.createResolutionCallbackFromFrame",
+    # each hands its caller a frame of the running program (found by review: a frame that
+    # led down to the runner's own)
+    "torch.fx.experimental.symbolic_shapes.ShapeEnv._get_user_frame",
+    "jupyter_core.utils._get_frame",
 )
 
 
@@ -360,13 +364,20 @@ def _helper_codes() -> frozenset:
         try:
             module = importlib.import_module(name)
             stack = list(vars(module).values())
-        except ImportError:  # a function of a module, or a module not installed here
-            module_name, _, attribute = name.rpartition(".")
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
+        except ImportError:  # a function of a module (or a class's), or a module not here
+            module, parts = None, name.split(".")
+            for cut in range(len(parts) - 1, 0, -1):
+                try:
+                    module = importlib.import_module(".".join(parts[:cut]))
+                except ImportError:
+                    continue
+                break
+            if module is None:
                 continue
-            stack = [getattr(module, attribute, None)]
+            item = module
+            for attribute in parts[cut:]:
+                item = getattr(item, attribute, None)
+            stack = [item]
         home = getattr(module, "__file__", None)
         while stack:
             item = stack.pop()
@@ -703,7 +714,7 @@ def install_tripwires(questions: dict, provenance, root=None):
         root = sys._current_frames()[threading.main_thread().ident]
         while root.f_back is not None:
             root = root.f_back
-    judging = make(provenance.is_library_frame, sys._getframe, root, parts, _MOST_FRAMES)
+    judging = make(provenance.is_library_frame, sys._getframe, root, parts, _MOST_FRAMES, READ_OUT)
     next(judging)
     judge = judging.send
     wrappers: dict[int, tuple[int, Callable]] = {}  # id of an answer -> its part, tripwire
@@ -845,7 +856,7 @@ def _made_tripwire(judge, index: int, function):
     return tripwire
 
 
-def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
+def _judge_calls(is_library_frame, getframe, root, parts, most_frames, read_out=None):
     """The tripwires' judge, as a generator whose frame alone holds the answers, the runner's
     record and the provenance (see install_tripwires). It yields ``(raised, value)``.
 
@@ -856,7 +867,8 @@ def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
     where)`` to the record; then it yields what the record answered (an exception met
     there, to be raised by the tripwire) and the answer to call. The judge finds that
     caller itself: whoever else sends it (a hand-in that read the judge out of a tripwire's
-    constants) is reported as a caller of the answer. Sent ``("reporter", record)``: takes
+    constants) is reported (``where``: :data:`READ_OUT`) and handed no answer. Sent
+    ``("reporter", record)``: takes
     the record, the first time only. Sent ``("ping",)``: yields whether a record is set.
     Anything else is passed over. An exception met here (a timer's, one thrown in) is handed
     back, and the judge goes on. Only ints and exact strings are read from a message: no
@@ -884,8 +896,15 @@ def _judge_calls(is_library_frame, getframe, root, parts, most_frames):
                     continue
                 questions, where, names, function, tripwire = parts[index]
                 sender = getframe(1)  # 0 this generator, 1 whoever sent the message
+                if sender.f_code is not tripwire:
+                    # the judge read out of a tripwire's constants: the answer is handed to
+                    # no one else (found by review: a cell took it out, unwatched, while no
+                    # question was tested), and the reading is reported, tested or not
+                    raised = None if record is None else record((questions[0], read_out))
+                    answer = (raised, None)
+                    continue
                 passes = False
-                if sender.f_code is tripwire and names:
+                if names:
                     # library code that names the answer called the tripwire, with nothing
                     # but library frames below, down to the runner's first
                     frame = sender.f_back
@@ -952,6 +971,9 @@ def coursekit_function(fn, provenance) -> str | None:
 
 
 _MOST_DEPTH = 8
+# the ``where`` of a report made when the judge is sent a call by other code than a tripwire's
+# (read out of its constants): counted whether a question is tested or not (runner.counted)
+READ_OUT = "read out of its tripwire"
 # the name a check's own code calls an answer of its question by, besides the answer's own:
 # the memory test's warm-up (coursekit.checks.window_memory.measurement) runs a right window
 # handed to it as ``warm_up_with`` (given to the checks' own answers alone)
