@@ -69,6 +69,7 @@ collect_ignore = ["tests/corpora/golden"]
 # browser, the frameworks, and mutation testing. `pytest -m "not slow"` is the developers'
 # fast subset; the README's test command (scripts/test) runs everything.
 SLOW_FILES = {
+    "test_answer_routes.py",
     "test_browser.py",
     "test_certificate_page_browser.py",
     "test_frameworks.py",
