@@ -285,8 +285,9 @@ def counted(answer_module: str | None, tested_module: str | None, where: str) ->
 
 def _answer_calls(report, modules: dict[str, str], testing: list[str]):
     """The tripwires' record of calls to coursekit's answers, as a generator: each
-    ``(question, where)`` sent is a call to coursekit's answer to ``question``, reported while
-    a question is tested when :func:`counted` says so. Anything else sent (``None``: whether
+    ``(question, where)`` sent is a call to coursekit's answer to ``question``, reported when
+    :func:`counted` says so (while a question is tested; an answer read out of its tripwire,
+    in a cell too). Anything else sent (``None``: whether
     it is still whole) is passed over. An exception met here (a timer's, one thrown in) is
     handed back, to be raised by the caller, and the record goes on. What it holds lives in
     its frame alone (see where ``serve`` makes it)."""

@@ -145,9 +145,10 @@ def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
     Who registered is read here, not taken from the request: the stack below the caller of
     ``send`` (below the wrapper, when ``wrapper``'s code made the request; anyone else who
     reached ``send`` through a wrapper's closure is at the stack's top, and judged as it
-    is). No exception leaves this frame: each is handed to the caller with its traceback
-    dropped, by ``BaseException``'s own method (a traceback through this frame would lead
-    to what it holds, and ending the keeper would end every registration). Only an exact
+    is). No exception but ``close()``'s leaves this frame: each is handed to the caller
+    with its traceback dropped, by ``BaseException``'s own method (a traceback through this
+    frame would lead to what it holds, and ending the keeper would end every registration,
+    the notebook's own too). Only an exact
     ``str`` is read as the name registered: a subclass's methods would run the notebook's
     code here."""
     answer = None
