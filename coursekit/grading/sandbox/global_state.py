@@ -35,8 +35,9 @@ can and names what it found:
 The torch and interpreter functions :func:`restore` calls are taken at :func:`take` and kept
 in the :class:`Baseline`, which the runner holds privately: a hand-in that rebinds
 ``sys.settrace`` or ``torch.set_grad_enabled`` later does not change what restores them.
-Each check is a few C calls (tens of microseconds a test; ``benchmarks/global_state.py``
-prints the figure).
+Each check is a few C calls; all of them take about a third of a millisecond a put-back
+(``benchmarks/global_state.py`` prints the figures), a third of it checking that every key
+of the dicts put-back reads by name is exactly a ``str`` (:func:`_names_only`).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class Baseline:
     modules_passed: tuple = ((), ())  # the modules not of the plain class, and their classes,
     # when put-back last found every one as taken or a library's own
     class_verdicts: dict = field(default_factory=dict)  # id(class): (class, library's own?)
+    name_dicts: list = field(default_factory=list)  # (label, dict) read and written by name
 
 
 def _setting_pairs() -> list:
@@ -250,7 +252,26 @@ def take() -> Baseline:
         base.values.append((label, namespace, name, namespace.get(name)))
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     base.loggers_by_id = {id(state[0]): state for state in base.loggers}
+    base.name_dicts = _name_dicts(base)
     return base
+
+
+def _name_dicts(base: Baseline) -> list:
+    """``(label, dict)`` of every dictionary a notebook can write that :func:`restore` reads
+    or writes by name: ``sys``'s, ``sys.modules``, the modules whose globals hold torch's
+    hooks, ``torch.utils._device``'s, ``warnings``' and the modules whose functions register
+    with torch's dispatcher. Each is one object for the life of the process (a module's
+    dict cannot be replaced), so it is taken once, here."""
+    found, seen = [], set()
+    modules = [("sys", sys), ("warnings", base.tools["warnings"])]
+    modules += [(name, sys.modules.get(name)) for name in ("torch.utils._device", *_HOOK_MODULES)]
+    modules += [(None, owner) for owner, _, _ in base.watchers]  # (classes: not rewritten)
+    for label, module in modules:
+        if issubclass(type(module), types.ModuleType) and id(module) not in seen:
+            seen.add(id(module))
+            found.append((label or _module_name(module), _MODULE_DICT(module)))
+    found.append(("sys.modules", base.tools["modules"]))
+    return found
 
 
 def _loggers(manager) -> list:
@@ -469,7 +490,9 @@ def restore(base: Baseline, provenance) -> list[str]:
     are not flagged: see the module's docstring)."""
     found: list[str] = []
     library_code = provenance.is_library_callable
-    _restore_module_classes(base, found, library_code)  # first: the rest reads modules
+    for label, held in base.name_dicts:  # first: the rest looks names up in them
+        _names_only(held, label, base, found)
+    _restore_module_classes(base, found, library_code)  # then: the rest reads modules
     _restore_modes(base, found, library_code)  # then no mode of the notebook's sees the rest
     _restore_settings(base)
     _restore_dispatch_keys(base, found)
@@ -479,6 +502,31 @@ def restore(base: Baseline, provenance) -> list[str]:
     _check_threads(base, found, provenance)
     _check_library(base, found, provenance)
     return found
+
+
+def _odd_keys(held) -> bool:
+    """Whether a dict (or a class's mapping proxy) holds a key that is not exactly a
+    ``str``: read in C, no key's method runs."""
+    return any(map(_IS_NOT, map(_TYPE, iter(held)), _ALWAYS_STR))
+
+
+def _names_only(held: dict, label: str, base: Baseline, found: list[str]) -> None:
+    """Take every key that is not exactly a ``str`` out of ``held``, a dict that put-back
+    looks names up in or writes names to, and name it. Such a key whose hash is a name's
+    is compared with that name at every lookup of it, which runs the key's ``__eq__``: the
+    notebook's code, inside put-back, after the checks before it (found by review: a
+    planted key put a global hook back on once the hooks were checked). Only a hand-in's
+    code puts such a key in a module's globals or ``sys.modules``. The dict is emptied and
+    filled again rather than searched (no key is hashed or compared); what was in it is
+    held (:attr:`Baseline.removed`), so nothing is finalized here. A thread of the
+    notebook's that runs between the two steps sees the dict empty: it is flagged anyway."""
+    if not _odd_keys(held):
+        return
+    items = list(dict.items(held))
+    base.removed.append(items)
+    dict.clear(held)
+    dict.update(held, [(key, value) for key, value in items if type(key) is str])
+    found.append(f"it put a key that is not a name in {label} (taken out)")
 
 
 def _restore_module_classes(base: Baseline, found: list[str], library_code) -> None:
@@ -553,7 +601,8 @@ def _restore_settings(base: Baseline) -> None:
             except Exception:  # fails until the settings it reads agree again
                 failed = True
                 continue
-            if now != value:
+            if not _same_setting(now, value):
+                base.removed.append(now)  # held: the setter may let go of its last reference
                 try:
                     setter(value)
                 except TypeError:  # a setter that takes the getter's tuple as arguments
@@ -565,6 +614,28 @@ def _restore_settings(base: Baseline) -> None:
             tools["set_autocast_enabled"](device, enabled)
         if tools["get_autocast_dtype"](device) != dtype:
             tools["set_autocast_dtype"](device, dtype)
+
+
+def _same_setting(now, value) -> bool:
+    """Whether a setting read now is the value :func:`take` found: the very object, or a
+    plain value of the same exact type that ``==`` compares in C (tuples and lists item by
+    item). An
+    object of another type is never compared: some settings take any object
+    (``torch._C._set_graph_exec_group``), and ``!=`` would run its class's ``__ne__``
+    inside put-back (found by review)."""
+    if now is value:
+        return True
+    kind = type(now)
+    if kind is not type(value):
+        return False
+    if kind is tuple or kind is list:
+        return len(now) == len(value) and all(map(_same_setting, now, value))
+    return id(kind) in _PLAIN_SETTING_TYPES and now == value
+
+
+_PLAIN_SETTING_TYPES = frozenset(
+    map(id, (bool, int, float, str, type(None), torch.dtype, torch.device))
+)  # (the types themselves live as long as the process: their ids are never another's)
 
 
 def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
@@ -797,6 +868,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
     _restore_warnings(base, found, library_code)
     manager = base.tools["logging_manager"]
     settings = _attributes(manager, base.dict_slots)
+    _names_only(settings, "logging's manager of loggers", base, found)
     changed = False
     table = base.tools["logger_table"]
     if dict.get(settings, "loggerDict") is not table:
@@ -963,6 +1035,7 @@ def _loggers_unchanged(quick: _LoggersAtTake) -> bool:
 _GETSET_GET = types.GetSetDescriptorType.__get__
 _CHAIN = itertools.chain.from_iterable
 _ALWAYS_DICT = itertools.repeat(dict)
+_ALWAYS_STR = itertools.repeat(str)
 _ALWAYS_LIST = itertools.repeat(list)
 _EXHAUST = collections.deque(maxlen=0).extend
 
@@ -1085,6 +1158,7 @@ def _clear_caches(table: dict, base) -> None:
             dict.clear(cache)
         elif cache is not _ABSENT:
             base.removed.append(cache)
+            _names_only(held, _logger_name(logger, ()), base, [])  # (named where it was read)
             held["_cache"] = {}
 
 
@@ -1170,7 +1244,7 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
     frames = tools["current_frames"]()
     if len(frames) <= len(base.threads) + 1 and frames.keys() <= base.threads | {me}:
         return
-    idents = ((dict.get(_thread_dict(t), "_ident"), t) for t in tools["enumerate"]())
+    idents = ((_item(_thread_dict(t), "_ident"), t) for t in tools["enumerate"]())
     targets = {ident: t for ident, t in idents if type(ident) is int}  # no __hash__ of its own
     for ident, frame in frames.items():
         if ident in base.threads or ident == me or ident in base.reported_threads:
@@ -1180,14 +1254,14 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
         # Thread subclass runs here; its class (its run()) is judged as the target is
         held = _thread_dict(thread)
         ours = thread is None or provenance.is_library_callable(type(thread))
-        target = dict.get(held, "_target")
+        target = _item(held, "_target")  # (its keys may be the notebook's: read as items)
         ours = ours and (target is None or provenance.is_library_callable(target))
         while ours and frame is not None:
             ours = provenance.is_library_frame(frame)
             frame = frame.f_back
         if not ours:
             base.reported_threads.add(ident)
-            name = dict.get(held, "_name")
+            name = _item(held, "_name")
             name = name if type(name) is str else f"thread {ident}"
             found.append(f"a thread it started ({name}) still runs beside the tests")
 
@@ -1210,7 +1284,13 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
     :func:`take` (:mod:`coursekit.grading.sandbox.torch_registrations`): flagged, taken back."""
     for owner, name, watcher in base.watchers:
         is_class = issubclass(type(owner), type)  # torch.library.Library, or torch._C
-        if (_CLASS_DICT(owner) if is_class else _MODULE_DICT(owner)).get(name) is not watcher:
+        held = _CLASS_DICT(owner) if is_class else _MODULE_DICT(owner)  # (modules': plain)
+        if is_class and _odd_keys(held):  # a class's dict, written past type's setattr
+            found.append(f"it put a key that is not a name in {_TYPE_QUALNAME(owner)}")
+            now = next((v for k, v in list(held.items()) if type(k) is str and k == name), None)
+        else:
+            now = held.get(name)
+        if now is not watcher:
             label = _TYPE_QUALNAME(owner) if is_class else _module_name(owner)
             found.append(f"it changed {label}.{name}")
     new, count = _RECORDS_SINCE(base.registrations, base.registrations_seen)
