@@ -774,6 +774,105 @@ def test_a_hook_keyed_by_an_object_of_the_notebooks_is_taken_off_without_running
     assert hooks == {} and settings == (torch.float32, True)
 
 
+# Where put-back looks a name up or writes one: (how a cell reaches that dict, the name,
+# what the cell changes there too, so that put-back writes the name back).
+_NAME_DICTS = {
+    "a hook module's globals": (
+        "vars(sys.modules['torch.nn.modules.module'])",
+        "_global_forward_hooks",
+        "",
+    ),
+    "sys.modules": ("sys.modules", "warnings", ""),
+    "sys": ("vars(sys)", "stdout", ""),
+    "torch.utils._device": ("vars(sys.modules['torch.utils._device'])", "CURRENT_DEVICE", ""),
+    "warnings": ("vars(warnings)", "showwarning", "warnings.showwarning = print\n"),
+    "logging's manager": ("vars(logging.Logger.manager)", "loggerDict", ""),
+    "torch._C": ("vars(torch._C)", "_dispatch_library", ""),
+    "torch.library.Library's members": (
+        "next(d for d in gc.get_referents(torch.library.Library) if type(d) is dict"
+        " and 'define' in d)",
+        "define",
+        "",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(_NAME_DICTS))
+def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(provenance, where):
+    """A key of the notebook's class whose hash is that of a name put-back looks up, put
+    ahead of the name in the dict's probe order (the name taken out and put back after
+    it), is compared with the name at every lookup: its ``__eq__`` would run inside
+    put-back, after the checks before it (found by review: it put a global hook back on).
+    Put-back takes such keys out of the dicts it reads by name without comparing them, and
+    names them; in a class's members, which it cannot rewrite, it reads the name as an
+    item."""
+    reach, name, change = _NAME_DICTS[where]
+    baseline = global_state.take()
+    namespace = {"__name__": "__main__"}
+    source = (
+        "import gc, logging, sys, torch, torch.library, warnings\n"
+        "RAN, ARMED = [], [False]\n"
+        f"held = {reach}\n"
+        "class Key:\n"
+        f"    def __hash__(self):\n        return hash({name!r})\n"
+        "    def __eq__(self, other):\n"
+        "        if ARMED[0]:\n"
+        "            RAN.append(other)\n"
+        "            torch.nn.modules.module.register_module_forward_hook(lambda *a: None)\n"
+        "        return False\n"
+        f"value = held.pop({name!r})\n"
+        "held[Key()] = None\n"
+        f"held[{name!r}] = value  # after the key, in the order a lookup probes\n"
+        f"{change}"
+        "ARMED[0] = True\n"
+    )
+    try:
+        cell(source, namespace)
+        found = global_state.restore(baseline, provenance)
+        ran = list(namespace["RAN"])
+        hooks = dict(torch.nn.modules.module._global_forward_hooks)
+        again = global_state.restore(baseline, provenance)
+    finally:
+        namespace.get("ARMED", [None])[0] = False
+        held = namespace.get("held")
+        if held is not None:  # a class's members: taken out here (and its lookups reset)
+            for key in [k for k in list(held) if type(k) is not str]:
+                del held[key]
+            torch.library.Library.define = torch.library.Library.define
+        global_state.restore(baseline, provenance)
+    assert ran == [], f"put-back ran the notebook's __eq__ against {ran}"
+    assert hooks == {}
+    assert any("a key that is not a name" in text for text in found), found
+    if "members" not in where:  # a module's or an object's dict: the key taken out
+        assert all(type(k) is str for k in namespace["held"])
+        assert again == []
+
+
+def test_a_setting_that_holds_an_object_is_put_back_without_running_it(provenance):
+    """Some of torch's settings take any object (``torch._C._set_graph_exec_group``):
+    put back by identity, the object held, so neither its ``__ne__`` nor its ``__del__``
+    runs inside put-back."""
+    if not hasattr(torch._C, "_set_graph_exec_group"):
+        pytest.skip("this torch has no object-valued setting to try")
+    baseline = global_state.take()
+    namespace = cell(
+        "import torch\n"
+        "RAN = []\n"
+        "class Group:\n"
+        "    def __eq__(self, other):\n        RAN.append('__eq__'); return True\n"
+        "    def __ne__(self, other):\n        RAN.append('__ne__'); return False\n"
+        "    def __del__(self):\n        RAN.append('__del__')\n"
+        "torch._C._set_graph_exec_group(Group())\n"
+    )
+    try:
+        global_state.restore(baseline, provenance)
+        ran, now = list(namespace["RAN"]), torch._C._get_graph_exec_group()
+    finally:
+        global_state.restore(baseline, provenance)
+    assert ran == [], f"put-back ran the notebook's {ran}"
+    assert now is None
+
+
 def test_torchs_own_logging_settings_are_put_back_without_a_flag(provenance):
     """``torch._logging.set_logs`` sets attributes of torch's loggers with functions of
     torch's own (a new ``isEnabledFor`` each time): an honest cell, put back unflagged."""
@@ -1513,6 +1612,75 @@ def test_a_table_a_library_function_consults_is_sealed(provenance, table, key, v
         assert harness_seal.changes(sealed, provenance) == []
     finally:
         del held[types.SimpleNamespace]
+
+
+# Where the seal looks a name up: (how a cell reaches the dict, the key the seal looks up
+# there, what the seal then names).
+_SEALED_DICTS = {
+    "a library module's globals": (
+        "vars(torch.nn.functional)",
+        "'mse_loss'",
+        "torch.nn.functional (a key that is not a plain string)",
+    ),
+    "coursekit's globals": (
+        "vars(sys.modules['coursekit.checks'])",
+        "'QUESTIONS'",
+        "coursekit.checks (a key that is not a plain string)",
+    ),
+    "sys.modules": ("sys.modules", "'coursekit'", "sys.modules (a key that is not a plain string)"),
+    "sys": ("vars(sys)", "'meta_path'", "sys (a key that is not a plain string)"),
+    "a table keyed by classes": (
+        "copy._deepcopy_dispatch",
+        "list",
+        "copy._deepcopy_dispatch[<class 'list'>]",
+    ),
+}
+
+
+@pytest.mark.parametrize("where", sorted(_SEALED_DICTS))
+def test_a_key_that_collides_with_a_name_the_seal_reads_never_answers(provenance, where):
+    """The seal's entry replaced, and a key of the notebook's class put ahead of it in the
+    dict's probe order, its hash the entry's key's: a lookup compares the two, and its
+    ``__eq__`` (saying "equal") would answer with the very object the seal holds (found by
+    review). The seal reads no name in a dict that holds such a key, names the dict, and
+    compares tables keyed by classes by identity."""
+    reach, key, named = _SEALED_DICTS[where]
+    import copy  # noqa: F401  (reached by the cell)
+
+    import coursekit.checks  # noqa: F401  (imported before the seal, as in the warm parent)
+
+    sealed = harness_seal.seal()
+    namespace = {"__name__": "__main__"}
+    source = (
+        "import copy, sys, torch, torch.nn.functional, coursekit.checks\n"
+        "RAN, ARMED = [], [False]\n"
+        f"held, key = {reach}, {key}\n"
+        "class Key:\n"
+        "    def __hash__(self):\n        return hash(key)\n"
+        "    def __eq__(self, other):\n"
+        "        if ARMED[0]:\n            RAN.append(other)\n            return True\n"
+        "        return False\n"
+        "original = held.pop(key)\n"
+        "held[Key()] = original  # what the seal holds, answered for the name\n"
+        "held[key] = lambda *args, **kwargs: None  # the entry itself, replaced\n"
+        "ARMED[0] = True\n"
+    )
+    try:
+        cell(source, namespace)
+        found = harness_seal.changes(sealed, provenance)
+        rebound = harness_seal.rebound_names(sealed, provenance)
+        ran = list(namespace["RAN"])
+    finally:
+        namespace.get("ARMED", [None])[0] = False
+        held = namespace.get("held")
+        if held is not None and "original" in namespace:
+            for planted in [k for k in list(held) if type(k).__name__ == "Key"]:
+                del held[planted]
+            held[namespace["key"]] = namespace["original"]
+    assert ran == [], f"the seal ran the notebook's __eq__ against {ran}"
+    assert named in found, found
+    assert all(entry[1] is not held for entry in rebound)  # nothing written back there
+    assert harness_seal.changes(sealed, provenance) == []
 
 
 def test_an_attribute_set_on_a_sealed_function_is_named(provenance):

@@ -26,6 +26,7 @@ of its own would be called through the shared one, where a notebook can rebind i
 from __future__ import annotations
 
 import gc
+import itertools
 import operator
 import sys
 import types
@@ -67,7 +68,8 @@ class _Quick:
     attribute_counts: tuple  # ... and how many attributes each had
     module_keys: tuple = ()  # sys.modules' keys at the last look (_new_coursekit_modules)
     new_modules: list = field(default_factory=list)  # coursekit's imported since the seal
-    odd_module_keys: bool = False  # a key of sys.modules that is not exactly a str
+    spaces: tuple = ()  # every plain dict the comparison looks names up in (_odd_spaces)
+    space_labels: tuple = ()  # ... and how a finding names each
 
 
 def _flat(entries: list) -> tuple:
@@ -94,6 +96,18 @@ def _quick(found: Seal) -> _Quick:
         else:
             full_cells += closure
             contents += cells
+    spaces, labels = {id(_SYS_DICT): _SYS_DICT, id(_MODULES): _MODULES}, {}
+    labels.update({id(_SYS_DICT): "sys", id(_MODULES): "sys.modules"})
+    named = [(where, namespace) for where, namespace, *_ in found.names]  # its own name
+    for where, namespace, *_ in found.entries:  # a name in it: what holds the name
+        at = where.rfind("[") if where.endswith("]") else where.rfind(".")
+        named.append((where[:at] if at > 0 else where, namespace))
+    for label, namespace in named:
+        if type(namespace) is dict and id(namespace) not in spaces:
+            spaces[id(namespace)] = namespace
+            labels[id(namespace)] = label
+    for _, table, _ in found.tables:
+        spaces.pop(id(table), None)  # keyed by classes: compared by identity (_table_changes)
     functions = [entry[1] for entry in found.functions]
     for function in functions:  # made now if missing, so no later read adds one (below)
         function.__annotations__  # noqa: B018
@@ -112,6 +126,8 @@ def _quick(found: Seal) -> _Quick:
         others=tuple(others),
         attribute_dicts=tuple(entry[1] for entry in found.function_attributes),
         attribute_counts=tuple(entry[2] for entry in found.function_attributes),
+        spaces=tuple(spaces.values()),
+        space_labels=tuple(labels[key] for key in spaces),
     )
 
 
@@ -132,11 +148,58 @@ _MODULE = operator.attrgetter("__module__")  # neither read raises an audit even
 _DOC = operator.attrgetter("__doc__")
 _CONTENTS = operator.attrgetter("cell_contents")
 _STARTS = str.startswith
+_SYS_DICT = vars(sys)
+_TYPE = type
+_CHAIN = itertools.chain.from_iterable
+_ALWAYS_STR = repeat(str)
+_FUNCTION = types.FunctionType
+_MODULE_TYPE = types.ModuleType
+_CODE_OF = types.FunctionType.__dict__["__code__"].__get__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_WRAPPED_FUNCTION = tuple(
+    (kind, kind.__dict__["__func__"].__get__)
+    for kind in (staticmethod, classmethod, types.MethodType)
+)
 
 
 def _differs(now, then) -> bool:
     """Whether any item of ``now`` is not the very object at its place in ``then``."""
     return any(map(_IS_NOT, now, then))
+
+
+def _odd(held) -> bool:
+    """Whether ``held`` (a plain dict) has a key that is not exactly a ``str``: read in C,
+    no key's method runs."""
+    return any(map(_IS_NOT, map(_TYPE, iter(held)), _ALWAYS_STR))
+
+
+def _odd_spaces(quick: _Quick) -> list[int]:
+    """The places in :attr:`_Quick.spaces` of the dicts holding a key that is not exactly
+    a ``str``: one C-level pass over all their keys (some 40,000, about a millisecond),
+    then each dict on its own where that finds one. A cell can put such a key in a
+    module's globals, ``sys.modules`` or an object's ``__dict__`` without any audited
+    step, and one whose hash is a name's is compared with that name when it is looked up:
+    its ``__eq__`` would run inside the comparison (found by review: it answered the very
+    function the seal holds, for one the cell had patched). No name is looked up in such a
+    dict; it is named instead. (A class's members cannot be given such a key but through
+    ``gc.get_referents`` or ``ctypes``, which the audit hook names.)"""
+    if not any(map(_IS_NOT, map(_TYPE, _CHAIN(quick.spaces)), _ALWAYS_STR)):
+        return []
+    return [at for at, held in enumerate(quick.spaces) if _odd(held)]
+
+
+def _get(held, key, default=None):
+    """``held.get(key, default)`` for a plain dict that may hold keys of the notebook's:
+    looked up where every key is exactly a ``str``, else read item by item, each key
+    compared only if it is exactly a ``str`` (nothing of the notebook's runs)."""
+    if _TYPE(held) is not dict:
+        return default
+    if not _odd(held):
+        return _DICT_GET(held, key, default)
+    for name, value in list(dict.items(held)):
+        if _TYPE(name) is str and name == key:
+            return value
+    return default
 
 
 def _entries_unchanged(quick: _Quick) -> bool:
@@ -202,8 +265,13 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     """Where the harness differs from ``sealed`` (see the module's docstring)."""
     found = []
     quick = sealed.quick or _quick(sealed)
-    if not _entries_unchanged(quick):
+    odd = _odd_spaces(quick)  # first: the rest looks names up in these dicts
+    skipped = {id(quick.spaces[at]) for at in odd}
+    found += [f"{quick.space_labels[at]} (a key that is not a plain string)" for at in odd]
+    if odd or not _entries_unchanged(quick):
         for where, namespace, key, value, strict in sealed.entries:
+            if id(namespace) in skipped:
+                continue
             now = namespace.get(key, _MISSING)
             if now is not value and (
                 strict or not library_value(now, provenance, key, value, where)
@@ -232,6 +300,8 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             if len(attributes) != count or _FUNCTION_DICT(function) is not attributes:
                 found.append(f"{where} (an attribute added, or the whole of it replaced)")
     for where, namespace, names, strict, owner in sealed.names:
+        if id(namespace) in skipped:
+            continue
         if len(namespace) == len(names) and namespace.keys() == names:
             continue
         for added in sorted(namespace.keys() - names, key=str):
@@ -241,7 +311,11 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             if strict or not _library_addition(now, provenance, added, where, owner, sealed):
                 found.append(f"{where}.{added}")
     for key, hooks in sealed.hooks.items():
-        now = tuple(getattr(sys, key))
+        now = _get(_SYS_DICT, key)
+        if _TYPE(now) is not list:  # replaced by an object of the notebook's: not iterated
+            found.append(f"sys.{key}")
+            continue
+        now = tuple(now)
         if len(now) != len(hooks) or any(a is not b for a, b in zip(now, hooks, strict=False)):
             added = [h for h in now if not any(h is v for v in hooks)]
             if len(now) < len(hooks) or not all(library_hook(h, provenance) for h in added):
@@ -249,21 +323,18 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
     if provenance is not None:
         for name in _new_coursekit_modules(quick, sealed.modules):
             found += _foreign_code(name, provenance)
-        if quick.odd_module_keys:
-            found.append("sys.modules (a key that is not a plain string)")
     return found
 
 
 def _new_coursekit_modules(quick: _Quick, sealed_names: frozenset) -> list[str]:
     """coursekit's modules imported since the seal, by name: read again from ``sys.modules``
     only when its keys are not the very ones of the last look (checked in C). Only keys of
-    exactly ``str`` are read, with ``str``'s own methods; another key is noted
-    (:attr:`_Quick.odd_module_keys`), never hashed, compared or asked for its methods."""
+    exactly ``str`` are read, with ``str``'s own methods; another key is never hashed,
+    compared or asked for its methods (:func:`changes` names it: :func:`_odd_spaces`)."""
     keys = tuple(dict.keys(_MODULES))
     last = quick.module_keys
     if len(keys) != len(last) or _differs(keys, last):
         quick.module_keys = keys
-        quick.odd_module_keys = any(map(_IS_NOT, map(type, keys), _REPEAT(str)))
         quick.new_modules = [
             name
             for name in keys
@@ -279,11 +350,13 @@ def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
     ``(where, namespace, key, sealed value, whether the name was absent)`` for each, which a
     memory test's fork puts back before it measures (``runner.py``)."""
     quick = sealed.quick or _quick(sealed)
-    if _entries_unchanged(quick):
+    odd = _odd_spaces(quick)  # first: no name is looked up in these (named by changes())
+    if not odd and _entries_unchanged(quick):
         return []
     found = []
+    skipped = {id(quick.spaces[at]) for at in odd}  # nor written
     for where, namespace, key, value, strict in sealed.entries:
-        if type(namespace) is not dict:
+        if type(namespace) is not dict or id(namespace) in skipped:
             continue
         now = namespace.get(key, _MISSING)
         if now is not value and (strict or not library_value(now, provenance, key, value, where)):
@@ -294,28 +367,31 @@ def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
 def _table_changes(where: str, table: dict, contents: dict) -> list[str]:
     """An entry of a table replaced or removed, or one added for a class or dtype of torch's,
     numpy's or coursekit's (``copy._deepcopy_dispatch[nn.Parameter] = ...``: what copying a
-    model does). A library may add its own classes (``copyreg.pickle`` on import). An added
-    key's class is read past any metaclass of the notebook's (no notebook code runs here)."""
-    if len(table) == len(contents) and all(
-        map(_same_entry, _REPEAT(table), contents.keys(), contents.values())
+    model does). A library may add its own classes (``copyreg.pickle`` on import). Keys are
+    compared by identity, never looked up: a key of the notebook's whose hash is a sealed
+    class's would be compared with it, running its ``__eq__``. An added key's class is read
+    past any metaclass of the notebook's (no notebook code runs here)."""
+    if (
+        len(table) == len(contents)
+        and not _differs(dict.keys(table), dict.keys(contents))
+        and not _differs(dict.values(table), dict.values(contents))
     ):
-        return []
+        return []  # the very keys and values, in their order (the common case, read in C)
+    now = {id(key): value for key, value in list(dict.items(table))}  # (ints: compared in C)
     found = [
-        f"{where}[{key!r}]" for key, value in contents.items() if not _same_entry(table, key, value)
+        f"{where}[{key!r}]"
+        for key, value in contents.items()
+        if _DICT_GET(now, id(key), _MISSING) is not value
     ]
     known = {id(key) for key in contents}
     for key in list(table):  # by identity: a key of the notebook's is never hashed here
         if id(key) in known:
             continue
-        owner = key if isinstance(key, type) else type(key)
+        owner = key if issubclass(_TYPE(key), type) else _TYPE(key)
         module = str(_TYPE_ATTRIBUTE(owner, "__module__"))
         if module.split(".")[0] in _GRADED_PACKAGES:
             found.append(f"{where}[{module}.{_TYPE_ATTRIBUTE(owner, '__qualname__')}]")
     return found
-
-
-def _same_entry(table: dict, key, value) -> bool:
-    return _DICT_GET(table, key, _MISSING) is value
 
 
 _TYPE_ATTRIBUTE = type.__getattribute__
@@ -346,7 +422,7 @@ def library_value(value, provenance, key=None, original=_MISSING, where=None) ->
     ``partial`` with arguments bound, is not the library's. Data where there was a function
     is not either. Nor is another library function put in its place
     (``torch.equal = torch.is_same_size``): see :func:`_stands_for`."""
-    if isinstance(value, type(sys)):
+    if issubclass(_TYPE(value), _MODULE_TYPE):  # (isinstance would ask it for __class__)
         return True
     if provenance is None:
         return True
@@ -398,7 +474,7 @@ def _stands_for(value, key, original, package: str | None) -> bool:
     function whose own code has that name, from the package's own files (any library's,
     where ``package`` is None). Only what a caller cannot set is read: the code object and
     the closure, not ``__name__`` or ``__module__``."""
-    if not isinstance(value, types.FunctionType):
+    if _TYPE(value) is not _FUNCTION:
         return False  # a builtin's __module__ can be set; a partial's or a class's __name__
     code = value.__code__
     if original is not _MISSING:
@@ -412,13 +488,14 @@ def _stands_for(value, key, original, package: str | None) -> bool:
         return False
     if package is None:
         return True
-    home = _MODULES.get(package)
-    folder = _dirname(str(getattr(home, "__file__", None) or ""))
+    home = _get(_MODULES, package)
+    home = _get(_MODULE_DICT(home), "__file__") if issubclass(_TYPE(home), _MODULE_TYPE) else None
+    folder = _dirname(home if _TYPE(home) is str else "")
     return bool(folder) and code.co_filename.startswith(folder + "/")
 
 
 def _wraps(value, code, target) -> bool:
-    return _FUNCTION_DICT(value).get("__wrapped__") is target and any(
+    return _get(_FUNCTION_DICT(value), "__wrapped__") is target and any(
         code.co_name == name
         and code.co_filename.endswith(path)
         and _pinned(value, target, cell, check)
@@ -428,7 +505,7 @@ def _wraps(value, code, target) -> bool:
 
 def _wrapped_by(original):
     """What ``original`` calls, where it is itself a known wrapper as its library made it."""
-    if not isinstance(original, types.FunctionType):
+    if _TYPE(original) is not _FUNCTION:
         return _MISSING
     code = original.__code__
     for path, name, cell, check in KNOWN_WRAPPERS:
@@ -466,12 +543,13 @@ def _plain_disable(name: str, value) -> bool:
     if _TYPE_ATTRIBUTE(kind, "__module__") != "torch._dynamo.eval_frame":
         return False
     state = object.__getattribute__(value, "__dict__")
-    return (
-        state.get("callback", _MISSING) is None
-        and state.get("enter_exit_hooks") == []
-        and state.get("cleanup_fns") == []
-        and type(state.get("enter_exit_hooks")) is list
-        and type(state.get("cleanup_fns")) is list
+    hooks, cleanups = _get(state, "enter_exit_hooks"), _get(state, "cleanup_fns")
+    return (  # types first: == on an object of the notebook's would run its __eq__
+        _get(state, "callback", _MISSING) is None
+        and _TYPE(hooks) is list
+        and _TYPE(cleanups) is list
+        and len(hooks) == 0
+        and len(cleanups) == 0
     )
 
 
@@ -507,23 +585,29 @@ def library_hook(value, provenance) -> bool:
     its class and what it holds must be the libraries'."""
     if provenance is None:
         return True
-    if callable(value) and not isinstance(value, type):
+    if callable(value) and not issubclass(_TYPE(value), type):
         return provenance.is_library_callable(value, strict=True)
     return provenance.is_library_object(value)
 
 
 def _expected_addition(namespace, name) -> bool:
+    """Python's own additions to a namespace (its keys exactly ``str``: :func:`changes`),
+    read by exact types: ``isinstance`` would ask an object of the notebook's for its
+    ``__class__``, which runs its code."""
     value = namespace.get(name)
-    if isinstance(value, type(sys)):
+    kind = _TYPE(value)
+    if issubclass(kind, _MODULE_TYPE):
         return True
-    if name == "__warningregistry__" and isinstance(value, dict):  # made by warnings.warn
+    if name == "__warningregistry__" and issubclass(kind, dict):  # made by warnings.warn
         return True
-    if name == "__slotnames__" and isinstance(value, list):  # copyreg's cache, on a copy
-        return all(isinstance(item, str) for item in value)
+    if name == "__slotnames__" and issubclass(kind, list):  # copyreg's cache, on a copy
+        return all(_TYPE(item) is str for item in list.copy(value))
     exports = namespace.get("_EXPORTS") if "__path__" in namespace else None
-    if isinstance(exports, dict) and isinstance(exports.get(name), str):
-        source = _MODULES.get(exports[name])
-        return source is not None and vars(source).get(name, _MISSING) is value
+    source = _get(exports, name) if _TYPE(exports) is dict else None
+    if _TYPE(source) is str:
+        source = _get(_MODULES, source)
+        if issubclass(_TYPE(source), _MODULE_TYPE):
+            return _get(_MODULE_DICT(source), name, _MISSING) is value
     return False
 
 
@@ -534,12 +618,20 @@ def _foreign_code(module_name: str, provenance) -> list[str]:
     that way, with no file to check them against. (Such a module is no part of the harness,
     which is sealed whole; this only names a notebook's code planted in coursekit.)"""
     found = []
-    for name, value in list(vars(_MODULES[module_name]).items()):
-        members = list(vars(value).items()) if isinstance(value, type) else []
+    module = _get(_MODULES, module_name)
+    if not issubclass(_TYPE(module), _MODULE_TYPE):
+        return [f"sys.modules[{module_name!r}] (not a module)"]
+    for name, value in list(dict.items(_MODULE_DICT(module))):
+        members = list(_CLASS_DICT(value).items()) if issubclass(_TYPE(value), type) else []
         for label, item in [(name, value), *((f"{name}.{m}", v) for m, v in members)]:
-            code = getattr(item, "__code__", None)
+            # a function's code read through its own slot: no attribute of the notebook's
+            # object, nor a metaclass's, runs here
+            for kind, inner in _WRAPPED_FUNCTION:  # by identity: no metaclass's __hash__
+                if _TYPE(item) is kind:  # (C's own types: their __func__ is a slot)
+                    item = inner(item)
+            code = _CODE_OF(item) if _TYPE(item) is _FUNCTION else None
             if (
-                isinstance(code, _CODE_TYPE)
+                _TYPE(code) is _CODE_TYPE
                 and code.co_filename != "<string>"
                 and not provenance.is_library(code)
             ):
