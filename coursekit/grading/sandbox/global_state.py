@@ -159,6 +159,12 @@ def take() -> Baseline:
         undo_transforms=C._functorch.pop_dynamic_layer_stack_and_undo_to_depth,
         device_module=vars(sys.modules["torch.utils._device"]),
         device_context=torch._GLOBAL_DEVICE_CONTEXT,
+        # pybind11 builds __members__ anew at each read, from a dict a cell can write:
+        # taken once, here
+        dispatch_keys_by_name=dict(C.DispatchKey.__members__),
+        gc_isenabled=gc.isenabled,
+        gc_disable=gc.disable,
+        gc_enable=gc.enable,
     )
     base = Baseline(tools=tools)
     for name, getter, setter in _setting_pairs():
@@ -169,12 +175,15 @@ def take() -> Baseline:
         if isinstance(value, _PLAIN) or type(value).__module__.startswith("torch"):
             base.settings.append((name, getter, setter, value))
     plain = [
-        ("grad mode", torch.is_grad_enabled, torch.set_grad_enabled),
-        ("default dtype", torch.get_default_dtype, torch.set_default_dtype),
+        # torch._C's own setters: torch's Python ones look names up in their modules'
+        # globals, where a key of the notebook's would be compared with the name
+        ("grad mode", torch.is_grad_enabled, torch._C._set_grad_enabled),
+        ("default dtype", torch.get_default_dtype, torch._C._set_default_dtype),
         ("the autocast cache", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
         ("thread count", torch.get_num_threads, torch.set_num_threads),
         ("anomaly mode", *_anomaly_switch()),
         ("flush-denormal", _flush_denormal_getter(), torch.set_flush_denormal),
+        ("gc thresholds", gc.get_threshold, gc.set_threshold),  # (set with the tuple spread)
     ]
     plain += _fp32_precisions()  # after the legacy setting, which does not set them all
     base.settings += [(name, get, put, get()) for name, get, put in plain]
@@ -259,11 +268,12 @@ def take() -> Baseline:
 def _name_dicts(base: Baseline) -> list:
     """``(label, dict)`` of every dictionary a notebook can write that :func:`restore` reads
     or writes by name: ``sys``'s, ``sys.modules``, the modules whose globals hold torch's
-    hooks, ``torch.utils._device``'s, ``warnings``' and the modules whose functions register
+    hooks, ``torch.utils._device``'s, ``warnings``', ``threading``'s (whose Python functions
+    put-back calls to read and set the trace hooks) and the modules whose functions register
     with torch's dispatcher. Each is one object for the life of the process (a module's
     dict cannot be replaced), so it is taken once, here."""
     found, seen = [], set()
-    modules = [("sys", sys), ("warnings", base.tools["warnings"])]
+    modules = [("sys", sys), ("warnings", base.tools["warnings"]), ("threading", threading)]
     modules += [(name, sys.modules.get(name)) for name in ("torch.utils._device", *_HOOK_MODULES)]
     modules += [(None, owner) for owner, _, _ in base.watchers]  # (classes: not rewritten)
     for label, module in modules:
@@ -487,7 +497,20 @@ def _infra_keys() -> list:
 
 def restore(base: Baseline, provenance) -> list[str]:
     """Put the state of :func:`take` back; what was found, as flag texts (settings put back
-    are not flagged: see the module's docstring)."""
+    are not flagged: see the module's docstring). No collection runs meanwhile: a cycle of
+    the notebook's with a ``__del__`` (its threshold set to 1, say) would run its code in
+    the middle of put-back (found by review); gc is left on or off as it was found."""
+    tools = base.tools
+    collecting = tools["gc_isenabled"]()
+    tools["gc_disable"]()
+    try:
+        return _restore(base, provenance)
+    finally:
+        if collecting:
+            tools["gc_enable"]()
+
+
+def _restore(base: Baseline, provenance) -> list[str]:
     found: list[str] = []
     library_code = provenance.is_library_callable
     for label, held in base.name_dicts:  # first: the rest looks names up in them
@@ -577,6 +600,22 @@ def _restore_module_classes(base: Baseline, found: list[str], library_code) -> N
         base.modules_passed = (tuple(odd), tuple(map(_TYPE, odd)))
 
 
+def _local_dict(local) -> dict:
+    """A ``threading.local``'s dict for this thread, through ``_thread._local``'s own
+    lookup (no method of a subclass runs); {} where there is none."""
+    if type(local) is not _LOCAL:
+        return {}
+    try:
+        held = _LOCAL_GETATTRIBUTE(local, "__dict__")
+    except (AttributeError, TypeError):
+        return {}
+    return held if type(held) is dict else {}
+
+
+_LOCAL = _thread._local
+_LOCAL_GETATTRIBUTE = _thread._local.__getattribute__
+
+
 def _module_name(module) -> str:
     name = _item(_MODULE_DICT(module), "__name__")
     return name if type(name) is str else "?"
@@ -656,9 +695,13 @@ def _restore_modes(base: Baseline, found: list[str], library_code) -> None:
     if C.device_module.get("CURRENT_DEVICE") is not current:
         base.removed.append(C.device_module.get("CURRENT_DEVICE"))
         C.device_module["CURRENT_DEVICE"] = current
-    if getattr(C.device_context, "device_context", None) is not context:
-        base.removed.append(getattr(C.device_context, "device_context", None))
-        C.device_context.device_context = context
+    # (a threading.local: its dict for this thread, read through the C type's own lookup,
+    # its keys made names only, as for the modules' dicts)
+    held = _local_dict(C.device_context)
+    _names_only(held, "torch's default device context", base, found)
+    if dict.get(held, "device_context") is not context:
+        base.removed.append(dict.get(held, "device_context"))
+        held["device_context"] = context
     modes = [C._get_dispatch_stack_at(i) for i in range(C._len_torch_dispatch_stack())]
     if len(modes) != len(base.dispatch_modes) or any(
         a is not b for a, b in zip(modes, base.dispatch_modes, strict=False)
@@ -700,7 +743,7 @@ def _restore_dispatch_keys(base: Baseline, found: list[str]) -> None:
         ):
             wanted, now = _keys_in(wanted), _keys_in(now)
             for name in wanted ^ now:
-                key = C.DispatchKey.__members__.get(name)
+                key = C.dispatch_keys_by_name.get(name)  # (taken at take(): see there)
                 if key is not None:
                     put(key, name in wanted)
 
@@ -876,6 +919,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         settings["loggerDict"] = table
         found.append("it replaced logging's table of loggers")
     if dict.get(settings, "_disable") is not base.logging_disabled:  # (``disable``'s own)
+        base.removed.append(dict.get(settings, "_disable"))  # held: no __del__ runs here
         settings["_disable"] = base.logging_disabled
         changed = True
     made_as = dict.get(settings, "loggerClass")  # the class of every logger made from now
@@ -899,6 +943,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
         pairs = quick.others  # those made since, looked at one by one
     for logger, state in pairs:
         if state[6] is not None and type(logger) is not state[6]:
+            base.removed.append(type(logger))
             try:
                 _SET_CLASS(logger, state[6])
                 found.append(f"it changed the class of {_logger_name(logger, roots)}")
@@ -941,6 +986,7 @@ def _restore_logging(base: Baseline, found: list[str], library_code) -> None:
             or dict.get(held, "propagate") is not propagate
             or dict.get(held, "disabled") is not disabled
         ):
+            base.removed.append([dict.get(held, key) for key in _SETTINGS])  # held, as above
             held.update(zip(_SETTINGS, (level, propagate, disabled), strict=True))
             changed = True
     if changed:
@@ -1305,7 +1351,7 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
         records = records or _RECORDS_SINCE(base.registrations, 0)[0]
         if _TAKEN_BACK_WHOLE(owner, records, provenance):
             found.append(f"it registered {what} with torch's dispatcher (torch.library)")
-            _TAKE_BACK(owner)
+            _TAKE_BACK(owner, base.removed, provenance)
         else:  # a handle torch made: undoing it would take torch's own kernels off too
             found.append(
                 f"it registered {what} with torch's dispatcher on a handle torch made "
