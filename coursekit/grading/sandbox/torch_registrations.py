@@ -177,6 +177,45 @@ def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
             answer = (False, BaseException.with_traceback(error, None))
 
 
+def _bind_destroy_steps(library_module) -> None:
+    """What :func:`take_back` reads, bound while no hand-in exists: torch's registration
+    handle class and its dict getset, ``torch.library``'s dict and its cache clearer."""
+    global _ON_DESTROY, _LIBRARY_MODULE_DICT, _CLEAR_OPS_CACHE
+    import torch._library.utils as library_utils
+
+    kind = library_utils.RegistrationHandle
+    slot = next(
+        vars(klass)["__dict__"].__get__
+        for klass in kind.__mro__
+        if type(vars(klass).get("__dict__")) is types.GetSetDescriptorType
+    )
+    namespace = vars(library_module)
+    _CLEAR_OPS_CACHE = namespace.get("_clear_torch_ops_cache")
+
+    def on_destroy(handle, provenance):
+        """What ``handle.destroy`` calls, where ``handle`` is exactly torch's class and that
+        is a plain function of a library's code and module (the function torch made when
+        the kernel was registered: it runs over torch's own registries); else None."""
+        if type(handle) is not kind or provenance is None:
+            return None
+        state = slot(handle)
+        if type(state) is not dict or any(type(k) is not str for k in list(state)):
+            return None
+        call = dict.get(state, "_on_destroy")  # (its keys exactly str: looked up in C)
+        if type(call) is not types.FunctionType:
+            return None
+        if not provenance.is_library(_CODE_OF(call)):
+            return None
+        if not provenance.is_library_globals(_GLOBALS_OF(call)):
+            return None
+        return call  # what destroy() calls, without looking it up again
+
+    def module_dict():
+        return namespace if not any(type(k) is not str for k in list(namespace)) else None
+
+    _ON_DESTROY, _LIBRARY_MODULE_DICT = on_destroy, module_dict
+
+
 def watch() -> None:
     """Wrap torch's ways to register with its dispatcher (see the module's docstring) so
     that each call records who made it. Run once, in the warm parent, before the seal and
@@ -190,6 +229,7 @@ def watch() -> None:
 
     _HANDLE, _LIBRARY = torch._C._DispatchModule, torch.library.Library
     _DESTROY, _RESET = vars(_LIBRARY)["_destroy"], vars(_HANDLE)["reset"]
+    _bind_destroy_steps(torch.library)
     _LIBRARY_DICT = next(
         vars(klass)["__dict__"].__get__
         for klass in _LIBRARY.__mro__
@@ -282,8 +322,9 @@ def the_notebooks_own(owner, records: tuple, provenance) -> bool:
     notebook's. A handle torch made (a ``Library``'s own ``.m``) holds torch's kernels too."""
     handle = owner
     if issubclass(type(owner), _LIBRARY):  # (type's own check: no __class__ of a notebook's)
-        held = _LIBRARY_DICT(owner)
-        handle = dict.get(held, "m") if type(held) is dict else None
+        held = _LIBRARY_DICT(owner)  # read as items: a key of the notebook's is not compared
+        items = list(dict.items(held)) if type(held) is dict else []
+        handle = next((v for k, v in items if type(k) is str and k == "m"), None)
     if not issubclass(type(handle), _HANDLE):
         return True  # nothing torch made (a Library destroyed, or no handle at all)
     return any(
@@ -295,25 +336,85 @@ def the_notebooks_own(owner, records: tuple, provenance) -> bool:
     )
 
 
-def take_back(owner) -> None:
-    """Undo a notebook's registrations: its ``Library`` destroyed, or the dispatcher's
-    handle it holds reset (either removes every kernel and operator it registered). Only
-    torch's own ``Library._destroy`` and handle ``reset`` are called, on objects whose real
-    type is theirs: an owner of another class (a notebook's object passed as a Library's
-    ``self``) is left, and stays flagged."""
+def take_back(owner, held: list | None = None, provenance=None) -> None:
+    """Undo a notebook's registrations: what torch's own ``Library._destroy`` does, done
+    here over exact types only, or the dispatcher's handle it holds reset (either removes
+    every kernel and operator it registered). ``_destroy`` itself would run Python over
+    the notebook's objects: a handle of its own in ``_registration_handles`` (its
+    ``destroy``), an ``_on_destroy`` it set, items of ``_op_impls`` (hashed), a key in the
+    ``Library``'s dict whose hash is ``"m"``'s (found by review). So the dict is read as
+    items, only exact ``str`` keys; torch's handle is reset; each registration handle of
+    torch's own class whose ``_on_destroy`` is a library's function (``provenance``) is
+    destroyed (that function then runs over torch's registries, which hold the notebook's
+    kernels); the other objects are left where they are (flagged all the same) and what
+    is taken off is put in ``held``, so that none of it is finalized here. An owner of
+    another class (a notebook's object passed as a Library's ``self``) is left."""
+    held = [] if held is None else held
     kind = type(owner)
     try:
-        if issubclass(kind, _LIBRARY):
-            held = _LIBRARY_DICT(owner)
-            handle = dict.get(held, "m") if type(held) is dict else None
-            if kind is _LIBRARY and handle is not None:
-                _DESTROY(owner)
-            elif type(handle) is _HANDLE:  # a subclass's: its handle alone, none of its code
-                _RESET(handle)
-        elif kind is _HANDLE:
+        if kind is _HANDLE:
             _RESET(owner)
+        elif issubclass(kind, _LIBRARY):
+            attributes = _LIBRARY_DICT(owner)
+            if type(attributes) is dict:
+                _destroy_as_torch_does(attributes, kind is _LIBRARY, held, provenance)
     except Exception:  # noqa: BLE001 - already destroyed: flagged all the same
         return
+
+
+def _destroy_as_torch_does(attributes: dict, whole: bool, held: list, provenance) -> None:
+    """``Library._destroy``'s steps (torch 2.x), each over objects of torch's own types.
+    For a subclass's ``Library`` (``whole`` false), its handle alone: none of its code."""
+    items = {k: v for k, v in list(dict.items(attributes)) if type(k) is str}
+    handle = items.get("m")
+    if type(handle) is _HANDLE:
+        _RESET(handle)
+    if not whole:
+        return
+    held.append(list(dict.items(attributes)))
+    if len(items) != len(attributes):  # a key of the notebook's: the dict as names only
+        dict.clear(attributes)
+        dict.update(attributes, items)
+    attributes["m"] = None
+    handles = items.get("_registration_handles")
+    if type(handles) is list:
+        kept = []
+        for one in list.copy(handles):
+            destroy = _ON_DESTROY(one, provenance)
+            if destroy is None:
+                kept.append(one)
+            else:
+                destroy()
+        held.append(list.copy(handles))
+        list.__setitem__(handles, slice(None), kept)
+    impls, defs = items.get("_op_impls"), items.get("_op_defs")
+    module = _LIBRARY_MODULE_DICT()
+    known = module.get("_impls") if module is not None else None
+    if _strings(impls) and type(known) is set:
+        set.difference_update(known, impls)
+    clear = module.get("_clear_torch_ops_cache") if module is not None else None
+    if _strings(defs) and clear is _CLEAR_OPS_CACHE:
+        clear(set(defs))
+
+
+def _strings(value) -> bool:
+    """A plain set of exact ``str`` (what ``Library`` keeps its operators' names in)."""
+    return type(value) is set and all(type(item) is str for item in set.copy(value))
+
+
+_CODE_OF = types.FunctionType.__dict__["__code__"].__get__
+_GLOBALS_OF = types.FunctionType.__dict__["__globals__"].__get__
+
+
+def _ON_DESTROY(handle, provenance):  # noqa: N802 - a constant's reading, set by watch()
+    return None
+
+
+def _LIBRARY_MODULE_DICT():  # noqa: N802 - set by watch()
+    return None
+
+
+_CLEAR_OPS_CACHE = None  # torch.library's own, taken by watch()
 
 
 def dispatcher_snapshot() -> tuple:
