@@ -49,13 +49,16 @@ class _Quick:
     process. It decides only "all identical"; any difference is named by the full
     comparison, as before.
 
-    Entries held in plain dicts (modules' globals, registries) and in classes' mapping
-    proxies are read in one pass each, through ``dict.get`` and ``MappingProxyType.get``
-    themselves (the storage, whatever a subclass would override); entries of any other
-    mapping, by the namespace's own ``get``, one pass per namespace."""
+    The plain dicts that hold entries (modules' globals, registries) are compared whole,
+    with what each held at the last look that found it clean (:func:`_look`): the very
+    keys and values, in order, so that no name is looked up in a dict before it is known
+    to hold only keys that are exactly ``str``. Entries held in classes' mapping proxies
+    are read in one pass, through ``MappingProxyType.get`` itself (the storage, whatever a
+    subclass would override); entries of any other mapping, by the namespace's own
+    ``get``, one pass per namespace."""
 
-    dicts: tuple  # (namespaces, keys, values): one item per entry held in a plain dict
-    proxies: tuple  # ... in a mapping proxy (a class's members)
+    loose: tuple  # (namespaces, keys, values) of entries in a plain dict not in spaces
+    proxies: tuple  # (namespaces, keys, values): one item per entry in a mapping proxy
     groups: tuple  # (namespace, keys, values) for each namespace of another type
     functions: tuple  # the sealed functions
     referents: tuple  # ... what they hold, all in one (see :func:`_functions_unchanged`)
@@ -68,8 +71,12 @@ class _Quick:
     attribute_counts: tuple  # ... and how many attributes each had
     module_keys: tuple = ()  # sys.modules' keys at the last look (_new_coursekit_modules)
     new_modules: list = field(default_factory=list)  # coursekit's imported since the seal
-    spaces: tuple = ()  # every plain dict the comparison looks names up in (_odd_spaces)
-    space_labels: tuple = ()  # ... and how a finding names each
+    spaces: tuple = ()  # every plain dict the comparison looks names up in (_look)
+    space_labels: tuple = ()  # ... how a finding names each
+    space_entries: tuple = ()  # ... the (keys, values) of the entries sealed in each
+    space_lengths: list = field(default_factory=list)  # ... each one's length, keys and
+    space_keys: list = field(default_factory=list)  # values at the last look that found
+    space_values: list = field(default_factory=list)  # it clean (-1: never clean)
 
 
 def _flat(entries: list) -> tuple:
@@ -78,10 +85,10 @@ def _flat(entries: list) -> tuple:
 
 
 def _quick(found: Seal) -> _Quick:
-    dicts, proxies, by_namespace = [], [], {}
+    dicts, proxies, by_namespace = {}, [], {}
     for _, namespace, key, value, _ in found.entries:
         if type(namespace) is dict:
-            dicts.append((namespace, key, value))
+            dicts.setdefault(id(namespace), []).append((namespace, key, value))
         elif type(namespace) is types.MappingProxyType:
             proxies.append((namespace, key, value))
         else:
@@ -98,21 +105,28 @@ def _quick(found: Seal) -> _Quick:
             contents += cells
     spaces, labels = {id(_SYS_DICT): _SYS_DICT, id(_MODULES): _MODULES}, {}
     labels.update({id(_SYS_DICT): "sys", id(_MODULES): "sys.modules"})
-    named = [(where, namespace) for where, namespace, *_ in found.names]  # its own name
+    named = [(where, where, namespace) for where, namespace, *_ in found.names]  # its name
     for where, namespace, *_ in found.entries:  # a name in it: what holds the name
         at = where.rfind("[") if where.endswith("]") else where.rfind(".")
-        named.append((where[:at] if at > 0 else where, namespace))
-    for label, namespace in named:
+        named.append((where[:at] if at > 0 else where, where, namespace))
+    used = set(labels.values())
+    for label, where, namespace in named:
         if type(namespace) is dict and id(namespace) not in spaces:
             spaces[id(namespace)] = namespace
+            if label in used or " " in where:  # (a default's or a cell's place: in words)
+                label = f"the names beside {where}"  # (each dict named once: no two alike)
+            used.add(label)
             labels[id(namespace)] = label
     for _, table, _ in found.tables:
         spaces.pop(id(table), None)  # keyed by classes: compared by identity (_table_changes)
+    loose = [e for key, held in dicts.items() if key not in spaces for e in held]
+    entries = [_flat(dicts.get(key, []))[1:] for key in spaces]
+    clean = [not _odd(held) for held in spaces.values()]  # (all, in the warm parent)
     functions = [entry[1] for entry in found.functions]
     for function in functions:  # made now if missing, so no later read adds one (below)
         function.__annotations__  # noqa: B018
     return _Quick(
-        dicts=_flat(dicts),
+        loose=_flat(loose),
         proxies=_flat(proxies),
         groups=tuple(
             (ns, tuple(keys), tuple(values)) for ns, keys, values in by_namespace.values()
@@ -128,6 +142,12 @@ def _quick(found: Seal) -> _Quick:
         attribute_counts=tuple(entry[2] for entry in found.function_attributes),
         spaces=tuple(spaces.values()),
         space_labels=tuple(labels[key] for key in spaces),
+        space_entries=tuple(entries),
+        space_lengths=[
+            len(held) if ok else -1 for held, ok in zip(spaces.values(), clean, strict=True)
+        ],
+        space_keys=[tuple(dict.keys(held)) for held in spaces.values()],
+        space_values=[tuple(dict.values(held)) for held in spaces.values()],
     )
 
 
@@ -144,6 +164,7 @@ _PROXY_GET = types.MappingProxyType.get
 _CODE_TYPE = types.CodeType
 _MODULES = sys.modules
 _REFERENTS = gc.get_referents
+_GC_ENABLED, _GC_DISABLE, _GC_ENABLE = gc.isenabled, gc.disable, gc.enable
 _MODULE = operator.attrgetter("__module__")  # neither read raises an audit event
 _DOC = operator.attrgetter("__doc__")
 _CONTENTS = operator.attrgetter("cell_contents")
@@ -173,19 +194,48 @@ def _odd(held) -> bool:
     return any(map(_IS_NOT, map(_TYPE, iter(held)), _ALWAYS_STR))
 
 
-def _odd_spaces(quick: _Quick) -> list[int]:
-    """The places in :attr:`_Quick.spaces` of the dicts holding a key that is not exactly
-    a ``str``: one C-level pass over all their keys (some 40,000, about a millisecond),
-    then each dict on its own where that finds one. A cell can put such a key in a
-    module's globals, ``sys.modules`` or an object's ``__dict__`` without any audited
-    step, and one whose hash is a name's is compared with that name when it is looked up:
-    its ``__eq__`` would run inside the comparison (found by review: it answered the very
-    function the seal holds, for one the cell had patched). No name is looked up in such a
-    dict; it is named instead. (A class's members cannot be given such a key but through
-    ``gc.get_referents`` or ``ctypes``, which the audit hook names.)"""
-    if not any(map(_IS_NOT, map(_TYPE, _CHAIN(quick.spaces)), _ALWAYS_STR)):
-        return []
-    return [at for at, held in enumerate(quick.spaces) if _odd(held)]
+def _look(quick: _Quick) -> tuple[list[int], list[int]]:
+    """``(odd, changed)``: the places in :attr:`_Quick.spaces` of the dicts that hold a key
+    that is not exactly a ``str``, and of those where a sealed entry no longer holds the
+    object sealed.
+
+    A cell can put such a key in a module's globals, ``sys.modules`` or an object's
+    ``__dict__`` without any audited step, and one whose hash is a name's is compared with
+    that name when it is looked up: its ``__eq__`` would run inside the comparison (found
+    by review: it answered with the very function the seal holds, for one the cell had
+    patched). So no name is looked up in a dict before its keys are read, in C: first all
+    dicts at once, against what each held at the last look that found it clean (the very
+    keys and values, in order: some 40,000 of each, under a millisecond); then, where one
+    differs, that dict alone: named if it holds such a key, else its sealed entries looked
+    up. One whose entries are all as sealed is clean again, and what it holds now is what
+    the next look compares with. (A class's members cannot be given such a key but
+    through ``gc.get_referents`` or ``ctypes``, which the audit hook names.)"""
+    spaces = quick.spaces
+    if (
+        list(map(len, spaces)) == quick.space_lengths
+        and not _differs(_CHAIN(map(dict.keys, spaces)), _CHAIN(quick.space_keys))
+        and not _differs(_CHAIN(map(dict.values, spaces)), _CHAIN(quick.space_values))
+    ):
+        return [], []
+    odd, changed = [], []
+    for at, held in enumerate(spaces):
+        if (
+            len(held) == quick.space_lengths[at]
+            and not _differs(dict.keys(held), quick.space_keys[at])
+            and not _differs(dict.values(held), quick.space_values[at])
+        ):
+            continue
+        if _odd(held):
+            odd.append(at)
+            continue
+        keys, values = quick.space_entries[at] or ((), ())
+        if _differs(map(_DICT_GET, _REPEAT(held), keys, _REPEAT(_MISSING)), values):
+            changed.append(at)
+            continue
+        quick.space_keys[at] = tuple(dict.keys(held))  # clean: the next look's baseline
+        quick.space_values[at] = tuple(dict.values(held))
+        quick.space_lengths[at] = len(quick.space_keys[at])
+    return odd, changed
 
 
 def _get(held, key, default=None):
@@ -202,10 +252,15 @@ def _get(held, key, default=None):
     return default
 
 
-def _entries_unchanged(quick: _Quick) -> bool:
-    """Whether every sealed entry still holds the very object it held when sealed."""
+def _entries_unchanged(quick: _Quick, looked: tuple | None = None) -> bool:
+    """Whether every sealed entry still holds the very object it held when sealed (and no
+    dict that holds one has a key of the notebook's): ``looked`` is :func:`_look`'s answer,
+    where the caller has it."""
+    odd, changed = looked if looked is not None else _look(quick)
+    if odd or changed:
+        return False
     for get, (namespaces, keys, values) in (
-        (_DICT_GET, quick.dicts),
+        (_DICT_GET, quick.loose),
         (_PROXY_GET, quick.proxies),
     ):
         if _differs(map(get, namespaces, keys, _REPEAT(_MISSING)), values):
@@ -262,17 +317,28 @@ def seal() -> Seal:
 
 
 def changes(sealed: Seal, provenance=None) -> list[str]:
-    """Where the harness differs from ``sealed`` (see the module's docstring)."""
+    """Where the harness differs from ``sealed`` (see the module's docstring). No
+    collection runs meanwhile (a cycle of the notebook's with a ``__del__`` would run its
+    code in the middle of the comparison); gc is left on or off as it was found."""
+    collecting = _GC_ENABLED()
+    _GC_DISABLE()
+    try:
+        return _changes(sealed, provenance)
+    finally:
+        if collecting:
+            _GC_ENABLE()
+
+
+def _changes(sealed: Seal, provenance) -> list[str]:
     found = []
     quick = sealed.quick or _quick(sealed)
-    odd = _odd_spaces(quick)  # first: the rest looks names up in these dicts
-    skipped = {id(quick.spaces[at]) for at in odd}
+    looked = _look(quick)  # first: the rest looks names up in these dicts
+    odd = looked[0]
+    readable = _readable(quick, odd)
     found += [f"{quick.space_labels[at]} (a key that is not a plain string)" for at in odd]
-    if odd or not _entries_unchanged(quick):
+    if not _entries_unchanged(quick, looked):
         for where, namespace, key, value, strict in sealed.entries:
-            if id(namespace) in skipped:
-                continue
-            now = namespace.get(key, _MISSING)
+            now = _READ(readable, namespace).get(key, _MISSING)
             if now is not value and (
                 strict or not library_value(now, provenance, key, value, where)
             ):
@@ -300,8 +366,7 @@ def changes(sealed: Seal, provenance=None) -> list[str]:
             if len(attributes) != count or _FUNCTION_DICT(function) is not attributes:
                 found.append(f"{where} (an attribute added, or the whole of it replaced)")
     for where, namespace, names, strict, owner in sealed.names:
-        if id(namespace) in skipped:
-            continue
+        namespace = _READ(readable, namespace)  # (one with odd keys: its names only)
         if len(namespace) == len(names) and namespace.keys() == names:
             continue
         for added in sorted(namespace.keys() - names, key=str):
@@ -330,7 +395,7 @@ def _new_coursekit_modules(quick: _Quick, sealed_names: frozenset) -> list[str]:
     """coursekit's modules imported since the seal, by name: read again from ``sys.modules``
     only when its keys are not the very ones of the last look (checked in C). Only keys of
     exactly ``str`` are read, with ``str``'s own methods; another key is never hashed,
-    compared or asked for its methods (:func:`changes` names it: :func:`_odd_spaces`)."""
+    compared or asked for its methods (:func:`changes` names it: :func:`_look`)."""
     keys = tuple(dict.keys(_MODULES))
     last = quick.module_keys
     if len(keys) != len(last) or _differs(keys, last):
@@ -348,20 +413,67 @@ def _new_coursekit_modules(quick: _Quick, sealed_names: frozenset) -> list[str]:
 def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
     """Of :func:`changes`' findings, the names rebound in a plain dict (a module's globals):
     ``(where, namespace, key, sealed value, whether the name was absent)`` for each, which a
-    memory test's fork puts back before it measures (``runner.py``)."""
+    memory test's fork puts back before it measures (``runner.py``). No collection runs
+    meanwhile, as in :func:`changes`."""
+    collecting = _GC_ENABLED()
+    _GC_DISABLE()
+    try:
+        return _rebound_names(sealed, provenance)
+    finally:
+        if collecting:
+            _GC_ENABLE()
+
+
+def _rebound_names(sealed: Seal, provenance) -> list[tuple]:
     quick = sealed.quick or _quick(sealed)
-    odd = _odd_spaces(quick)  # first: no name is looked up in these (named by changes())
-    if not odd and _entries_unchanged(quick):
+    looked = _look(quick)  # first: no name is looked up in odd ones (named by changes())
+    if _entries_unchanged(quick, looked):
         return []
     found = []
-    skipped = {id(quick.spaces[at]) for at in odd}  # nor written
+    readable = _readable(quick, looked[0])
     for where, namespace, key, value, strict in sealed.entries:
-        if type(namespace) is not dict or id(namespace) in skipped:
+        if type(namespace) is not dict:
             continue
-        now = namespace.get(key, _MISSING)
+        now = _READ(readable, namespace).get(key, _MISSING)
         if now is not value and (strict or not library_value(now, provenance, key, value, where)):
             found.append((where, namespace, key, value, value is _MISSING))
     return found
+
+
+def _readable(quick: _Quick, odd: list[int]) -> dict:
+    """For each dict among ``odd`` (by its id): a copy of its items whose keys are exactly
+    ``str``, built in C, where its sealed names are looked up instead (a rebinding there
+    is still named, and still put back for a memory test: :func:`put_back_names`)."""
+    return {
+        id(quick.spaces[at]): {
+            k: v for k, v in list(dict.items(quick.spaces[at])) if _TYPE(k) is str
+        }
+        for at in odd
+    }
+
+
+def _READ(readable: dict, namespace):  # noqa: N802 - reads like a lookup table
+    """Where ``namespace``'s names are looked up: its copy of exact ``str`` keys, if it
+    has odd ones, else itself."""
+    return readable.get(id(namespace), namespace)
+
+
+def put_back_names(rebound: list[tuple], held: list) -> None:
+    """Put names :func:`rebound_names` found back as sealed (in a memory test's fork,
+    before it measures). A dict that holds a key that is not exactly a ``str`` is first
+    made of names only (its items held in ``held``, so nothing is finalized here): a write
+    compares the name with every key of its hash, running a key's ``__eq__``."""
+    for _, namespace, key, value, absent in rebound:
+        if _odd(namespace):
+            items = list(dict.items(namespace))
+            held.append(items)
+            dict.clear(namespace)
+            dict.update(namespace, [(k, v) for k, v in items if _TYPE(k) is str])
+        if absent:
+            held.append(namespace.pop(key, None))
+        else:
+            held.append(namespace.get(key))
+            namespace[key] = value
 
 
 def _table_changes(where: str, table: dict, contents: dict) -> list[str]:
@@ -388,13 +500,37 @@ def _table_changes(where: str, table: dict, contents: dict) -> list[str]:
         if id(key) in known:
             continue
         owner = key if issubclass(_TYPE(key), type) else _TYPE(key)
-        module = str(_TYPE_ATTRIBUTE(owner, "__module__"))
+        module, name = _class_names(owner)
         if module.split(".")[0] in _GRADED_PACKAGES:
-            found.append(f"{where}[{module}.{_TYPE_ATTRIBUTE(owner, '__qualname__')}]")
+            found.append(f"{where}[{module}.{name}]")
     return found
 
 
-_TYPE_ATTRIBUTE = type.__getattribute__
+def _class_names(kind: type) -> tuple[str, str]:
+    """A class's ``__module__`` and ``__qualname__``, as exact ``str`` ("?" for anything
+    else), read without running any code of its making: the module from its own members,
+    item by item (``type``'s getset would look the name up in them, where a key of the
+    notebook's could be compared with it; a metaclass's property would run), or from its
+    C name where it is a static type; the qualified name from its C slot."""
+    module = "?"
+    if _TYPE_FLAGS(kind) & _HEAP_TYPE:
+        for key, value in list(_CLASS_DICT(kind).items()):
+            if _TYPE(key) is str and key == "__module__":
+                module = value
+                break
+    else:  # a static type: its __module__ comes from its C name, not from a dict
+        module = _TYPE_MODULE(kind)
+    name = _TYPE_QUALNAME(kind)
+    return (
+        module if _TYPE(module) is str else "?",
+        name if _TYPE(name) is str else "?",
+    )
+
+
+_TYPE_MODULE = type.__dict__["__module__"].__get__
+_TYPE_QUALNAME = type.__dict__["__qualname__"].__get__
+_TYPE_FLAGS = type.__dict__["__flags__"].__get__
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE
 _GRADED_PACKAGES = ("torch", "numpy", "coursekit")
 
 
@@ -538,9 +674,7 @@ def _contents(cell):
 def _plain_disable(name: str, value) -> bool:
     """``torch._dynamo.disable``'s own context, as it makes it: no callback, no hooks."""
     kind = type(value)
-    if name != "self" or _TYPE_ATTRIBUTE(kind, "__qualname__") != "DisableContext":
-        return False
-    if _TYPE_ATTRIBUTE(kind, "__module__") != "torch._dynamo.eval_frame":
+    if name != "self" or _class_names(kind) != ("torch._dynamo.eval_frame", "DisableContext"):
         return False
     state = object.__getattribute__(value, "__dict__")
     hooks, cleanups = _get(state, "enter_exit_hooks"), _get(state, "cleanup_fns")
@@ -623,6 +757,8 @@ def _foreign_code(module_name: str, provenance) -> list[str]:
         return [f"sys.modules[{module_name!r}] (not a module)"]
     for name, value in list(dict.items(_MODULE_DICT(module))):
         members = list(_CLASS_DICT(value).items()) if issubclass(_TYPE(value), type) else []
+        name = name if _TYPE(name) is str else "?"  # (formatting another would run its code)
+        members = [(m if _TYPE(m) is str else "?", v) for m, v in members]
         for label, item in [(name, value), *((f"{name}.{m}", v) for m, v in members)]:
             # a function's code read through its own slot: no attribute of the notebook's
             # object, nor a metaclass's, runs here

@@ -756,11 +756,18 @@ def _same(a, b) -> bool:
 
 
 def _same_dict(a, b) -> bool:
+    """Whether two keyword-default dicts hold the same values under the same names, read
+    as items: only exact ``str`` names count (a key of the notebook's, even in a library
+    function's own dict, is never hashed or compared: found by review)."""
     if a is b:
         return True
-    if a is None or b is None or a.keys() != b.keys():
+    if type(a) is not dict or type(b) is not dict or len(a) != len(b):
         return False
-    return all(a[k] is b[k] for k in a)
+    items, then = list(dict.items(a)), list(dict.items(b))
+    if not all(type(k) is str for k, _ in items) or not all(type(k) is str for k, _ in then):
+        return False
+    then = dict(then)  # (exact str keys: hashed and compared in C)
+    return all(k in then and then[k] is v for k, v in items)
 
 
 def _nested(code: _CODE) -> list[_CODE]:

@@ -414,6 +414,7 @@ def serve(
     # calls (in its module, in builtins) must not blind it (see harness_seal.py)
     seal_copy = shared_tampering.private_copy(harness_seal)
     changes, rebound_names = seal_copy.changes, seal_copy.rebound_names
+    put_back_names, held_in_child = seal_copy.put_back_names, []
     for record in (provenance, tripwire_provenance):
         record.trust(trusted)  # the modules loaded by now are the libraries'
         record.forget_globals(shell.user_ns)  # but __main__ is now the notebook's own
@@ -575,11 +576,7 @@ def serve(
             return new
 
         def in_child() -> tuple[list[str], list[str]]:
-            for _, namespace, key, value, absent in earlier:
-                if absent:
-                    namespace.pop(key, None)
-                else:
-                    namespace[key] = value
+            put_back_names(earlier, held_in_child)  # (a dict with odd keys made names only)
             set_threads(1)  # before any torch operation: the parent's pool is not here
             put_back = restore(baseline, provenance)
             # what was put back was the notebook's, and no longer held: a finalizer of its
