@@ -145,9 +145,11 @@ def _blind(how: str) -> dict:
 
     saved = {}
     if how == "its module":
-        for name in ("_entries_unchanged", "_functions_unchanged", "_differs", "_foreign_code"):
+        names = ("_look", "_entries_unchanged", "_functions_unchanged", "_differs", "_foreign_code")
+        for name in names:
             saved[(harness_seal, name)] = getattr(harness_seal, name)
-        harness_seal._entries_unchanged = lambda quick: True
+        harness_seal._look = lambda quick: ([], [])
+        harness_seal._entries_unchanged = lambda quick, looked=None: True
         harness_seal._functions_unchanged = lambda quick: True
         harness_seal._differs = lambda now, then: False
         harness_seal._foreign_code = lambda name, provenance: []

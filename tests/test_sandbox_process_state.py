@@ -788,6 +788,12 @@ _NAME_DICTS = {
     "warnings": ("vars(warnings)", "showwarning", "warnings.showwarning = print\n"),
     "logging's manager": ("vars(logging.Logger.manager)", "loggerDict", ""),
     "torch._C": ("vars(torch._C)", "_dispatch_library", ""),
+    "torch's default device context": (
+        "_thread._local.__getattribute__(torch._GLOBAL_DEVICE_CONTEXT, '__dict__')",
+        "device_context",
+        "",
+    ),
+    "threading (its trace hooks)": ("vars(threading)", "_trace_hook", ""),
     "torch.library.Library's members": (
         "next(d for d in gc.get_referents(torch.library.Library) if type(d) is dict"
         " and 'define' in d)",
@@ -810,7 +816,7 @@ def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(provenance, w
     baseline = global_state.take()
     namespace = {"__name__": "__main__"}
     source = (
-        "import gc, logging, sys, torch, torch.library, warnings\n"
+        "import _thread, gc, logging, sys, threading, torch, torch.library, warnings\n"
         "RAN, ARMED = [], [False]\n"
         f"held = {reach}\n"
         "class Key:\n"
@@ -820,9 +826,9 @@ def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(provenance, w
         "            RAN.append(other)\n"
         "            torch.nn.modules.module.register_module_forward_hook(lambda *a: None)\n"
         "        return False\n"
-        f"value = held.pop({name!r})\n"
+        f"value = held.pop({name!r}, Key)\n"
         "held[Key()] = None\n"
-        f"held[{name!r}] = value  # after the key, in the order a lookup probes\n"
+        f"if value is not Key:\n    held[{name!r}] = value  # after the key, as a lookup probes\n"
         f"{change}"
         "ARMED[0] = True\n"
     )
@@ -846,6 +852,75 @@ def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(provenance, w
     if "members" not in where:  # a module's or an object's dict: the key taken out
         assert all(type(k) is str for k in namespace["held"])
         assert again == []
+
+
+_RUNS_ITS_CODE_IN_PUT_BACK = {
+    # a cycle freed by a collection, renewed each time, with a collection at every object
+    "a collection": (
+        "class Phoenix:\n"
+        "    def __init__(self):\n        self.me = self\n"
+        "    def __del__(self):\n        act()\n        Phoenix()\n"
+        "Phoenix()\n"
+        "gc.set_threshold(1)\n"
+    ),
+    # the old value of a setting put-back writes over, let go of there
+    "logging.disable's level": (
+        "class Level(int):\n    def __del__(self):\n        act()\n"
+        "logging.Logger.manager._disable = Level(50)\n"
+    ),
+    "a new torch logger's level": (
+        "class Level(int):\n    def __del__(self):\n        act()\n"
+        "logging.getLogger('torch.zz_new').level = Level(0)\n"
+    ),
+    # pybind11 builds DispatchKey.__members__ anew from a dict a cell can write
+    "torch's dispatch keys by name": (
+        "class Key(str):\n"
+        "    def __hash__(self):\n        act()\n        return str.__hash__(self)\n"
+        "entries = torch._C.DispatchKey.__dict__['__entries']\n"
+        "entries[Key('Zzz')] = entries['CPU']\n"
+        "torch._C._dispatch_tls_set_dispatch_key_excluded(torch._C.DispatchKey.AutogradCPU, True)\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(_RUNS_ITS_CODE_IN_PUT_BACK))
+def test_put_back_lets_nothing_of_the_notebooks_run_inside_it(provenance, route):
+    """Found by review: code of the notebook's ran inside put-back, after the hooks had been
+    checked, by a collection, by an old value let go of, by a table torch rebuilds from a
+    dict a cell can write. None of it runs now; gc thresholds are put back as a setting."""
+    import gc
+    import logging
+
+    baseline = global_state.take()
+    threshold = gc.get_threshold()
+    namespace = {"__name__": "__main__"}
+    source = (
+        "import gc, logging, torch\n"
+        "RAN, ARMED = [], [False]\n"
+        "def act():\n"
+        "    if ARMED[0]:\n"
+        "        RAN.append(1)\n"
+        "        torch.nn.modules.module.register_module_forward_hook(lambda *a: None)\n"
+        + _RUNS_ITS_CODE_IN_PUT_BACK[route]
+        + "ARMED[0] = True\n"
+    )
+    entries = torch._C.DispatchKey.__dict__["__entries"]
+    try:
+        cell(source, namespace)
+        global_state.restore(baseline, provenance)
+        ran = len(namespace["RAN"])
+        hooks = dict(torch.nn.modules.module._global_forward_hooks)
+        now = gc.get_threshold()
+    finally:
+        namespace.get("ARMED", [None])[0] = False
+        for key in [k for k in list(entries) if type(k) is not str]:
+            del entries[key]
+        logging.Logger.manager.loggerDict.pop("torch.zz_new", None)
+        gc.set_threshold(*threshold)
+        global_state.restore(baseline, provenance)
+    assert ran == 0, f"put-back ran the notebook's code {ran} time(s)"
+    assert hooks == {}
+    assert now == threshold
 
 
 def test_a_setting_that_holds_an_object_is_put_back_without_running_it(provenance):
@@ -1192,6 +1267,56 @@ def test_who_registered_is_judged_without_running_the_notebooks_code(watched):
     finally:
         torch_registrations._LIBRARY_DICT(made["lib"])["m"].reset()
     assert ran == []
+
+
+def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(provenance, watched):
+    """Found by review: taking a notebook's ``Library`` back with torch's own
+    ``Library._destroy`` ran Python over the notebook's objects (a handle of its own in
+    ``_registration_handles``, a ``RegistrationHandle`` calling a function of its own, a
+    key of its own in the ``Library``'s dict). Put-back now does ``_destroy``'s steps over
+    torch's own types alone: what torch registered for the notebook (an operator, its CPU
+    kernel, a fake kernel) is taken back, and nothing of the notebook's runs."""
+    import torch._library.simple_registry as simple_registry
+
+    baseline = global_state.take()
+    namespace = cell(
+        "import torch, torch.library, torch._library.utils as utils\n"
+        "RAN, ARMED = [], [False]\n"
+        "def act():\n"
+        "    if ARMED[0]:\n"
+        "        RAN.append(1)\n"
+        "        torch.nn.modules.module.register_module_forward_hook(lambda *a: None)\n"
+        "class Handle:\n    def destroy(self):\n        act()\n"
+        "class Key:\n"
+        "    def __hash__(self):\n        return hash('m')\n"
+        "    def __eq__(self, other):\n        act()\n        return False\n"
+        "lib = torch.library.Library('zz_taken_back', 'DEF')\n"
+        "lib.define('f(Tensor x) -> Tensor')\n"
+        "lib.impl('f', lambda x: x * 2, 'CPU')\n"
+        "lib._register_fake('f', lambda x: torch.empty_like(x))\n"
+        "lib._registration_handles += [Handle(), utils.RegistrationHandle(act)]\n"
+        "held = vars(lib)\n"
+        "m = held.pop('m')\n"
+        "held[Key()] = None\n"
+        "held['m'] = m\n"
+        "ARMED[0] = True\n"
+    )
+    try:
+        found = global_state.restore(baseline, provenance)
+        ran = len(namespace["RAN"])
+        hooks = dict(torch.nn.modules.module._global_forward_hooks)
+        fake = simple_registry.singleton.find("zz_taken_back::f").fake_impl.kernel
+        try:
+            defined = torch._C._dispatch_has_kernel_for_dispatch_key("zz_taken_back::f", "CPU")
+        except RuntimeError:  # "operator zz_taken_back::f does not exist": taken back whole
+            defined = False
+    finally:
+        namespace["ARMED"][0] = False
+        global_state.restore(baseline, provenance)
+    assert ran == 0, f"put-back ran the notebook's code {ran} time(s)"
+    assert hooks == {}
+    assert fake is None and not defined  # taken back
+    assert any("zz_taken_back" in text for text in found), found
 
 
 def test_the_wrappers_run_none_of_the_notebooks_code(provenance, watched):
@@ -1642,8 +1767,10 @@ def test_a_key_that_collides_with_a_name_the_seal_reads_never_answers(provenance
     """The seal's entry replaced, and a key of the notebook's class put ahead of it in the
     dict's probe order, its hash the entry's key's: a lookup compares the two, and its
     ``__eq__`` (saying "equal") would answer with the very object the seal holds (found by
-    review). The seal reads no name in a dict that holds such a key, names the dict, and
-    compares tables keyed by classes by identity."""
+    review). The seal looks no name up in a dict that holds such a key: it names the dict
+    and reads its names as items (a rebinding there is still named, and a memory test's
+    fork puts it back, the dict first made of names only); tables keyed by classes are
+    compared by identity."""
     reach, key, named = _SEALED_DICTS[where]
     import copy  # noqa: F401  (reached by the cell)
 
@@ -1668,7 +1795,11 @@ def test_a_key_that_collides_with_a_name_the_seal_reads_never_answers(provenance
     try:
         cell(source, namespace)
         found = harness_seal.changes(sealed, provenance)
-        rebound = harness_seal.rebound_names(sealed, provenance)
+        held = namespace["held"]
+        rebound = [n for n in harness_seal.rebound_names(sealed, provenance) if n[1] is held]
+        kept: list = []
+        harness_seal.put_back_names(rebound, kept)  # as a memory test's fork does
+        put_back = [dict.get(held, n[2]) is n[3] for n in rebound]
         ran = list(namespace["RAN"])
     finally:
         namespace.get("ARMED", [None])[0] = False
@@ -1679,8 +1810,133 @@ def test_a_key_that_collides_with_a_name_the_seal_reads_never_answers(provenance
             held[namespace["key"]] = namespace["original"]
     assert ran == [], f"the seal ran the notebook's __eq__ against {ran}"
     assert named in found, found
-    assert all(entry[1] is not held for entry in rebound)  # nothing written back there
+    assert all(put_back) and not any(type(k) is not str for k in list(held) if rebound)
     assert harness_seal.changes(sealed, provenance) == []
+
+
+# Code of the notebook's the seal's comparison once ran (found by review), each set up
+# by a cell with ``act()`` to call: (the set-up, what the seal must still name).
+_RUNS_ITS_CODE_IN_THE_SEAL = {
+    "a class's __module__ read as text": (
+        "class Module:\n    def __str__(self):\n        act()\n        return 'x'\n"
+        "class Planted:\n    __module__ = Module()\n"
+        "copy._deepcopy_dispatch[Planted] = copy._deepcopy_atomic\n",
+        "torch.chain_matmul",
+    ),
+    "a metaclass's __module__": (
+        "class Meta(type):\n"
+        "    @property\n    def __module__(cls):\n        act()\n        return 'x'\n"
+        "class Planted(metaclass=Meta):\n    pass\n"
+        "copy._deepcopy_dispatch[Planted] = copy._deepcopy_atomic\n",
+        "torch.chain_matmul",
+    ),
+    "a member's name formatted": (
+        "class Name:\n    def __format__(self, spec):\n        act()\n        return 'x'\n"
+        "planted = types.ModuleType('coursekit.zz_planted')\n"
+        "planted.K = type('K', (), {Name(): 1, 'f': lambda self: 0})\n"
+        "sys.modules['coursekit.zz_planted'] = planted\n",
+        "coursekit.zz_planted.K.f",
+    ),
+    "a collection": (
+        "class Phoenix:\n"
+        "    def __init__(self):\n        self.me = self\n"
+        "    def __del__(self):\n        act()\n        Phoenix()\n"
+        "Phoenix()\n"
+        "gc.set_threshold(1)\n",
+        "torch.chain_matmul",
+    ),
+    "a library function's keyword defaults compared": (
+        "class Key:\n"
+        "    def __hash__(self):\n        return hash('zz')\n"
+        "    def __eq__(self, other):\n        act()\n        return False\n"
+        "torch.meshgrid.__kwdefaults__[Key()] = None\n"
+        "f = torch.meshgrid\n"
+        "g = types.FunctionType(f.__code__, f.__globals__, f.__name__, f.__defaults__)\n"
+        "g.__kwdefaults__ = {'indexing': 'xy', 'zz': 0}\n",
+        "torch.chain_matmul",
+    ),
+}
+
+
+@pytest.mark.parametrize("route", sorted(_RUNS_ITS_CODE_IN_THE_SEAL))
+def test_the_seal_lets_nothing_of_the_notebooks_run_inside_it(provenance, route):
+    """The seal's comparison reads classes' names through their C slots and a class's own
+    members (never ``str()``, never a metaclass's property), formats only exact ``str``,
+    compares keyword defaults as items, and runs with no collection: none of the
+    notebook's code runs inside it, and the real change beside (a harness function
+    replaced) is still named."""
+    import copy
+    import gc
+
+    import coursekit.checks  # noqa: F401  (imported before the seal, as in the warm parent)
+
+    sealed = harness_seal.seal()
+    threshold = gc.get_threshold()
+    source, named = _RUNS_ITS_CODE_IN_THE_SEAL[route]
+    namespace = {"__name__": "__main__"}
+    original = torch.chain_matmul
+    try:
+        cell(
+            "import copy, gc, sys, torch, types\n"
+            "RAN, ARMED = [], [False]\n"
+            "def act():\n    if ARMED[0]:\n        RAN.append(1)\n" + source,
+            namespace,
+        )
+        # the real change beside: a replacement judged against the library's defaults, or
+        # the notebook's own
+        torch.chain_matmul = namespace.get("g", lambda *matrices: matrices[0])
+        namespace["ARMED"][0] = True  # (a collection before this point is no test's)
+        found = harness_seal.changes(sealed, provenance)
+        ran = len(namespace["RAN"])
+    finally:
+        namespace.get("ARMED", [None])[0] = False
+        torch.chain_matmul = original
+        gc.set_threshold(*threshold)
+        for key in [
+            k for k in list(copy._deepcopy_dispatch) if type(k).__name__ in ("type", "Meta")
+        ]:
+            if getattr(key, "__qualname__", "") == "Planted":
+                del copy._deepcopy_dispatch[key]
+        for key in [k for k in list(torch.meshgrid.__kwdefaults__) if type(k) is not str]:
+            del torch.meshgrid.__kwdefaults__[key]
+        sys.modules.pop("coursekit.zz_planted", None)
+    assert ran == 0, f"the seal ran the notebook's code {ran} time(s)"
+    assert any(text.startswith(named) for text in found), found
+
+
+def test_a_dict_changed_where_nothing_is_sealed_is_looked_at_once_then_compared_whole(
+    provenance,
+):
+    """The quick look compares each dict that holds sealed entries whole, with what it held
+    at the last look that found it clean. A name Python adds (a warning registry) sends
+    that dict down the slow path once: its keys are read (all exactly ``str``) and its
+    sealed entries looked up, and what it holds then is the next look's baseline. A sealed
+    entry replaced after that, or a key of the notebook's put there, is still named."""
+    import torch.nn.functional as F
+
+    seal = harness_seal.seal()
+    namespace = vars(F)
+    at = next(i for i, held in enumerate(seal.quick.spaces) if held is namespace)
+    original = F.mse_loss
+    try:
+        namespace["__warningregistry__"] = {}  # Python's own addition: not a change
+        assert harness_seal.changes(seal, provenance) == []
+        assert seal.quick.space_keys[at][-1] == "__warningregistry__"  # the new baseline
+        assert harness_seal._look(seal.quick) == ([], [])  # and the quick path again
+        F.mse_loss = F.l1_loss
+        assert "torch.nn.functional.mse_loss" in harness_seal.changes(seal, provenance)
+        F.mse_loss = original
+        assert harness_seal.changes(seal, provenance) == []
+        namespace[1] = None  # a key that is not a name: nothing looked up there, the dict named
+        assert harness_seal._look(seal.quick) == ([at], [])
+        assert "torch.nn.functional (a key that is not a plain string)" in harness_seal.changes(
+            seal
+        )
+    finally:
+        F.mse_loss = original
+        namespace.pop(1, None)
+        namespace.pop("__warningregistry__", None)
+    assert harness_seal.changes(seal, provenance) == []
 
 
 def test_an_attribute_set_on_a_sealed_function_is_named(provenance):
