@@ -112,6 +112,7 @@ class Baseline:
     # when put-back last found every one as taken or a library's own
     class_verdicts: dict = field(default_factory=dict)  # id(class): (class, library's own?)
     name_dicts: list = field(default_factory=list)  # (label, dict) read and written by name
+    set_always: list = field(default_factory=list)  # (setter, value): no getter to read
 
 
 def _setting_pairs() -> list:
@@ -148,7 +149,7 @@ def take() -> Baseline:
         current_frames=sys._current_frames,
         started_threads=_thread._count,
         get_ident=threading.get_ident,
-        enumerate=threading.enumerate,
+        threading=_MODULE_DICT(threading),  # its tables of threads: see _threads
         is_autocast_enabled=torch.is_autocast_enabled,
         set_autocast_enabled=torch.set_autocast_enabled,
         get_autocast_dtype=torch.get_autocast_dtype,
@@ -182,11 +183,14 @@ def take() -> Baseline:
         ("the autocast cache", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
         ("thread count", torch.get_num_threads, torch.set_num_threads),
         ("anomaly mode", *_anomaly_switch()),
-        ("flush-denormal", _flush_denormal_getter(), torch.set_flush_denormal),
         ("gc thresholds", gc.get_threshold, gc.set_threshold),  # (set with the tuple spread)
     ]
     plain += _fp32_precisions()  # after the legacy setting, which does not set them all
     base.settings += [(name, get, put, get()) for name, get, put in plain]
+    # torch has no getter for flush-denormal, and computing one runs an operator, which a
+    # kernel of the notebook's could be registered for (found by review): read here, before
+    # any hand-in code, and set as taken at every put-back
+    base.set_always = [(torch.set_flush_denormal, _flush_denormal_getter()())]
     for device in _AUTOCAST_DEVICES:
         try:
             enabled = torch.is_autocast_enabled(device)
@@ -632,6 +636,8 @@ def _restore_settings(base: Baseline) -> None:
     tools = base.tools
     if tools["inference_mode"]():  # entered and never left: a guard keeps it off from now
         base.kept.append(tools["_InferenceMode"](False))
+    for setter, value in base.set_always:
+        setter(value)
     for _ in range(2):  # a getter that failed (matmul precision set two ways) is tried again
         failed = False
         for _name, getter, setter, value in base.settings:
@@ -1290,7 +1296,7 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
     frames = tools["current_frames"]()
     if len(frames) <= len(base.threads) + 1 and frames.keys() <= base.threads | {me}:
         return
-    idents = ((_item(_thread_dict(t), "_ident"), t) for t in tools["enumerate"]())
+    idents = ((_item(_thread_dict(t), "_ident"), t) for t in _threads(tools["threading"]))
     targets = {ident: t for ident, t in idents if type(ident) is int}  # no __hash__ of its own
     for ident, frame in frames.items():
         if ident in base.threads or ident == me or ident in base.reported_threads:
@@ -1300,8 +1306,9 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
         # Thread subclass runs here; its class (its run()) is judged as the target is
         held = _thread_dict(thread)
         ours = thread is None or provenance.is_library_callable(type(thread))
-        target = _item(held, "_target")  # (its keys may be the notebook's: read as items)
-        ours = ours and (target is None or provenance.is_library_callable(target))
+        # what it will call: its target, a Timer's function, and any callable it holds or
+        # is handed as an argument (found by review: a Timer keeps its function elsewhere)
+        ours = ours and all(map(provenance.is_library_callable, _callables_of(held)))
         while ours and frame is not None:
             ours = provenance.is_library_frame(frame)
             frame = frame.f_back
@@ -1310,6 +1317,36 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
             name = _item(held, "_name")
             name = name if type(name) is str else f"thread {ident}"
             found.append(f"a thread it started ({name}) still runs beside the tests")
+
+
+def _threads(held: dict) -> list:
+    """The threads ``threading`` knows of, read from its own tables (``_active``,
+    ``_limbo``) as values, in C. Not ``threading.enumerate``: it enters
+    ``_active_limbo_lock``, a global a cell can rebind to an object whose ``__enter__``
+    then ran at every put-back (found by review). ``held`` is threading's dict, whose keys
+    put-back has made names only (:func:`_names_only`) before it is read here."""
+    found = []
+    for name in ("_active", "_limbo"):
+        table = dict.get(held, name)
+        if type(table) is dict:
+            found += list(dict.values(table))
+    return found
+
+
+def _callables_of(held: dict) -> list:
+    """The callables a thread object's attributes hold, and those in its arguments (a
+    tuple, a list or a dict's values, one level down), read as items: ``callable`` reads
+    the C slot, so nothing of the notebook's runs."""
+    found = []
+    for _, value in list(dict.items(held)):
+        kind = type(value)
+        if kind is tuple or kind is list:
+            found += [item for item in list(value) if callable(item)]
+        elif kind is dict:
+            found += [item for item in list(dict.values(value)) if callable(item)]
+        elif callable(value):
+            found.append(value)
+    return found
 
 
 def _thread_dict(thread) -> dict:
