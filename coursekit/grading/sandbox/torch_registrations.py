@@ -180,8 +180,13 @@ def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
 def _bind_destroy_steps(library_module) -> None:
     """What :func:`take_back` reads, bound while no hand-in exists: torch's registration
     handle class and its dict getset, ``torch.library``'s dict and its cache clearer."""
-    global _ON_DESTROY, _LIBRARY_MODULE_DICT, _CLEAR_OPS_CACHE
+    global _ON_DESTROY, _LIBRARY_MODULE_DICT
+    import torch
     import torch._library.utils as library_utils
+    import torch._ops
+
+    _OPS[0], _OPS_CLASS[0] = torch.ops, type(torch.ops)
+    _NAMESPACE_CLASS[0] = torch._ops._OpNamespace
 
     kind = library_utils.RegistrationHandle
     slot = next(
@@ -190,7 +195,6 @@ def _bind_destroy_steps(library_module) -> None:
         if type(vars(klass).get("__dict__")) is types.GetSetDescriptorType
     )
     namespace = vars(library_module)
-    _CLEAR_OPS_CACHE = namespace.get("_clear_torch_ops_cache")
 
     def on_destroy(handle, provenance):
         """What ``handle.destroy`` calls, where ``handle`` is exactly torch's class and that
@@ -208,6 +212,15 @@ def _bind_destroy_steps(library_module) -> None:
             return None
         if not provenance.is_library_globals(_GLOBALS_OF(call)):
             return None
+        # and what it closes over, each of a library's class (torch's code made anew over
+        # cells of the notebook's ran a property of its own: found by review)
+        for cell in _CLOSURE_OF(call) or ():
+            try:
+                content = _CELL_CONTENTS(cell)
+            except ValueError:  # an empty cell
+                continue
+            if not provenance.is_library_callable(type(content)):
+                return None
         return call  # what destroy() calls, without looking it up again
 
     def module_dict():
@@ -303,14 +316,17 @@ def _stack_of(frame) -> list:
 def by_notebook(stack: list, provenance) -> bool:
     """Whether a recorded registration is the notebook's (see :func:`watch`)."""
     for index, (code, namespace) in enumerate(stack):
-        if code.co_name == _IMPORTING and provenance.is_library(code):
+        name = code.co_name  # (exact str only: a subclass's __eq__ would be the notebook's)
+        if type(name) is str and name == _IMPORTING and provenance.is_library(code):
             return False
         if provenance.is_library(code) and provenance.is_library_globals(namespace):
             continue
         if index == 0:
             return True
-        callee = dict.get(stack[index - 1][1], "__name__", "")
-        # read as it is, exact str only: a str subclass's methods would be the notebook's
+        # read as an item, as it is, exact str only: a key of the notebook's in that module
+        # is never compared, and a str subclass's methods would be the notebook's
+        items = list(dict.items(stack[index - 1][1]))
+        callee = next((v for k, v in items if type(k) is str and k == "__name__"), "")
         return type(callee) is not str or str.startswith(callee, _REGISTRARS)
     return False
 
@@ -392,9 +408,39 @@ def _destroy_as_torch_does(attributes: dict, whole: bool, held: list, provenance
     known = module.get("_impls") if module is not None else None
     if _strings(impls) and type(known) is set:
         set.difference_update(known, impls)
-    clear = module.get("_clear_torch_ops_cache") if module is not None else None
-    if _strings(defs) and clear is _CLEAR_OPS_CACHE:
-        clear(set(defs))
+    if _strings(defs):
+        _clear_ops_cache(set.copy(defs), held)
+
+
+def _clear_ops_cache(defs: set, held: list) -> None:
+    """What ``torch.library._clear_torch_ops_cache`` does (an operator taken back must not
+    stay cached as ``torch.ops.ns.name``), read through the C slots of torch's own module
+    classes only: that function's ``getattr``, ``vars`` and ``delattr`` ran the methods of
+    whatever a cell had put at ``torch.ops.ns`` (found by review)."""
+    ops = _OPS[0]
+    if type(ops) is not _OPS_CLASS[0]:
+        return
+    namespaces = _MODULE_DICT(ops)
+    for qualname in defs:
+        space, _, rest = qualname.partition("::")
+        name = rest.split(".")[0]
+        if _odd_keys(namespaces):
+            return
+        namespace = dict.get(namespaces, space)
+        if type(namespace) is not _NAMESPACE_CLASS[0]:
+            continue
+        members = _MODULE_DICT(namespace)
+        if _odd_keys(members) or name not in members:
+            continue
+        held.append(dict.pop(members, name))
+        listed = dict.get(members, "_dir")
+        if type(listed) is list and all(type(item) is str for item in list.copy(listed)):
+            if name in listed:
+                list.remove(listed, name)
+
+
+def _odd_keys(held: dict) -> bool:
+    return any(type(key) is not str for key in list(held))
 
 
 def _strings(value) -> bool:
@@ -414,7 +460,13 @@ def _LIBRARY_MODULE_DICT():  # noqa: N802 - set by watch()
     return None
 
 
-_CLEAR_OPS_CACHE = None  # torch.library's own, taken by watch()
+_CLOSURE_OF = types.FunctionType.__dict__["__closure__"].__get__
+_CELL_CONTENTS = types.CellType.__dict__["cell_contents"].__get__
+_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+# torch.ops and its classes, taken by watch() (before any hand-in code)
+_OPS: list = [None]
+_OPS_CLASS: list = [None]
+_NAMESPACE_CLASS: list = [None]
 
 
 def dispatcher_snapshot() -> tuple:
