@@ -71,6 +71,10 @@ class _Quick:
     attribute_counts: tuple  # ... and how many attributes each had
     module_keys: tuple = ()  # sys.modules' keys at the last look (_new_coursekit_modules)
     new_modules: list = field(default_factory=list)  # coursekit's imported since the seal
+    classes: tuple = ()  # the sealed classes (whose members are sealed)
+    metaclasses: tuple = ()  # ... each one's class
+    mro_lengths: list = field(default_factory=list)  # ... its MRO's length
+    mros: tuple = ()  # ... and all their MROs, one after another
     spaces: tuple = ()  # every plain dict the comparison looks names up in (_look)
     space_labels: tuple = ()  # ... how a finding names each
     space_entries: tuple = ()  # ... the (keys, values) of the entries sealed in each
@@ -122,6 +126,7 @@ def _quick(found: Seal) -> _Quick:
     loose = [e for key, held in dicts.items() if key not in spaces for e in held]
     entries = [_flat(dicts.get(key, []))[1:] for key in spaces]
     clean = [not _odd(held) for held in spaces.values()]  # (all, in the warm parent)
+    classes = [owner for *_, owner in found.names if owner is not None]
     functions = [entry[1] for entry in found.functions]
     for function in functions:  # made now if missing, so no later read adds one (below)
         function.__annotations__  # noqa: B018
@@ -140,6 +145,10 @@ def _quick(found: Seal) -> _Quick:
         others=tuple(others),
         attribute_dicts=tuple(entry[1] for entry in found.function_attributes),
         attribute_counts=tuple(entry[2] for entry in found.function_attributes),
+        classes=tuple(classes),
+        metaclasses=tuple(map(_TYPE, classes)),
+        mro_lengths=[len(_MRO(kind)) for kind in classes],
+        mros=tuple(_CHAIN(map(_MRO, classes))),
         spaces=tuple(spaces.values()),
         space_labels=tuple(labels[key] for key in spaces),
         space_entries=tuple(entries),
@@ -355,6 +364,14 @@ def _changes(sealed: Seal, provenance) -> list[str]:
     for where, holder, cls in sealed.classes:
         if type(holder) is not cls:
             found.append(where)
+    found += _bases_changes(sealed, quick)
+    for where, holder, slot, attributes in sealed.instance_dicts:
+        try:  # a question's attributes replaced whole (found by review): read in C
+            now = slot.__get__(holder, _TYPE(holder))
+        except (AttributeError, TypeError):
+            now = None
+        if now is not attributes:
+            found.append(where)
     for where, table, contents in sealed.tables:
         found += _table_changes(where, table, contents)
     if any(map(_IS_NOT_EQUAL, map(len, quick.attribute_dicts), quick.attribute_counts)) or (
@@ -388,6 +405,28 @@ def _changes(sealed: Seal, provenance) -> list[str]:
     if provenance is not None:
         for name in _new_coursekit_modules(quick, sealed.modules):
             found += _foreign_code(name, provenance)
+    return found
+
+
+def _bases_changes(sealed: Seal, quick: _Quick) -> list[str]:
+    """Sealed classes whose bases (so their MRO) or metaclass changed: ``__bases__`` set
+    through a library's frame (``unittest.mock.patch.object``) escaped the audit hook, and
+    puts another class's methods in the place of those sealed (found by review). Read in
+    C: ``type``'s own slots, compared by identity."""
+    classes = quick.classes
+    if (
+        not _differs(map(_TYPE, classes), quick.metaclasses)
+        and list(map(len, map(_MRO, classes))) == quick.mro_lengths
+        and not _differs(_CHAIN(map(_MRO, classes)), quick.mros)
+    ):
+        return []
+    where_of = {id(owner): where for where, *_, owner in sealed.names if owner is not None}
+    found, at = [], 0
+    for kind, meta, length in zip(classes, quick.metaclasses, quick.mro_lengths, strict=True):
+        then = quick.mros[at : at + length]
+        at += length
+        if _TYPE(kind) is not meta or len(_MRO(kind)) != length or _differs(_MRO(kind), then):
+            found.append(f"{where_of.get(id(kind), '?')}.__bases__")
     return found
 
 
@@ -766,10 +805,11 @@ def _foreign_code(module_name: str, provenance) -> list[str]:
                 if _TYPE(item) is kind:  # (C's own types: their __func__ is a slot)
                     item = inner(item)
             code = _CODE_OF(item) if _TYPE(item) is _FUNCTION else None
-            if (
-                _TYPE(code) is _CODE_TYPE
-                and code.co_filename != "<string>"
-                and not provenance.is_library(code)
-            ):
+            if _TYPE(code) is not _CODE_TYPE:
+                continue
+            filename = code.co_filename  # exact str only: a subclass's __ne__ would be the
+            if _TYPE(filename) is str and filename == "<string>":  # notebook's (review)
+                continue
+            if not provenance.is_library(code):
                 found.append(f"{module_name}.{label}")
     return found

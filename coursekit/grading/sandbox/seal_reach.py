@@ -109,6 +109,9 @@ class Seal:
     members: dict = field(default_factory=dict)  # (id of a class, name) -> member, as sealed
     # (where, a sealed function's __dict__, how many attributes it had)
     function_attributes: list = field(default_factory=list)
+    # (where, an object, the C getset that reads its __dict__, that dict): a question's
+    # attributes, which a cell could replace whole (``q.__dict__ = {...}``, unaudited)
+    instance_dicts: list = field(default_factory=list)
     # the same, laid out for a quick comparison (harness_seal._Quick, made by harness_seal.seal)
     quick: object = None
 
@@ -218,10 +221,23 @@ def _seal_module(found: Seal, module_name: str, seen: set[int]) -> None:
             )
             state = vars(question)
             found.names.append((f"QUESTIONS[{key!r}]", state, frozenset(state), True, None))
+            slot = _dict_getset(type(question))
+            if slot is not None:
+                found.instance_dicts.append((f"QUESTIONS[{key!r}].__dict__", question, slot, state))
             found.classes.append((f"QUESTIONS[{key!r}].__class__", question, type(question)))
             for attribute, member in list(state.items()):
                 where = f"QUESTIONS[{key!r}].{attribute}"
                 found.entries.append((where, state, attribute, member, True))
+
+
+def _dict_getset(kind: type):
+    """The C getset that reads the ``__dict__`` of ``kind``'s instances (the first in its
+    MRO), or None."""
+    for klass in kind.__mro__:
+        member = vars(klass).get("__dict__")
+        if type(member) is types.GetSetDescriptorType:
+            return member
+    return None
 
 
 def _library_member(name: str, value, compiled: bool) -> bool:
