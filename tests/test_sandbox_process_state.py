@@ -872,6 +872,17 @@ _RUNS_ITS_CODE_IN_PUT_BACK = {
         "class Level(int):\n    def __del__(self):\n        act()\n"
         "logging.getLogger('torch.zz_new').level = Level(0)\n"
     ),
+    # threading.enumerate enters a lock a cell can rebind (a thread running, so that the
+    # threads are read at all)
+    "threading's lock": (
+        "import threading, time\n"
+        "REAL = threading._active_limbo_lock\n"
+        "class Lock:\n"
+        "    def __enter__(self):\n        act()\n        return REAL.__enter__()\n"
+        "    def __exit__(self, *exc):\n        return REAL.__exit__(*exc)\n"
+        "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+        "threading._active_limbo_lock = Lock()\n"
+    ),
     # pybind11 builds DispatchKey.__members__ anew from a dict a cell can write
     "torch's dispatch keys by name": (
         "class Key(str):\n"
@@ -905,6 +916,7 @@ def test_put_back_lets_nothing_of_the_notebooks_run_inside_it(provenance, route)
         + "ARMED[0] = True\n"
     )
     entries = torch._C.DispatchKey.__dict__["__entries"]
+    lock = threading._active_limbo_lock
     try:
         cell(source, namespace)
         global_state.restore(baseline, provenance)
@@ -916,6 +928,7 @@ def test_put_back_lets_nothing_of_the_notebooks_run_inside_it(provenance, route)
         for key in [k for k in list(entries) if type(k) is not str]:
             del entries[key]
         logging.Logger.manager.loggerDict.pop("torch.zz_new", None)
+        threading._active_limbo_lock = lock
         gc.set_threshold(*threshold)
         global_state.restore(baseline, provenance)
     assert ran == 0, f"put-back ran the notebook's code {ran} time(s)"
@@ -964,6 +977,27 @@ def test_torchs_own_logging_settings_are_put_back_without_a_flag(provenance):
         global_state.restore(baseline, provenance)
     assert found == []
     assert logging.getLogger("torch._dynamo").level == logging.NOTSET
+
+
+def test_a_timer_that_calls_the_notebooks_code_is_named(provenance):
+    """Found by review: a ``threading.Timer`` keeps its function in ``function``, not in
+    ``_target``, and waits in the library's frames: it passed as the library's, then
+    turned a global hook on in the middle of a test. Every callable a thread object holds,
+    or is handed as an argument, is judged."""
+    baseline = global_state.take()
+    namespace = cell(
+        "import threading\n"
+        "timer = threading.Timer(60, lambda: None)\n"
+        "timer.daemon = True\n"
+        "timer.start()\n"
+    )
+    try:
+        found = global_state.restore(baseline, provenance)
+    finally:
+        namespace["timer"].cancel()
+        namespace["timer"].join(10)
+        global_state.restore(baseline, provenance)
+    assert any(text.startswith("a thread it started") for text in found), found
 
 
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
@@ -1295,6 +1329,21 @@ def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(proven
         "lib.impl('f', lambda x: x * 2, 'CPU')\n"
         "lib._register_fake('f', lambda x: torch.empty_like(x))\n"
         "lib._registration_handles += [Handle(), utils.RegistrationHandle(act)]\n"
+        # torch's own code made anew over a cell of the notebook's
+        "import types, torch._library.fake_impl as fake_impl\n"
+        "code = next(c for c in fake_impl.FakeImplHolder.register.__code__.co_consts\n"
+        "            if type(c) is types.CodeType and c.co_name == 'deregister_fake_kernel')\n"
+        "class Self:\n"
+        "    @property\n    def kernels(self):\n        act()\n        return []\n"
+        "cells = {'self': types.CellType(Self()), 'kernel': types.CellType(None)}\n"
+        "rebuilt = types.FunctionType(code, fake_impl.FakeImplHolder.register.__globals__,\n"
+        "    'deregister_fake_kernel', None, tuple(cells[n] for n in code.co_freevars))\n"
+        "lib._registration_handles.append(utils.RegistrationHandle(rebuilt))\n"
+        # what torch.library's cache clearer would read and delete through
+        "class Namespace:\n"
+        "    @property\n    def __dict__(self):\n        act()\n        return {'f': 1}\n"
+        "    def __delattr__(self, name):\n        act()\n"
+        "torch.ops.zz_taken_back = Namespace()\n"
         "held = vars(lib)\n"
         "m = held.pop('m')\n"
         "held[Key()] = None\n"
@@ -1312,6 +1361,10 @@ def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(proven
             defined = False
     finally:
         namespace["ARMED"][0] = False
+        vars(torch.ops).pop("zz_taken_back", None)
+        # the handles left (the notebook's): torch's own finalizer of the Library would
+        # call them as this process ends
+        namespace["lib"]._registration_handles.clear()
         global_state.restore(baseline, provenance)
     assert ran == 0, f"put-back ran the notebook's code {ran} time(s)"
     assert hooks == {}
@@ -1845,6 +1898,17 @@ _RUNS_ITS_CODE_IN_THE_SEAL = {
         "gc.set_threshold(1)\n",
         "torch.chain_matmul",
     ),
+    "a code's file name compared": (
+        "class Name(str):\n"
+        "    def __ne__(self, other):\n        act()\n        return False\n"
+        "    __hash__ = str.__hash__\n"
+        "def f():\n    return 0\n"
+        "f.__code__ = f.__code__.replace(co_filename=Name('x.py'))\n"
+        "planted = types.ModuleType('coursekit.zz_planted')\n"
+        "planted.f = f\n"
+        "sys.modules['coursekit.zz_planted'] = planted\n",
+        "coursekit.zz_planted.f",
+    ),
     "a library function's keyword defaults compared": (
         "class Key:\n"
         "    def __hash__(self):\n        return hash('zz')\n"
@@ -1902,6 +1966,40 @@ def test_the_seal_lets_nothing_of_the_notebooks_run_inside_it(provenance, route)
         sys.modules.pop("coursekit.zz_planted", None)
     assert ran == 0, f"the seal ran the notebook's code {ran} time(s)"
     assert any(text.startswith(named) for text in found), found
+
+
+def test_the_seal_names_a_question_given_other_attributes_or_a_class_other_bases(provenance):
+    """Found by review, unaudited both: a question's attributes replaced whole
+    (``q.__dict__ = {...}``: the seal compared the dict it had recorded, still as it was),
+    and a sealed class's bases set through a library's frame
+    (``unittest.mock.patch.object(nn.MSELoss, "__bases__", ...)``: its methods then come
+    from another class). The seal compares each question's dict and each sealed class's MRO
+    and metaclass by identity, in C."""
+    from unittest import mock
+
+    import coursekit.checks
+
+    sealed = harness_seal.seal()
+    question = next(iter(coursekit.checks.QUESTIONS.values()))
+    name = next(iter(coursekit.checks.QUESTIONS))
+    attributes = vars(question)
+    namespace = cell(
+        "import torch\n"
+        "class Evil(torch.nn.modules.loss._Loss):\n"
+        "    def forward(self, a, b):\n        return (a - b).sum() * 0\n"
+    )
+    bases = torch.nn.MSELoss.__bases__
+    patch = mock.patch.object(torch.nn.MSELoss, "__bases__", (namespace["Evil"],))
+    try:
+        question.__dict__ = dict(attributes)  # the same attributes, in another dict
+        patch.start()
+        found = harness_seal.changes(sealed, provenance)
+    finally:
+        torch.nn.MSELoss.__bases__ = bases  # (mock's stop would delete it: not its own)
+        question.__dict__ = attributes
+    assert f"QUESTIONS[{name!r}].__dict__" in found, found
+    assert "torch.nn.MSELoss.__bases__" in found, found
+    assert harness_seal.changes(sealed, provenance) == []
 
 
 def test_a_dict_changed_where_nothing_is_sealed_is_looked_at_once_then_compared_whole(
