@@ -150,6 +150,16 @@ def take() -> Baseline:
         started_threads=_thread._count,
         get_ident=threading.get_ident,
         threading=_MODULE_DICT(threading),  # its tables of threads: see _threads
+        # threading's own code that runs a thread object (its ``self`` read there)
+        thread_codes=tuple(
+            function.__code__
+            for function in (
+                threading.Thread._bootstrap,
+                threading.Thread._bootstrap_inner,
+                threading.Thread.run,
+                threading.Timer.run,
+            )
+        ),
         is_autocast_enabled=torch.is_autocast_enabled,
         set_autocast_enabled=torch.set_autocast_enabled,
         get_autocast_dtype=torch.get_autocast_dtype,
@@ -1302,19 +1312,32 @@ def _check_threads(base: Baseline, found: list[str], provenance) -> None:
         if ident in base.threads or ident == me or ident in base.reported_threads:
             continue
         thread = targets.get(ident)
-        # read through Thread's own __dict__ slot, so no attribute lookup of a notebook's
-        # Thread subclass runs here; its class (its run()) is judged as the target is
-        held = _thread_dict(thread)
-        ours = thread is None or provenance.is_library_callable(type(thread))
-        # what it will call: its target, a Timer's function, and any callable it holds or
-        # is handed as an argument (found by review: a Timer keeps its function elsewhere)
-        ours = ours and all(map(provenance.is_library_callable, _callables_of(held)))
-        while ours and frame is not None:
-            ours = provenance.is_library_frame(frame)
+        objects = [thread] if thread is not None else []
+        ours = True
+        while frame is not None:
+            ours = ours and provenance.is_library_frame(frame)
+            # and the thread object its own frames run for (the ``self`` of threading's
+            # bootstrap or run): one taken out of threading's tables, its ident changed,
+            # or run by ``_thread.start_new_thread(timer.run, ())`` is found there
+            # (found by review). Read only in threading's own code, whose locals' names
+            # are threading's.
+            if any(frame.f_code is code for code in tools["thread_codes"]):
+                owner = dict.get(frame.f_locals, "self")
+                if owner is not None and not any(owner is known for known in objects):
+                    objects.append(owner)
             frame = frame.f_back
+        for owner in objects:
+            # read through Thread's own __dict__ slot, so no attribute lookup of a
+            # notebook's Thread subclass runs here; its class (its run()) is judged, and
+            # what threading will call (its target, a Timer's function, a function it is
+            # handed: a Timer keeps its function elsewhere, found by review)
+            ours = ours and provenance.is_library_callable(type(owner))
+            ours = ours and all(
+                map(provenance.is_library_callable, _callables_of(_thread_dict(owner)))
+            )
         if not ours:
             base.reported_threads.add(ident)
-            name = _item(held, "_name")
+            name = _item(_thread_dict(objects[0]) if objects else {}, "_name")
             name = name if type(name) is str else f"thread {ident}"
             found.append(f"a thread it started ({name}) still runs beside the tests")
 
@@ -1334,19 +1357,44 @@ def _threads(held: dict) -> list:
 
 
 def _callables_of(held: dict) -> list:
-    """The callables a thread object's attributes hold, and those in its arguments (a
-    tuple, a list or a dict's values, one level down), read as items: ``callable`` reads
-    the C slot, so nothing of the notebook's runs."""
-    found = []
-    for _, value in list(dict.items(held)):
-        kind = type(value)
-        if kind is tuple or kind is list:
-            found += [item for item in list(value) if callable(item)]
-        elif kind is dict:
-            found += [item for item in list(dict.values(value)) if callable(item)]
-        elif callable(value):
+    """What threading's classes will call for a thread object (read as items of its dict,
+    exact ``str`` names only): its target, a Timer's function, and the functions it is
+    handed as arguments (a function, a method or a ``partial`` in its arguments, one level
+    down). Other objects it holds or is handed are data (a model saved by
+    ``Thread(target=torch.save, args=(model, path))``, an attribute set on it): judging
+    them flagged honest threads (found by review)."""
+    found, arguments = [], []
+    for name, value in list(dict.items(held)):
+        if type(name) is not str:
+            continue
+        if name in _THREAD_CALLS:
             found.append(value)
-    return found
+        elif name in _THREAD_ARGUMENTS:
+            kind = type(value)
+            if kind is tuple or kind is list:
+                arguments += list(value)
+            elif kind is dict:
+                arguments += list(dict.values(value))
+    found += [item for item in arguments if _is_function(item)]
+    return [item for item in found if item is not None]
+
+
+def _is_function(value) -> bool:
+    """A function, a method, a builtin or a ``partial``: made to be called (by type, by
+    identity: a metaclass's ``__eq__`` would run in ``in``)."""
+    kind = type(value)
+    return any(kind is known for known in _FUNCTION_TYPES) or issubclass(kind, functools.partial)
+
+
+_THREAD_CALLS = frozenset({"_target", "function", "_invoke_excepthook"})
+_THREAD_ARGUMENTS = frozenset({"_args", "_kwargs", "args", "kwargs"})
+_FUNCTION_TYPES = (
+    types.FunctionType,
+    types.MethodType,
+    types.BuiltinFunctionType,
+    types.BuiltinMethodType,
+    types.MethodWrapperType,
+)
 
 
 def _thread_dict(thread) -> dict:
