@@ -196,10 +196,16 @@ def _bind_destroy_steps(library_module) -> None:
     )
     namespace = vars(library_module)
 
+    steps = _deregister_steps()
+
     def on_destroy(handle, provenance):
-        """What ``handle.destroy`` calls, where ``handle`` is exactly torch's class and that
-        is a plain function of a library's code and module (the function torch made when
-        the kernel was registered: it runs over torch's own registries); else None."""
+        """What destroying ``handle`` does, as a call that runs none of the notebook's
+        code, where ``handle`` is exactly torch's class and its ``_on_destroy`` one of the
+        deregister functions torch makes (known by their code), closing over objects of
+        torch's own classes; else None (left, flagged all the same). Torch's function is
+        not called: it works over state a cell can change (a holder's ``kernels`` made a
+        list of its own, an element with an ``__eq__``: found by review); its effect is
+        made here, over exact types, by identity."""
         if type(handle) is not kind or provenance is None:
             return None
         state = slot(handle)
@@ -208,20 +214,17 @@ def _bind_destroy_steps(library_module) -> None:
         call = dict.get(state, "_on_destroy")  # (its keys exactly str: looked up in C)
         if type(call) is not types.FunctionType:
             return None
-        if not provenance.is_library(_CODE_OF(call)):
+        step = next((make for code, make in steps if _CODE_OF(call) is code), None)
+        if step is None:
             return None
-        if not provenance.is_library_globals(_GLOBALS_OF(call)):
-            return None
-        # and what it closes over, each of a library's class (torch's code made anew over
-        # cells of the notebook's ran a property of its own: found by review)
-        for cell in _CLOSURE_OF(call) or ():
+        cells = {}
+        names = _CODE_OF(call).co_freevars
+        for name, cell in zip(names, _CLOSURE_OF(call) or (), strict=False):
             try:
-                content = _CELL_CONTENTS(cell)
+                cells[name] = _CELL_CONTENTS(cell)
             except ValueError:  # an empty cell
-                continue
-            if not provenance.is_library_callable(type(content)):
                 return None
-        return call  # what destroy() calls, without looking it up again
+        return step(cells, provenance)
 
     def module_dict():
         return namespace if not any(type(k) is not str for k in list(namespace)) else None
@@ -443,6 +446,76 @@ def _odd_keys(held: dict) -> bool:
     return any(type(key) is not str for key in list(held))
 
 
+def _deregister_steps() -> list:
+    """``(code, make)`` for each deregister function torch's registries make (this torch's
+    codes, found in their makers' constants): ``make(cells, provenance)`` gives a call
+    that does what that function does, over exact types, or None."""
+    import torch._library.fake_impl as fake_impl
+    import torch._library.simple_registry as simple_registry
+
+    def inner(function, name):
+        return next(
+            (
+                c
+                for c in function.__code__.co_consts
+                if type(c) is types.CodeType and c.co_name == name
+            ),
+            None,
+        )
+
+    found = []
+    code = inner(fake_impl.FakeImplHolder.register, "deregister_fake_kernel")
+    if code is not None:
+        found.append((code, _remove_fake_kernel))
+    holder = getattr(simple_registry, "GenericTorchDispatchRuleHolder", None)
+    code = inner(holder.register, "deregister") if holder is not None else None
+    if code is not None:
+        found.append((code, _remove_dispatch_rule))
+    return found
+
+
+def _attributes_of(value) -> dict | None:
+    """An object's ``__dict__`` through ``object``'s own C slot, when all its keys are
+    exactly ``str``; else None."""
+    try:
+        held = _OBJECT_DICT(value, "__dict__")
+    except (AttributeError, TypeError):
+        return None
+    if type(held) is not dict or any(type(k) is not str for k in list(held)):
+        return None
+    return held
+
+
+def _remove_fake_kernel(cells: dict, provenance):
+    """``self.kernels.remove(kernel)``, by identity, over a plain list of the holder."""
+    holder, kernel = cells.get("self"), cells.get("kernel")
+    held = _attributes_of(holder) if provenance.is_library_callable(type(holder)) else None
+    kernels = dict.get(held, "kernels") if held is not None else None
+    if type(kernels) is not list:
+        return None
+
+    def remove():
+        for at, item in enumerate(list.copy(kernels)):
+            if item is kernel:
+                list.__delitem__(kernels, at)
+                return
+
+    return remove
+
+
+def _remove_dispatch_rule(cells: dict, provenance):
+    """``del self._data[torch_dispatch_class]``, where every key is a class whose
+    metaclass is ``type`` itself (hashed and compared by identity, in C)."""
+    holder, rule = cells.get("self"), cells.get("torch_dispatch_class")
+    held = _attributes_of(holder) if provenance.is_library_callable(type(holder)) else None
+    table = dict.get(held, "_data") if held is not None else None
+    if type(table) is not dict or any(type(k) is not type for k in list(table)):
+        return None
+    if type(rule) is not type:
+        return None
+    return lambda: dict.pop(table, rule, None)
+
+
 def _strings(value) -> bool:
     """A plain set of exact ``str`` (what ``Library`` keeps its operators' names in)."""
     return type(value) is set and all(type(item) is str for item in set.copy(value))
@@ -461,6 +534,7 @@ def _LIBRARY_MODULE_DICT():  # noqa: N802 - set by watch()
 
 
 _CLOSURE_OF = types.FunctionType.__dict__["__closure__"].__get__
+_OBJECT_DICT = object.__getattribute__  # (called with "__dict__": object's own lookup)
 _CELL_CONTENTS = types.CellType.__dict__["cell_contents"].__get__
 _MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
 # torch.ops and its classes, taken by watch() (before any hand-in code)
