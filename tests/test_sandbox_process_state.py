@@ -14,6 +14,7 @@ import multiprocessing.pool
 import os
 import sys
 import threading
+import time
 import types
 
 import pytest
@@ -979,25 +980,64 @@ def test_torchs_own_logging_settings_are_put_back_without_a_flag(provenance):
     assert logging.getLogger("torch._dynamo").level == logging.NOTSET
 
 
-def test_a_timer_that_calls_the_notebooks_code_is_named(provenance):
+_HIDDEN_TIMERS = {
+    "a Timer": "timer.start()\n",
+    "its ident blanked": "timer.start()\ntimer._ident = None\n",
+    "taken out of threading's table": (
+        "timer.start()\ntime.sleep(0.2)\nthreading._active.pop(timer.ident, None)\n"
+    ),
+    "its run handed to _thread": "_thread.start_new_thread(timer.run, ())\n",
+}
+
+
+@pytest.mark.parametrize("how", sorted(_HIDDEN_TIMERS))
+def test_a_timer_that_calls_the_notebooks_code_is_named(provenance, how):
     """Found by review: a ``threading.Timer`` keeps its function in ``function``, not in
-    ``_target``, and waits in the library's frames: it passed as the library's, then
-    turned a global hook on in the middle of a test. Every callable a thread object holds,
-    or is handed as an argument, is judged."""
+    ``_target``, and waits in the library's frames: it passed as the library's, then turned
+    a global hook on in the middle of a test; and one hidden from threading's tables (its
+    ident blanked, taken out of ``_active``, its ``run`` started by ``_thread``) was not
+    found at all. What threading will call for a thread object is judged, and the object is
+    also read from threading's own frames (their ``self``)."""
     baseline = global_state.take()
     namespace = cell(
-        "import threading\n"
+        "import _thread, threading, time\n"
         "timer = threading.Timer(60, lambda: None)\n"
-        "timer.daemon = True\n"
-        "timer.start()\n"
+        "timer.daemon = True\n" + _HIDDEN_TIMERS[how] + "time.sleep(0.2)\n"  # (waiting by now)
     )
     try:
         found = global_state.restore(baseline, provenance)
     finally:
-        namespace["timer"].cancel()
-        namespace["timer"].join(10)
+        timer = namespace["timer"]
+        if how == "taken out of threading's table":  # (threading deletes it as it ends)
+            threading._active.setdefault(timer.ident, timer)
+        timer.cancel()
+        time.sleep(0.1)  # (its wait ends: the thread ends)
         global_state.restore(baseline, provenance)
     assert any(text.startswith("a thread it started") for text in found), found
+
+
+def test_a_librarys_thread_handed_the_notebooks_data_is_not_named(provenance):
+    """What a thread is handed or holds as data (a model to save, an attribute set on it)
+    is not code it will run: judging it flagged honest threads (found by review)."""
+    baseline = global_state.take()
+    namespace = cell(
+        "import threading, torch\n"
+        "class Net(torch.nn.Linear):\n"
+        "    def forward(self, x):\n        return super().forward(x) * 2\n"
+        "model = Net(2, 1)  # the notebook's own model\n"
+        "stop = threading.Event()\n"
+        "waiter = threading.Thread(target=stop.wait, args=(60,), kwargs={}, daemon=True)\n"
+        "waiter.model = model\n"
+        "waiter.start()\n"
+        "saver = threading.Thread(target=stop.wait, args=(60, model), daemon=True)\n"
+    )
+    try:
+        found = global_state.restore(baseline, provenance)
+    finally:
+        namespace["stop"].set()
+        namespace["waiter"].join(10)
+        global_state.restore(baseline, provenance)
+    assert found == []
 
 
 def test_a_thread_of_the_notebooks_is_named_and_a_librarys_is_not(provenance):
@@ -1344,6 +1384,12 @@ def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(proven
         "    @property\n    def __dict__(self):\n        act()\n        return {'f': 1}\n"
         "    def __delattr__(self, name):\n        act()\n"
         "torch.ops.zz_taken_back = Namespace()\n"
+        # what torch's own deregister function would run over: a kernels list of its own
+        "from torch._library.simple_registry import singleton\n"
+        "class Kernels(list):\n"
+        "    def remove(self, item):\n        act()\n        return list.remove(self, item)\n"
+        "holder = singleton.find('zz_taken_back::f').fake_impl\n"
+        "holder.kernels = Kernels(holder.kernels)\n"
         "held = vars(lib)\n"
         "m = held.pop('m')\n"
         "held[Key()] = None\n"
@@ -1354,7 +1400,7 @@ def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(proven
         found = global_state.restore(baseline, provenance)
         ran = len(namespace["RAN"])
         hooks = dict(torch.nn.modules.module._global_forward_hooks)
-        fake = simple_registry.singleton.find("zz_taken_back::f").fake_impl.kernel
+        holder = simple_registry.singleton.find("zz_taken_back::f").fake_impl
         try:
             defined = torch._C._dispatch_has_kernel_for_dispatch_key("zz_taken_back::f", "CPU")
         except RuntimeError:  # "operator zz_taken_back::f does not exist": taken back whole
@@ -1368,8 +1414,40 @@ def test_a_library_is_taken_back_whole_without_running_the_notebooks_code(proven
         global_state.restore(baseline, provenance)
     assert ran == 0, f"put-back ran the notebook's code {ran} time(s)"
     assert hooks == {}
-    assert fake is None and not defined  # taken back
+    assert not defined  # the operator and its kernels taken back
+    # the fake kernel, in a holder whose list the notebook replaced, is left (flagged)
+    assert type(holder.kernels).__name__ == "Kernels"
     assert any("zz_taken_back" in text for text in found), found
+
+
+def test_a_fake_kernel_and_a_dispatch_rule_are_taken_back(provenance, watched):
+    """What torch's deregister functions do, done over exact types by put-back itself
+    (they are not called: they work over state a cell can change): a notebook's fake
+    kernel and ``__torch_dispatch__`` rule are gone once its Library is taken back."""
+    import torch._library.simple_registry as simple_registry
+
+    baseline = global_state.take()
+    namespace = cell(
+        "import torch, torch.library\n"
+        "from torch.utils._python_dispatch import TorchDispatchMode\n"
+        "class Mode(TorchDispatchMode):\n    pass\n"
+        "lib = torch.library.Library('zz_fake_back', 'DEF')\n"
+        "lib.define('f(Tensor x) -> Tensor')\n"
+        "lib.impl('f', lambda x: x * 2, 'CPU')\n"
+        "lib._register_fake('f', lambda x: torch.empty_like(x))\n"
+        "lib._register_torch_dispatch_rule('f', Mode, lambda *a, **k: None)\n"
+    )
+    entry = simple_registry.singleton.find("zz_fake_back::f")
+    try:
+        before = (len(entry.fake_impl.kernels), len(entry.torch_dispatch_rules._data))
+        found = global_state.restore(baseline, provenance)
+        after = (len(entry.fake_impl.kernels), len(entry.torch_dispatch_rules._data))
+    finally:
+        global_state.restore(baseline, provenance)
+    assert before == (1, 1)
+    assert after == (0, 0), after
+    assert namespace["lib"]._registration_handles == []
+    assert any("zz_fake_back" in text for text in found), found
 
 
 def test_the_wrappers_run_none_of_the_notebooks_code(provenance, watched):
