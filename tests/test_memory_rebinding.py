@@ -146,14 +146,14 @@ def test_no_thread_runs_from_the_seal_to_the_end_of_the_child(monkeypatch):
 
     def wait(pid):
         ended = real_wait(pid)
-        seen["ended"] = count[0]
+        seen["ended"], seen["held_s"] = count[0], time.monotonic() - seen["since"]
         return ended
 
     monkeypatch.setattr(memory_peak, "_FORK_RUNNING", fork)
     monkeypatch.setattr(memory_peak, "_wait", wait)
 
     def sealed():
-        seen["sealed"] = count[0]
+        seen["sealed"], seen["since"] = count[0], time.monotonic()
         return []
 
     try:
@@ -163,7 +163,12 @@ def test_no_thread_runs_from_the_seal_to_the_end_of_the_child(monkeypatch):
     finally:
         stopped()
     assert "grad_projection" in outputs, outputs
-    assert seen["sealed"] == seen["fork"] == seen["ended"], seen
+    assert seen["sealed"] == seen["fork"], seen
+    # the spinning thread asks for the GIL once it has waited the hold's interval: only
+    # past it may it run as soon as the wait returns (seen once, on a machine running three
+    # test suites on two cores: the child alone took longer than the hold)
+    if seen["held_s"] < 0.95 * held_gil.HOLD_S:
+        assert seen["ended"] == seen["sealed"], seen
     assert after > seen["ended"], (after, seen)
     assert sys.getswitchinterval() == pytest.approx(0.005)  # let go again
 
