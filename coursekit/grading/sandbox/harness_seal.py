@@ -327,12 +327,18 @@ def seal() -> Seal:
 
 def changes(sealed: Seal, provenance=None) -> list[str]:
     """Where the harness differs from ``sealed`` (see the module's docstring). No
-    collection runs meanwhile (a cycle of the notebook's with a ``__del__`` would run its
-    code in the middle of the comparison); gc is left on or off as it was found."""
+    collection runs meanwhile (:func:`_without_collection`)."""
+    return _without_collection(_changes, sealed, provenance)
+
+
+def _without_collection(work, *args):
+    """``work(*args)`` with gc off, left on or off as it was found: a collection in the
+    middle of a comparison would finalize a cycle of the notebook's, running its
+    ``__del__`` there (found by review)."""
     collecting = _GC_ENABLED()
     _GC_DISABLE()
     try:
-        return _changes(sealed, provenance)
+        return work(*args)
     finally:
         if collecting:
             _GC_ENABLE()
@@ -454,13 +460,7 @@ def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
     ``(where, namespace, key, sealed value, whether the name was absent)`` for each, which a
     memory test's fork puts back before it measures (``runner.py``). No collection runs
     meanwhile, as in :func:`changes`."""
-    collecting = _GC_ENABLED()
-    _GC_DISABLE()
-    try:
-        return _rebound_names(sealed, provenance)
-    finally:
-        if collecting:
-            _GC_ENABLE()
+    return _without_collection(_rebound_names, sealed, provenance)
 
 
 def _rebound_names(sealed: Seal, provenance) -> list[tuple]:
