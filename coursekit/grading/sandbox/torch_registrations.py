@@ -123,7 +123,7 @@ _HANDLE_METHODS = (
 _STACK_DEPTH = 64
 _HANDLE = _LIBRARY = type(None)  # torch._C._DispatchModule and torch.library.Library
 _LIBRARY_DICT = None  # a Library's own __dict__ (the C getset: no property of a subclass)
-_DESTROY = _RESET = None  # torch's own Library._destroy and handle reset, taken by watch()
+_RESET = None  # torch's own handle reset, taken by watch()
 
 
 def registrars() -> list:
@@ -209,7 +209,7 @@ def _bind_destroy_steps(library_module) -> None:
         if type(handle) is not kind or provenance is None:
             return None
         state = slot(handle)
-        if type(state) is not dict or any(type(k) is not str for k in list(state)):
+        if type(state) is not dict or _odd_keys(state):
             return None
         call = dict.get(state, "_on_destroy")  # (its keys exactly str: looked up in C)
         if type(call) is not types.FunctionType:
@@ -227,7 +227,7 @@ def _bind_destroy_steps(library_module) -> None:
         return step(cells, provenance)
 
     def module_dict():
-        return namespace if not any(type(k) is not str for k in list(namespace)) else None
+        return namespace if not _odd_keys(namespace) else None
 
     _ON_DESTROY, _LIBRARY_MODULE_DICT = on_destroy, module_dict
 
@@ -240,11 +240,11 @@ def watch() -> None:
     module is imported, or by torch's own lazy set-up, is the library's (judged by
     :func:`by_notebook`, in :func:`coursekit.grading.sandbox.global_state.restore`, where
     provenance is known)."""
-    global _HANDLE, _LIBRARY, _LIBRARY_DICT, _DESTROY, _RESET
+    global _HANDLE, _LIBRARY, _LIBRARY_DICT, _RESET
     import torch.library
 
     _HANDLE, _LIBRARY = torch._C._DispatchModule, torch.library.Library
-    _DESTROY, _RESET = vars(_LIBRARY)["_destroy"], vars(_HANDLE)["reset"]
+    _RESET = vars(_HANDLE)["reset"]
     _bind_destroy_steps(torch.library)
     _LIBRARY_DICT = next(
         vars(klass)["__dict__"].__get__
@@ -481,7 +481,7 @@ def _attributes_of(value) -> dict | None:
         held = _OBJECT_DICT(value, "__dict__")
     except (AttributeError, TypeError):
         return None
-    if type(held) is not dict or any(type(k) is not str for k in list(held)):
+    if type(held) is not dict or _odd_keys(held):
         return None
     return held
 
