@@ -804,17 +804,23 @@ _NAME_DICTS = {
 }
 
 
+@pytest.mark.parametrize("put_back_before", [False, True], ids=["first", "after a clean one"])
 @pytest.mark.parametrize("where", sorted(_NAME_DICTS))
-def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(provenance, where):
+def test_a_key_that_collides_with_a_name_put_back_reads_never_runs(
+    provenance, where, put_back_before
+):
     """A key of the notebook's class whose hash is that of a name put-back looks up, put
     ahead of the name in the dict's probe order (the name taken out and put back after
     it), is compared with the name at every lookup: its ``__eq__`` would run inside
     put-back, after the checks before it (found by review: it put a global hook back on).
     Put-back takes such keys out of the dicts it reads by name without comparing them, and
     names them; in a class's members, which it cannot rewrite, it reads the name as an
-    item."""
+    item. After a put-back that found every such dict names only, each is read again only
+    if its version tag moved (dict_versions.py): the key is found that way too."""
     reach, name, change = _NAME_DICTS[where]
     baseline = global_state.take()
+    if put_back_before:
+        assert global_state.restore(baseline, provenance) == []
     namespace = {"__name__": "__main__"}
     source = (
         "import _thread, gc, logging, sys, threading, torch, torch.library, warnings\n"

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from coursekit.grading.sandbox import frame_hook_guard, torch_registrations
+from coursekit.grading.sandbox import dict_versions, frame_hook_guard, torch_registrations
 
 _IS_NOT = operator.is_not  # bound as the module is imported, before any hand-in exists
 _TYPE = type
+_VERSION = dict_versions.READ  # a dict's version tag, read in C (None: not trusted here)
 
 # torch._C getter/setter pairs that are per-thread names or need arguments, not settings.
 _NOT_SETTINGS = frozenset(
@@ -112,6 +113,8 @@ class Baseline:
     # when put-back last found every one as taken or a library's own
     class_verdicts: dict = field(default_factory=dict)  # id(class): (class, library's own?)
     name_dicts: list = field(default_factory=list)  # (label, dict) read and written by name
+    name_dict_views: list | None = None  # ... a view of each one's version tag, and each
+    name_dict_tags: list = field(default_factory=list)  # tag when last found names only
     set_always: list = field(default_factory=list)  # (setter, value): no getter to read
 
 
@@ -276,6 +279,8 @@ def take() -> Baseline:
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     base.loggers_by_id = {id(state[0]): state for state in base.loggers}
     base.name_dicts = _name_dicts(base)
+    base.name_dict_views = dict_versions.views(held for _, held in base.name_dicts)
+    base.name_dict_tags = [-1] * len(base.name_dicts)  # (-1: never a tag) read at put-back
     return base
 
 
@@ -527,8 +532,7 @@ def restore(base: Baseline, provenance) -> list[str]:
 def _restore(base: Baseline, provenance) -> list[str]:
     found: list[str] = []
     library_code = provenance.is_library_callable
-    for label, held in base.name_dicts:  # first: the rest looks names up in them
-        _names_only(held, label, base, found)
+    _all_names_only(base, found)  # first: the rest looks names up in these dicts
     _restore_module_classes(base, found, library_code)  # then: the rest reads modules
     _restore_modes(base, found, library_code)  # then no mode of the notebook's sees the rest
     _restore_settings(base)
@@ -545,6 +549,24 @@ def _odd_keys(held) -> bool:
     """Whether a dict (or a class's mapping proxy) holds a key that is not exactly a
     ``str``: read in C, no key's method runs."""
     return any(map(_IS_NOT, map(_TYPE, iter(held)), _ALWAYS_STR))
+
+
+def _all_names_only(base: Baseline, found: list[str]) -> None:
+    """:func:`_names_only` over :attr:`Baseline.name_dicts`, but for those that have not
+    changed since the last put-back found them names only: read from each dict's version
+    tag (:mod:`coursekit.grading.sandbox.dict_versions`; where tags are not kept, all are
+    read). A tag is read before its dict: a change made after it is read again next time."""
+    views, last = base.name_dict_views, base.name_dict_tags
+    tags = list(map(_VERSION, views)) if views is not None else None
+    if tags is not None and tags == last:  # (lists of ints: compared in C)
+        return
+    for at, (label, held) in enumerate(base.name_dicts):
+        if tags is not None and tags[at] == last[at]:
+            continue
+        before = len(found)
+        _names_only(held, label, base, found)
+        if tags is not None and len(found) == before:  # names only as read: this tag's
+            last[at] = tags[at]
 
 
 def _names_only(held: dict, label: str, base: Baseline, found: list[str]) -> None:

@@ -33,7 +33,7 @@ import types
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from coursekit.grading.sandbox import seal_reach
+from coursekit.grading.sandbox import dict_versions, seal_reach
 from coursekit.grading.sandbox.seal_reach import (
     _MISSING,
     Seal,
@@ -81,6 +81,24 @@ class _Quick:
     space_lengths: list = field(default_factory=list)  # ... each one's length, keys and
     space_keys: list = field(default_factory=list)  # values at the last look that found
     space_values: list = field(default_factory=list)  # it clean (-1: never clean)
+    space_views: list | None = None  # a view of each one's version tag (dict_versions.py)
+    space_tags: list = field(default_factory=list)  # ... its tag at that look (-1: never)
+    proxy_views: list | None = None  # the tag of each class's dict behind ``proxies``,
+    proxy_tags: list = field(default_factory=list)  # when all its entries were last as sealed
+    name_views: list | None = None  # the tag of the dict behind each of ``Seal.names``
+    name_tags: list = field(default_factory=list)  # when it last held its names only
+
+
+def _dict_behind(namespace) -> dict | None:
+    """The plain dict a namespace is, or the dict a class's mapping proxy shows (a ctypes
+    type's is a subclass of dict, whose storage and tag are a dict's), or None."""
+    if type(namespace) is dict:
+        return namespace
+    if type(namespace) is types.MappingProxyType:
+        behind = gc.get_referents(namespace)
+        if len(behind) == 1 and isinstance(behind[0], dict):
+            return behind[0]
+    return None
 
 
 def _flat(entries: list) -> tuple:
@@ -125,12 +143,26 @@ def _quick(found: Seal) -> _Quick:
         spaces.pop(id(table), None)  # keyed by classes: compared by identity (_table_changes)
     loose = [e for key, held in dicts.items() if key not in spaces for e in held]
     entries = [_flat(dicts.get(key, []))[1:] for key in spaces]
+    views = dict_versions.views(spaces.values())  # (read first: a later change is seen)
+    tags = list(map(_VERSION, views)) if views is not None else []
     clean = [not _odd(held) for held in spaces.values()]  # (all, in the warm parent)
     classes = [owner for *_, owner in found.names if owner is not None]
     functions = [entry[1] for entry in found.functions]
     for function in functions:  # made now if missing, so no later read adds one (below)
         function.__annotations__  # noqa: B018
+    behind_proxies = {id(d): d for d in map(_dict_behind, {id(p): p for p, *_ in proxies}.values())}
+    proxy_views = dict_versions.views(behind_proxies.values())
+    if None in behind_proxies.values():  # (no class's dict found behind one: not tagged)
+        proxy_views = None
+    behind_names = [_dict_behind(namespace) for _, namespace, *_ in found.names]
+    name_views = None
+    if None not in behind_names:  # (the sealed names: read whole, never by tag, else)
+        name_views = dict_versions.views(behind_names)
     return _Quick(
+        proxy_views=proxy_views,
+        proxy_tags=[-1] * len(proxy_views or ()),  # (-1: never a tag) taken at the first look
+        name_views=name_views,
+        name_tags=[-1] * len(name_views or ()),
         loose=_flat(loose),
         proxies=_flat(proxies),
         groups=tuple(
@@ -157,6 +189,8 @@ def _quick(found: Seal) -> _Quick:
         ],
         space_keys=[tuple(dict.keys(held)) for held in spaces.values()],
         space_values=[tuple(dict.values(held)) for held in spaces.values()],
+        space_views=views,
+        space_tags=[tag if ok else -1 for tag, ok in zip(tags, clean, strict=False)],
     )
 
 
@@ -166,6 +200,7 @@ def _quick(found: Seal) -> _Quick:
 # ``operator.is_not``, ``itertools.repeat``, ``types.CodeType``, ``sys.modules`` or a name
 # in this module does not change what the check compares with.
 _IS_NOT = operator.is_not
+_VERSION = dict_versions.READ  # a dict's version tag, read in C (None: not trusted here)
 _IS_NOT_EQUAL = operator.ne
 _REPEAT = repeat
 _DICT_GET = dict.get
@@ -190,6 +225,14 @@ _WRAPPED_FUNCTION = tuple(
     (kind, kind.__dict__["__func__"].__get__)
     for kind in (staticmethod, classmethod, types.MethodType)
 )
+
+
+def _places_changed(tags: list, last: list) -> list[int]:
+    """The places where two lists of version tags (ints) differ: none, in one C-level
+    comparison, where none does."""
+    if tags == last:
+        return []
+    return [at for at, (now, then) in enumerate(zip(tags, last, strict=True)) if now != then]
 
 
 def _differs(now, then) -> bool:
@@ -219,20 +262,30 @@ def _look(quick: _Quick) -> tuple[list[int], list[int]]:
     up. One whose entries are all as sealed is clean again, and what it holds now is what
     the next look compares with. (A class's members cannot be given such a key but
     through ``gc.get_referents`` or ``ctypes``, which the audit hook names.)"""
-    spaces = quick.spaces
-    if (
+    spaces, tags = quick.spaces, None
+    if quick.space_views is not None:  # each dict's version tag: one read each
+        tags = list(map(_VERSION, quick.space_views))
+        places = _places_changed(tags, quick.space_tags)
+        if not places:
+            return [], []
+    elif (
         list(map(len, spaces)) == quick.space_lengths
         and not _differs(_CHAIN(map(dict.keys, spaces)), _CHAIN(quick.space_keys))
         and not _differs(_CHAIN(map(dict.values, spaces)), _CHAIN(quick.space_values))
     ):
         return [], []
+    else:
+        places = range(len(spaces))
     odd, changed = [], []
-    for at, held in enumerate(spaces):
+    for at in places:
+        held = spaces[at]
         if (
             len(held) == quick.space_lengths[at]
             and not _differs(dict.keys(held), quick.space_keys[at])
             and not _differs(dict.values(held), quick.space_values[at])
         ):
+            if tags is not None:  # changed and changed back: as it was
+                quick.space_tags[at] = tags[at]
             continue
         if _odd(held):
             odd.append(at)
@@ -244,6 +297,8 @@ def _look(quick: _Quick) -> tuple[list[int], list[int]]:
         quick.space_keys[at] = tuple(dict.keys(held))  # clean: the next look's baseline
         quick.space_values[at] = tuple(dict.values(held))
         quick.space_lengths[at] = len(quick.space_keys[at])
+        if tags is not None:  # (the tag read before these: a change since is seen next)
+            quick.space_tags[at] = tags[at]
     return odd, changed
 
 
@@ -268,12 +323,18 @@ def _entries_unchanged(quick: _Quick, looked: tuple | None = None) -> bool:
     odd, changed = looked if looked is not None else _look(quick)
     if odd or changed:
         return False
-    for get, (namespaces, keys, values) in (
-        (_DICT_GET, quick.loose),
-        (_PROXY_GET, quick.proxies),
-    ):
-        if _differs(map(get, namespaces, keys, _REPEAT(_MISSING)), values):
+    namespaces, keys, values = quick.loose
+    if _differs(map(_DICT_GET, namespaces, keys, _REPEAT(_MISSING)), values):
+        return False
+    # the classes' entries: not read where no class's dict has changed since they were last
+    # read as sealed (each dict's version tag, read first: a change after it is read next)
+    tags = list(map(_VERSION, quick.proxy_views)) if quick.proxy_views is not None else None
+    if tags is None or tags != quick.proxy_tags:
+        namespaces, keys, values = quick.proxies
+        if _differs(map(_PROXY_GET, namespaces, keys, _REPEAT(_MISSING)), values):
             return False
+        if tags is not None:
+            quick.proxy_tags = tags
     for namespace, keys, values in quick.groups:
         if _differs(map(namespace.get, keys, _REPEAT(_MISSING)), values):
             return False
@@ -322,6 +383,7 @@ def seal() -> Seal:
     parent, by :mod:`coursekit.grading.sandbox.seal_reach`."""
     found = seal_reach.record(Seal())
     found.quick = _quick(found)
+    changes(found)  # (nothing differs yet): each dict's tag read as all is sealed, here, once
     return found
 
 
@@ -388,9 +450,14 @@ def _changes(sealed: Seal, provenance) -> list[str]:
         ):
             if len(attributes) != count or _FUNCTION_DICT(function) is not attributes:
                 found.append(f"{where} (an attribute added, or the whole of it replaced)")
-    for where, namespace, names, strict, owner in sealed.names:
-        namespace = _READ(readable, namespace)  # (one with odd keys: its names only)
+    views, last = quick.name_views, quick.name_tags
+    tags = list(map(_VERSION, views)) if views is not None else None
+    for at in _places_changed(tags, last) if tags is not None else range(len(sealed.names)):
+        where, held, names, strict, owner = sealed.names[at]
+        namespace = _READ(readable, held)  # (one with odd keys: its names only)
         if len(namespace) == len(names) and namespace.keys() == names:
+            if tags is not None and namespace is held:  # its names only: unread till changed
+                last[at] = tags[at]
             continue
         for added in sorted(namespace.keys() - names, key=str):
             now = namespace.get(added)
