@@ -912,16 +912,22 @@ def test_put_back_lets_nothing_of_the_notebooks_run_inside_it(provenance, route)
     baseline = global_state.take()
     threshold = gc.get_threshold()
     namespace = {"__name__": "__main__"}
+    # (counted only inside put-back: a collection the test's own steps set off before it
+    # runs its notebook's code outside it, which is no finding)
     source = (
-        "import gc, logging, torch\n"
+        "import gc, logging, sys, torch\n"
         "RAN, ARMED = [], [False]\n"
         "def act():\n"
-        "    if ARMED[0]:\n"
+        "    frame = sys._getframe()\n"
+        "    while frame is not None and frame.f_code is not PUT_BACK:\n"
+        "        frame = frame.f_back\n"
+        "    if ARMED[0] and frame is not None:\n"
         "        RAN.append(1)\n"
         "        torch.nn.modules.module.register_module_forward_hook(lambda *a: None)\n"
         + _RUNS_ITS_CODE_IN_PUT_BACK[route]
         + "ARMED[0] = True\n"
     )
+    namespace["PUT_BACK"] = global_state.restore.__code__
     entries = torch._C.DispatchKey.__dict__["__entries"]
     lock = threading._active_limbo_lock
     try:
@@ -1141,15 +1147,50 @@ def _three_times_three() -> float:
             "lib.impl('mul.Tensor', torch._C.DispatchKey.CPU, lambda a, b: a + b)\n",
             "DispatchModule.impl mul.Tensor",
         ),
+        # handed to library code that calls what it is given, never naming it (review)
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "weakref.finalize(lib, lib.impl, 'mul.Tensor', lambda a, b: a + b, 'CPU')()\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "weakref.finalize(lib, lib.impl, 'mul.Tensor', torch._C.DispatchKey.CPU,\n"
+            "                 lambda a, b: a + b)()\n",
+            "DispatchModule.impl mul.Tensor",
+        ),
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "with contextlib.ExitStack() as stack:\n"
+            "    stack.callback(lib.impl, 'mul.Tensor', lambda a, b: a + b, 'CPU')\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "t = threading.Thread(target=lib.impl, args=('mul.Tensor', lambda a, b: a + b,\n"
+            "                                              'CPU'))\n"
+            "t.start()\n"
+            "t.join()\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "t = threading.Timer(0, lib.impl, args=('mul.Tensor', torch._C.DispatchKey.CPU,\n"
+            "                                       lambda a, b: a + b))\n"
+            "t.start()\n"
+            "t.join()\n",
+            "DispatchModule.impl mul.Tensor",
+        ),
     ],
 )
 def test_kernels_of_the_notebooks_are_named_and_taken_back(provenance, watched, source, named):
     """Recorded as they are made (the handle's making too), so what the notebook
-    registered is taken back whole, and nothing says it cannot be."""
+    registered is taken back whole, and nothing says it cannot be: made by the notebook's
+    own call, or by library code it handed the call to."""
     baseline = global_state.take()
     namespace = {}
     try:
-        namespace = cell("import torch\n" + source)
+        namespace = cell("import contextlib, threading, torch, weakref\n" + source)
         assert _three_times_three() == 6.0  # it took
         found = global_state.restore(baseline, provenance)
         assert _three_times_three() == 9.0  # taken back
@@ -1286,6 +1327,53 @@ def test_a_kernel_registered_on_a_handle_torch_made_is_named_and_torch_keeps_its
     assert len(changed) == 1 and "c10d::broadcast_" in changed[0]  # and only that one
 
 
+_HELPERS = """
+def registers(lib, fn):
+    lib.impl('mul.Tensor', fn, 'CPU')
+def calls(function, *args):
+    return function(*args)
+def calls_registers(lib, fn):
+    return calls(registers, lib, fn)
+"""
+
+
+@pytest.mark.parametrize(
+    "source, notebooks",
+    [
+        ("helpers['registers'](lib, add)", False),  # the library chose to register
+        ("helpers['calls'](lib.impl, 'mul.Tensor', add, 'CPU')", True),  # handed the API
+        ("helpers['calls'](helpers['registers'], lib, add)", False),  # handed the library's
+        ("helpers['calls_registers'](lib, add)", False),
+    ],
+)
+def test_a_registration_is_the_notebooks_when_library_code_was_handed_the_call(
+    watched, source, notebooks
+):
+    """Between the notebook's frame and torch's API: a library frame that names the
+    function it calls chose that call (torch registers lazily, from its own functions),
+    one that calls what it was handed does not (found by review)."""
+    helpers = {"__name__": "a_library"}
+    exec(compile(_HELPERS, "<library>", "exec"), helpers)  # noqa: S102 - the library's code
+    namespace = {"__name__": "__main__", "helpers": helpers}
+    lib = None
+    try:
+        _, seen = torch_registrations.records_since(torch_registrations.RECORD, 0)
+        cell(
+            "import torch\n"
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "add = lambda a, b: a + b\n" + source + "\n",
+            namespace,
+        )
+        lib = namespace["lib"]
+        records, _ = torch_registrations.records_since(torch_registrations.RECORD, seen)
+    finally:
+        if lib is not None:
+            lib.m.reset()
+    kernels = [stack for what, stack, _ in records if what.startswith("Library.impl")]
+    assert len(kernels) == 1, records
+    assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is notebooks
+
+
 class _CodeOf:
     """A stand-in provenance: library code is any but a cell's."""
 
@@ -1317,7 +1405,10 @@ def test_who_registered_is_judged_without_running_the_notebooks_code(watched):
 
     cell_code = compile("pass", "<cell>", "exec")
     library_code = torch_registrations.by_notebook.__code__
-    stack = [(library_code, {"__name__": Spy("torch.library")}), (cell_code, {"__name__": "x"})]
+    stack = [
+        (library_code, {"__name__": Spy("torch.library")}, 0),
+        (cell_code, {"__name__": "x"}, 0),
+    ]
     assert torch_registrations.by_notebook(stack, _CodeOf()) is True
     assert ran == []
 

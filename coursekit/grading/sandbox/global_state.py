@@ -279,8 +279,12 @@ def take() -> Baseline:
     base.loggers = [_logger_state(logger) for logger in _loggers(logging.Logger.manager)]
     base.loggers_by_id = {id(state[0]): state for state in base.loggers}
     base.name_dicts = _name_dicts(base)
-    base.name_dict_views = dict_versions.views(held for _, held in base.name_dicts)
-    base.name_dict_tags = [-1] * len(base.name_dicts)  # (-1: never a tag) read at put-back
+    views = base.name_dict_views = dict_versions.views(held for _, held in base.name_dicts)
+    tags = list(map(_VERSION, views)) if views is not None else []  # (read before the keys)
+    base.name_dict_tags = [  # each one names only now (-1: read at the first put-back)
+        tag if not _odd_keys(held) else -1
+        for tag, (_, held) in zip(tags, base.name_dicts, strict=False)
+    ]
     return base
 
 
@@ -1054,6 +1058,9 @@ class _LoggersAtTake:
     list_lengths: list
     items: tuple
     caches: tuple  # their level caches, as taken
+    dicts: tuple = ()  # their dicts when this was made, a view of each one's version tag,
+    dict_views: list | None = None  # and each tag when its keys and values were last
+    dict_tags: list = field(default_factory=list)  # found as taken (dict_versions.py)
 
 
 def _loggers_at_take(pairs: list, dict_slots: dict) -> _LoggersAtTake:
@@ -1070,6 +1077,8 @@ def _loggers_at_take(pairs: list, dict_slots: dict) -> _LoggersAtTake:
             continue
         held.append(state)
         slots.append(kept[0])
+    dicts = list(map(_GETSET_GET, slots, (state[0] for state in held)))
+    views = dict_versions.views(dicts) if all(_TYPE(d) is dict for d in dicts) else None
     lists, items = [], []
     for state in held:
         for at, before in zip(state[9], state[2:4], strict=True):
@@ -1088,6 +1097,9 @@ def _loggers_at_take(pairs: list, dict_slots: dict) -> _LoggersAtTake:
         list_lengths=[len(before) for before in items],
         items=tuple(itertools.chain.from_iterable(items)),
         caches=tuple(state[8][state[10]] for state in held if state[10] >= 0),
+        dicts=tuple(dicts),
+        dict_views=views,
+        dict_tags=[-1] * len(dicts),  # (-1: never a tag) compared whole the first time
     )
 
 
@@ -1102,12 +1114,19 @@ def _loggers_unchanged(quick: _LoggersAtTake) -> bool:
         return False
     if any(map(_IS_NOT, map(_TYPE, held), _ALWAYS_DICT)):
         return False
-    if list(map(len, held)) != quick.lengths:  # (a list of ints: compared in C)
-        return False
-    if any(map(_IS_NOT, _CHAIN(map(dict.keys, held)), quick.keys)):
-        return False
-    if any(map(_IS_NOT, _CHAIN(map(dict.values, held)), quick.values)):
-        return False
+    # the very dicts, unchanged since their keys and values were last found as taken (each
+    # one's version tag, read before them: a change after it is seen next time), or read
+    views = quick.dict_views if len(held) == len(quick.dicts) else None
+    tags = list(map(_VERSION, views)) if views is not None else None
+    if tags is None or tags != quick.dict_tags or any(map(_IS_NOT, held, quick.dicts)):
+        if list(map(len, held)) != quick.lengths:  # (a list of ints: compared in C)
+            return False
+        if any(map(_IS_NOT, _CHAIN(map(dict.keys, held)), quick.keys)):
+            return False
+        if any(map(_IS_NOT, _CHAIN(map(dict.values, held)), quick.values)):
+            return False
+        if tags is not None and not any(map(_IS_NOT, held, quick.dicts)):
+            quick.dict_tags = tags
     # the lists are the very objects taken (the values above): now their items
     if any(map(_IS_NOT, map(_TYPE, quick.lists), _ALWAYS_LIST)):
         return False
@@ -1469,7 +1488,7 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
 
 def _made_by_the_wrappers(entry) -> bool:
     """Whether a record is of the form the registration wrappers make, ``(what, stack,
-    owner)`` with the stack a list of ``(code, globals)`` pairs, read by exact types (the
+    owner)`` with the stack a list of ``(code, globals, offset)``, read by exact types (the
     ledger takes what any caller sends it, and a notebook's object here could run its code
     as the stack is judged)."""
     if type(entry) is not tuple or len(entry) != 3:
@@ -1479,11 +1498,12 @@ def _made_by_the_wrappers(entry) -> bool:
         type(what) is str
         and type(stack) is list
         and all(
-            type(pair) is tuple
-            and len(pair) == 2
-            and type(pair[0]) is types.CodeType
-            and issubclass(type(pair[1]), dict)
-            for pair in stack
+            type(frame) is tuple
+            and len(frame) == 3
+            and type(frame[0]) is types.CodeType
+            and issubclass(type(frame[1]), dict)
+            and type(frame[2]) is int
+            for frame in stack
         )
     )
 

@@ -611,10 +611,12 @@ def serve(
             report("a process it started ran beside its memory test")
         return outputs
 
-    # Compared once before any hand-in code runs (nothing can differ yet): the first
-    # comparison in a process forked from the warm parent copies every page it touches (some
-    # 25 ms), and a runner is built ahead of its hand-in, on another core (driver.py).
+    # Compared once before any hand-in code runs (nothing can differ yet), and torch's state
+    # put back once: the first comparison in a process forked from the warm parent copies
+    # every page it touches (some 25 ms; the first put-back some 10), and a runner is built
+    # ahead of its hand-in, on another core (driver.py).
     changes(sealed_record, provenance)
+    put_back()  # (likewise: nothing to put back yet, and the pages it reads copied here)
     # the last steps before the first cell: from here no signal handler can be set or
     # changed, and no collection keeps what it finds (gc_lock.py): both hand over frames
     applied["gc_debug_locked"] = gc_lock.lock_debug()

@@ -37,6 +37,8 @@ import threading
 import time
 import types
 
+from coursekit.grading.sandbox.tampering import _named_at
+
 
 def _ledger(finalizing=sys.is_finalizing):
     """The record of registrations, in this generator's frame alone: no list of it is held
@@ -121,6 +123,17 @@ _HANDLE_METHODS = (
     "register_ad_inplace_or_view_fallback",
 )
 _STACK_DEPTH = 64
+# the names a frame calls torch's API by (the wrapped functions' own, and Library's)
+_API_NAMES = (
+    *_HANDLE_METHODS,
+    "_dispatch_library",
+    "_register_fake",
+    "_register_torch_dispatch_rule",
+)
+_NAMED_AT = _named_at  # whether a frame's running instruction names a function (tampering)
+_WRAPPER_CODES: frozenset = frozenset()  # the code of watch()'s wrappers, set by watch()
+# what a thread runs its target or a timer its function from (taken at import: no hand-in yet)
+_THREAD_RUNS = frozenset({threading.Thread.run.__code__, threading.Timer.run.__code__})
 _HANDLE = _LIBRARY = type(None)  # torch._C._DispatchModule and torch.library.Library
 _LIBRARY_DICT = None  # a Library's own __dict__ (the C getset: no property of a subclass)
 _RESET = None  # torch's own handle reset, taken by watch()
@@ -240,7 +253,7 @@ def watch() -> None:
     module is imported, or by torch's own lazy set-up, is the library's (judged by
     :func:`by_notebook`, in :func:`coursekit.grading.sandbox.global_state.restore`, where
     provenance is known)."""
-    global _HANDLE, _LIBRARY, _LIBRARY_DICT, _RESET
+    global _HANDLE, _LIBRARY, _LIBRARY_DICT, _RESET, _WRAPPER_CODES
     import torch.library
 
     _HANDLE, _LIBRARY = torch._C._DispatchModule, torch.library.Library
@@ -287,6 +300,7 @@ def watch() -> None:
 
         return registering
 
+    _WRAPPER_CODES = frozenset({through_the_keeper(0, "").__code__, around(len, "").__code__})
     for owner, name in registrars():
         current = vars(owner).get(name)
         if current is None or id(current) in _WATCHERS:
@@ -305,11 +319,12 @@ def watch() -> None:
 
 
 def _stack_of(frame) -> list:
-    """``(code, globals)`` of ``frame`` and those below it, to the import system's call that
-    runs a module's code (what :func:`by_notebook` judges)."""
+    """``(code, globals, the offset of the instruction running)`` of ``frame`` and those
+    below it, to the import system's call that runs a module's code (what
+    :func:`by_notebook` judges)."""
     stack = []
     while frame is not None and len(stack) < _STACK_DEPTH:
-        stack.append((frame.f_code, frame.f_globals))
+        stack.append((frame.f_code, frame.f_globals, frame.f_lasti))
         if frame.f_code.co_name == _IMPORTING:
             break
         frame = frame.f_back
@@ -317,21 +332,53 @@ def _stack_of(frame) -> list:
 
 
 def by_notebook(stack: list, provenance) -> bool:
-    """Whether a recorded registration is the notebook's (see :func:`watch`)."""
-    for index, (code, namespace) in enumerate(stack):
+    """Whether a recorded registration is the notebook's (see :func:`watch`): the nearest
+    frame of the notebook's below it called torch's registration API itself, or handed it
+    to library code that calls what it is given without naming it, down to the API
+    (``weakref.finalize(x, lib.impl, ...)()``, a ``Thread``'s ``run``, an ``ExitStack``
+    callback: found by review). A library frame that names the function it calls there
+    chose that call: a registration below it is the library's (torch's own, made lazily
+    from its functions the notebook calls). In a thread with no frame of the notebook's,
+    the thread's target is judged so, as handed by whoever made the thread
+    (``Thread(target=lib.impl, ...)``)."""
+    for index, (code, namespace, _) in enumerate(stack):
         name = code.co_name  # (exact str only: a subclass's __eq__ would be the notebook's)
         if type(name) is str and name == _IMPORTING and provenance.is_library(code):
             return False
         if provenance.is_library(code) and provenance.is_library_globals(namespace):
             continue
-        if index == 0:
+        return index == 0 or _handed_down(stack, index)
+    runs = [index for index, (code, *_) in enumerate(stack) if code in _THREAD_RUNS]
+    return bool(runs) and _handed_down(stack, runs[-1])
+
+
+def _handed_down(stack: list, caller: int) -> bool:
+    """Whether the library frames between the notebook's frame at ``caller`` and the
+    registration reach torch's registration API without one of them naming the function
+    it calls (each handed what it calls, by the notebook or by the frame before it). The
+    API is a registrar module's frame, or one of :func:`watch`'s wrappers, which a frame
+    calls by the API's names."""
+    for index in range(caller - 1, -1, -1):
+        code, namespace, offset = stack[index]
+        if code in _WRAPPER_CODES or _registrar_module(namespace):
             return True
-        # read as an item, as it is, exact str only: a key of the notebook's in that module
-        # is never compared, and a str subclass's methods would be the notebook's
-        items = list(dict.items(stack[index - 1][1]))
-        callee = next((v for k, v in items if type(k) is str and k == "__name__"), "")
-        return type(callee) is not str or str.startswith(callee, _REGISTRARS)
-    return False
+        # the names this frame calls its callee by: the next frame's function's, or the
+        # API's (the next frame is a wrapper, or, last, the wrapper was not recorded)
+        inner = stack[index - 1][0] if index > 0 else None
+        callees = _API_NAMES if inner is None or inner in _WRAPPER_CODES else (inner.co_name,)
+        if any(type(callee) is str and _NAMED_AT(code, offset, callee) for callee in callees):
+            return False
+    return True  # (the last frame called the API, not naming it: a wrapper unrecorded)
+
+
+def _registrar_module(namespace) -> bool:
+    """Whether a frame's globals are a module of torch's registration API: its name read
+    as an item, as it is, exact ``str`` only (a key of the notebook's in that module is
+    never compared, and a str subclass's methods would be the notebook's); a name that is
+    not a ``str`` counts as the API's (the registration, as the notebook's)."""
+    items = list(dict.items(namespace)) if type(namespace) is dict else []
+    name = next((v for k, v in items if type(k) is str and k == "__name__"), "")
+    return type(name) is not str or str.startswith(name, _REGISTRARS)
 
 
 def the_notebooks_own(owner, records: tuple, provenance) -> bool:
