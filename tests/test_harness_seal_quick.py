@@ -184,7 +184,7 @@ def _blind(how: str) -> dict:
         for name in names:
             saved[(harness_seal, name)] = getattr(harness_seal, name)
         harness_seal._look = lambda quick: ([], [])
-        harness_seal._entries_unchanged = lambda quick, looked=None: True
+        harness_seal._entries_unchanged = lambda quick, looked=None, odd_classes=None: True
         harness_seal._functions_unchanged = lambda quick: True
         harness_seal._differs = lambda now, then: False
         harness_seal._foreign_code = lambda name, provenance: []
@@ -364,3 +364,59 @@ def test_a_coursekit_module_since_the_seal_is_read_and_odd_keys_run_nothing(seal
     assert ran_in_the_check == []
     assert "sys.modules (a key that is not a plain string)" in found
     assert harness_seal.changes(seal, _Provenance()) == []
+
+
+_PLANTS_A_KEY_IN_A_CLASS = """
+import gc
+RAN = []
+class Grab:
+    def __ror__(self, other):  # handed the class's own dict (no gc, no ctypes)
+        HELD.append(other)
+        return NotImplemented
+HELD = []
+try:
+    vars(Holder) | Grab()
+except TypeError:
+    pass
+members = HELD[0]
+sealed_run = members['run']
+class Key:
+    def __hash__(self):
+        return hash('run')
+    def __eq__(self, other):  # 'run', while gc is off (inside the seal), and no other time
+        RAN.append(other)
+        return not gc.isenabled() and other == 'run'
+members.pop('__doc__', None)
+del members['run']
+members[Key()] = sealed_run  # ahead of 'run' in the dict's probe order
+members['run'] = lambda self: 2
+"""
+
+
+def test_a_key_of_the_notebooks_in_a_classs_members_is_named_and_never_compared(seal_mode, sealed):
+    """Found by review: ``vars(cls) | obj`` hands a class's own dict to ``obj.__ror__``, with
+    no audited step. A key hashed as a member's name and put ahead of it was compared with
+    the name in the seal's lookups, and its ``__eq__`` answered there with the sealed
+    member, for another the cell had put in its place. The seal reads each class's keys in
+    C first, and names the class; its members are then read as items."""
+    module, seal = sealed
+    kept = dict(vars(module.Holder))
+    namespace = {"__name__": "__main__", "Holder": module.Holder}
+    exec(compile(_PLANTS_A_KEY_IN_A_CLASS, "<cell>", "exec"), namespace)  # noqa: S102
+    try:
+        if type(vars(module.Holder).get("run")) is not types.FunctionType:
+            pytest.skip("this Python hands a class's dict to no __ror__")
+        namespace["RAN"].clear()
+        first, second = _names(seal), _names(seal)
+        ran = list(namespace["RAN"])
+    finally:
+        members = namespace["HELD"][0] if namespace.get("HELD") else None
+        if members is not None:
+            members.clear()
+            members.update(kept)
+        type.__setattr__(module.Holder, "run", kept["run"])  # (type's caches emptied)
+    assert ran == [], f"the seal ran the notebook's __eq__ {len(ran)} time(s)"
+    assert f"{PROBE}.Holder (a key that is not a plain string)" in first, first
+    assert any(where.endswith("Holder.run") for where in first), first
+    assert second == first
+    assert _names(seal) == set()

@@ -1181,6 +1181,47 @@ def _three_times_three() -> float:
             "t.join()\n",
             "DispatchModule.impl mul.Tensor",
         ),
+        # by library code that names what it calls, but handed the notebook's kernel
+        # (second review of this session's change)
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "class R:\n"
+            "    def __reduce_ex__(self, protocol):\n"
+            "        return (lib.impl, ('mul.Tensor', lambda a, b: a + b, 'CPU'))\n"
+            "copy.deepcopy(R())\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "loop = asyncio.new_event_loop()\n"
+            "loop.call_soon(lib.impl, 'mul.Tensor', lambda a, b: a + b, 'CPU')\n"
+            "loop.run_until_complete(asyncio.sleep(0))\n"
+            "loop.close()\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "unittest.mock.Mock(side_effect=lib.impl)('mul.Tensor', lambda a, b: a + b, 'CPU')\n",
+            "Library.impl mul.Tensor",
+        ),
+        (
+            "lib = torch._C._dispatch_library('IMPL', 'aten', '', '<cell>', 1)\n"
+            "with concurrent.futures.ThreadPoolExecutor(1) as pool:\n"
+            "    pool.submit(lib.impl, 'mul.Tensor', torch._C.DispatchKey.CPU,\n"
+            "                lambda a, b: a + b).result()\n",
+            "DispatchModule.impl mul.Tensor",
+        ),
+        (  # a library's function as the kernel, under more library frames than are read
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "s = sched.scheduler()\n"
+            "s.enter(0, 0, lib.impl, ('mul.Tensor', torch.add, 'CPU'))\n"
+            "for _ in range(600):\n"
+            "    outer = sched.scheduler()\n"
+            "    outer.enter(0, 0, s.run)\n"
+            "    s = outer\n"
+            "s.run()\n",
+            "Library.impl mul.Tensor",
+        ),
     ],
 )
 def test_kernels_of_the_notebooks_are_named_and_taken_back(provenance, watched, source, named):
@@ -1190,7 +1231,10 @@ def test_kernels_of_the_notebooks_are_named_and_taken_back(provenance, watched, 
     baseline = global_state.take()
     namespace = {}
     try:
-        namespace = cell("import contextlib, threading, torch, weakref\n" + source)
+        namespace = cell(
+            "import asyncio, concurrent.futures, contextlib, copy, sched, threading, torch\n"
+            "import unittest.mock, weakref\n" + source
+        )
         assert _three_times_three() == 6.0  # it took
         found = global_state.restore(baseline, provenance)
         assert _three_times_three() == 9.0  # taken back
@@ -1369,9 +1413,41 @@ def test_a_registration_is_the_notebooks_when_library_code_was_handed_the_call(
     finally:
         if lib is not None:
             lib.m.reset()
-    kernels = [stack for what, stack, _ in records if what.startswith("Library.impl")]
+    kernels = [stack for what, stack, *_ in records if what.startswith("Library.impl")]
     assert len(kernels) == 1, records
     assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is notebooks
+
+
+def test_a_registration_under_more_library_frames_than_are_read_is_the_notebooks(watched):
+    """The stack of a registration is read to :data:`torch_registrations._STACK_DEPTH`
+    frames: one cut there, with no frame of the notebook's in what was read, is judged the
+    notebook's (found by review: a notebook's registration 70 frames under nested
+    ``sched.run`` calls was judged torch's). A library's own function as the kernel: only
+    the stack can tell."""
+    namespace = {"__name__": "__main__"}
+    lib = None
+    try:
+        _, seen = torch_registrations.records_since(torch_registrations.RECORD, 0)
+        cell(
+            "import sched, torch\n"
+            "lib = torch.library.Library('aten', 'IMPL')\n"
+            "s = sched.scheduler()\n"
+            "s.enter(0, 0, lib.impl, ('mul.Tensor', torch.add, 'CPU'))\n"
+            "for _ in range(600):\n"
+            "    outer = sched.scheduler()\n"
+            "    outer.enter(0, 0, s.run)\n"
+            "    s = outer\n"
+            "s.run()\n",
+            namespace,
+        )
+        lib = namespace["lib"]
+        records, _ = torch_registrations.records_since(torch_registrations.RECORD, seen)
+    finally:
+        if lib is not None:
+            lib.m.reset()
+    kernels = [stack for what, stack, *_ in records if what.startswith("Library.impl")]
+    assert len(kernels) == 1 and len(kernels[0]) == torch_registrations._STACK_DEPTH
+    assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is True
 
 
 class _CodeOf:
@@ -1627,8 +1703,8 @@ while todo:
         todo.append(owner)
 for record in lists:  # each registration rewritten as made by nobody's code
     for index, entry in enumerate(record):
-        if type(entry) is tuple and len(entry) == 3:
-            record[index] = (entry[0], [], entry[2])
+        if type(entry) is tuple and len(entry) == 4:
+            record[index] = (entry[0], [], entry[2], ())
 """
 
 

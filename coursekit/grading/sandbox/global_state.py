@@ -1471,8 +1471,11 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
         if not _made_by_the_wrappers(entry):  # read no further: its parts could run code
             found.append("it added to the record of torch.library registrations")
             continue
-        what, stack, owner = entry
-        if not _BY_NOTEBOOK(stack, provenance):
+        what, stack, owner, handed = entry
+        # the notebook's: made by its code, or handed a function of its code to run (a
+        # kernel), whoever called torch (copy, asyncio, a mock's side effect: found by
+        # review; torch's own kernels, closures over torch's objects, are torch's code)
+        if not _BY_NOTEBOOK(stack, provenance) and not _notebooks_code_in(handed, provenance):
             continue
         records = records or _RECORDS_SINCE(base.registrations, 0)[0]
         if _TAKEN_BACK_WHOLE(owner, records, provenance):
@@ -1486,16 +1489,47 @@ def _check_library(base: Baseline, found: list[str], provenance) -> None:
     base.registrations_seen = count
 
 
+def _notebooks_code_in(handed: tuple, provenance) -> bool:
+    """Whether a registration was handed a function whose code is the notebook's: as it
+    is, inside a ``functools.partial`` or a bound method (read through their C slots), or
+    as the ``__call__`` of its class (read as items of the classes' dicts). Judged by the
+    code object only (:meth:`Provenance.is_library`): the closures torch makes over its
+    own objects as it registers lazily are its code."""
+    for item in handed:
+        inner = [item]
+        if issubclass(_TYPE(item), functools.partial):
+            inner += [_PARTIAL_FUNC(item), *_PARTIAL_ARGS(item), *_PARTIAL_KEYWORDS(item).values()]
+        elif _TYPE(item) is types.MethodType:
+            inner.append(_METHOD_FUNC(item))
+        for klass in _MRO(_TYPE(item)):  # (type's own slot: no metaclass of the notebook's)
+            members = list(_CLASS_DICT(klass).items())
+            inner += [v for k, v in members if _TYPE(k) is str and k == "__call__"]
+        for function in inner:
+            if _TYPE(function) is types.FunctionType and not provenance.is_library(
+                _FUNCTION_CODE(function)
+            ):
+                return True
+    return False
+
+
+_PARTIAL_FUNC = functools.partial.func.__get__
+_PARTIAL_ARGS = functools.partial.args.__get__
+_PARTIAL_KEYWORDS = functools.partial.keywords.__get__
+_METHOD_FUNC = types.MethodType.__func__.__get__
+_FUNCTION_CODE = types.FunctionType.__code__.__get__
+
+
 def _made_by_the_wrappers(entry) -> bool:
     """Whether a record is of the form the registration wrappers make, ``(what, stack,
-    owner)`` with the stack a list of ``(code, globals, offset)``, read by exact types (the
-    ledger takes what any caller sends it, and a notebook's object here could run its code
-    as the stack is judged)."""
-    if type(entry) is not tuple or len(entry) != 3:
+    owner, handed)`` with the stack a list of ``(code, globals, offset)`` and ``handed`` a
+    tuple, read by exact types (the ledger takes what any caller sends it, and a notebook's
+    object here could run its code as the stack is judged)."""
+    if type(entry) is not tuple or len(entry) != 4:
         return False
-    what, stack, _ = entry
+    what, stack, _, handed = entry
     return (
         type(what) is str
+        and type(handed) is tuple
         and type(stack) is list
         and all(
             type(frame) is tuple

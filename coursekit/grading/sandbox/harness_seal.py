@@ -87,6 +87,11 @@ class _Quick:
     proxy_tags: list = field(default_factory=list)  # when all its entries were last as sealed
     name_views: list | None = None  # the tag of the dict behind each of ``Seal.names``
     name_tags: list = field(default_factory=list)  # when it last held its names only
+    class_dicts: tuple = ()  # the dict behind each sealed class's mapping proxy, once each,
+    class_proxies: tuple = ()  # ... the proxies that show it, how a finding names it,
+    class_labels: tuple = ()  # a view of its tag, and its tag when last found to hold
+    class_views: list | None = None  # only keys that are exactly ``str`` (_odd_classes)
+    class_tags: list = field(default_factory=list)
 
 
 def _dict_behind(namespace) -> dict | None:
@@ -154,11 +159,27 @@ def _quick(found: Seal) -> _Quick:
     proxy_views = dict_versions.views(behind_proxies.values())
     if None in behind_proxies.values():  # (no class's dict found behind one: not tagged)
         proxy_views = None
+    classes_by_dict: dict = {}  # id(dict behind): (dict, [proxies], label)
+    shown = [(where, namespace) for where, namespace, *_ in found.names]
+    shown += [(where.rpartition(".")[0] or where, ns) for where, ns, *_ in found.entries]
+    for label, namespace in shown:
+        behind = _dict_behind(namespace) if type(namespace) is types.MappingProxyType else None
+        if behind is not None:
+            held = classes_by_dict.setdefault(id(behind), (behind, [], label))
+            if not any(proxy is namespace for proxy in held[1]):
+                held[1].append(namespace)
+    class_dicts = tuple(held[0] for held in classes_by_dict.values())
     behind_names = [_dict_behind(namespace) for _, namespace, *_ in found.names]
     name_views = None
     if None not in behind_names:  # (the sealed names: read whole, never by tag, else)
         name_views = dict_versions.views(behind_names)
+    class_views = dict_versions.views(class_dicts)
     return _Quick(
+        class_dicts=class_dicts,
+        class_proxies=tuple(tuple(held[1]) for held in classes_by_dict.values()),
+        class_labels=tuple(held[2] for held in classes_by_dict.values()),
+        class_views=class_views,
+        class_tags=[-1] * len(class_dicts),  # (-1: never a tag) taken at the first look
         proxy_views=proxy_views,
         proxy_tags=[-1] * len(proxy_views or ()),  # (-1: never a tag) taken at the first look
         name_views=name_views,
@@ -260,8 +281,7 @@ def _look(quick: _Quick) -> tuple[list[int], list[int]]:
     keys and values, in order: some 40,000 of each, under a millisecond); then, where one
     differs, that dict alone: named if it holds such a key, else its sealed entries looked
     up. One whose entries are all as sealed is clean again, and what it holds now is what
-    the next look compares with. (A class's members cannot be given such a key but
-    through ``gc.get_referents`` or ``ctypes``, which the audit hook names.)"""
+    the next look compares with. (Classes' dicts: :func:`_odd_classes`.)"""
     spaces, tags = quick.spaces, None
     if quick.space_views is not None:  # each dict's version tag: one read each
         tags = list(map(_VERSION, quick.space_views))
@@ -302,6 +322,25 @@ def _look(quick: _Quick) -> tuple[list[int], list[int]]:
     return odd, changed
 
 
+def _odd_classes(quick: _Quick) -> list[int]:
+    """The places in :attr:`_Quick.class_dicts` of the classes' dicts that hold a key that
+    is not exactly a ``str``, read in C before anything is looked up in them: a class's
+    real dict is handed to a notebook's ``__ror__`` by ``vars(cls) | obj`` (no audited
+    step; found by review), and such a key, hashed as a member's name and put ahead of
+    it, ran its ``__eq__`` in the seal's lookups and answered with the sealed member. A
+    dict is read only where its version tag moved since it was last found clean."""
+    views, last = quick.class_views, quick.class_tags
+    tags = list(map(_VERSION, views)) if views is not None else None
+    places = _places_changed(tags, last) if tags is not None else range(len(quick.class_dicts))
+    odd = []
+    for at in places:
+        if _odd(quick.class_dicts[at]):
+            odd.append(at)
+        elif tags is not None:  # (the tag read before the keys: a change since is seen next)
+            last[at] = tags[at]
+    return odd
+
+
 def _get(held, key, default=None):
     """``held.get(key, default)`` for a plain dict that may hold keys of the notebook's:
     looked up where every key is exactly a ``str``, else read item by item, each key
@@ -316,12 +355,16 @@ def _get(held, key, default=None):
     return default
 
 
-def _entries_unchanged(quick: _Quick, looked: tuple | None = None) -> bool:
+def _entries_unchanged(
+    quick: _Quick, looked: tuple | None = None, odd_classes: list | None = None
+) -> bool:
     """Whether every sealed entry still holds the very object it held when sealed (and no
-    dict that holds one has a key of the notebook's): ``looked`` is :func:`_look`'s answer,
-    where the caller has it."""
+    dict that holds one has a key of the notebook's): ``looked`` and ``odd_classes`` are
+    :func:`_look`'s and :func:`_odd_classes`' answers, where the caller has them."""
     odd, changed = looked if looked is not None else _look(quick)
-    if odd or changed:
+    if odd_classes is None:
+        odd_classes = _odd_classes(quick)
+    if odd or changed or odd_classes:
         return False
     namespaces, keys, values = quick.loose
     if _differs(map(_DICT_GET, namespaces, keys, _REPEAT(_MISSING)), values):
@@ -410,10 +453,11 @@ def _changes(sealed: Seal, provenance) -> list[str]:
     found = []
     quick = sealed.quick or _quick(sealed)
     looked = _look(quick)  # first: the rest looks names up in these dicts
-    odd = looked[0]
-    readable = _readable(quick, odd)
+    odd, odd_classes = looked[0], _odd_classes(quick)
+    readable = _readable(quick, odd, odd_classes)
     found += [f"{quick.space_labels[at]} (a key that is not a plain string)" for at in odd]
-    if not _entries_unchanged(quick, looked):
+    found += [f"{quick.class_labels[at]} (a key that is not a plain string)" for at in odd_classes]
+    if not _entries_unchanged(quick, looked, odd_classes):
         for where, namespace, key, value, strict in sealed.entries:
             now = _READ(readable, namespace).get(key, _MISSING)
             if now is not value and (
@@ -533,10 +577,11 @@ def rebound_names(sealed: Seal, provenance=None) -> list[tuple]:
 def _rebound_names(sealed: Seal, provenance) -> list[tuple]:
     quick = sealed.quick or _quick(sealed)
     looked = _look(quick)  # first: no name is looked up in odd ones (named by changes())
-    if _entries_unchanged(quick, looked):
+    odd_classes = _odd_classes(quick)
+    if _entries_unchanged(quick, looked, odd_classes):
         return []
     found = []
-    readable = _readable(quick, looked[0])
+    readable = _readable(quick, looked[0], odd_classes)
     for where, namespace, key, value, strict in sealed.entries:
         if type(namespace) is not dict:
             continue
@@ -546,16 +591,21 @@ def _rebound_names(sealed: Seal, provenance) -> list[tuple]:
     return found
 
 
-def _readable(quick: _Quick, odd: list[int]) -> dict:
-    """For each dict among ``odd`` (by its id): a copy of its items whose keys are exactly
+def _readable(quick: _Quick, odd: list[int], odd_classes: list[int] = ()) -> dict:
+    """For each dict among ``odd`` (by its id), and each class's among ``odd_classes`` (by
+    the id of each mapping proxy that shows it): a copy of its items whose keys are exactly
     ``str``, built in C, where its sealed names are looked up instead (a rebinding there
     is still named, and still put back for a memory test: :func:`put_back_names`)."""
-    return {
-        id(quick.spaces[at]): {
-            k: v for k, v in list(dict.items(quick.spaces[at])) if _TYPE(k) is str
-        }
-        for at in odd
-    }
+    readable = {id(quick.spaces[at]): _names_of(quick.spaces[at]) for at in odd}
+    for at in odd_classes:
+        names = _names_of(quick.class_dicts[at])
+        readable.update((id(proxy), names) for proxy in quick.class_proxies[at])
+    return readable
+
+
+def _names_of(held: dict) -> dict:
+    """A copy of ``held``'s items whose keys are exactly ``str`` (no key's method runs)."""
+    return {k: v for k, v in list(dict.items(held)) if _TYPE(k) is str}
 
 
 def _READ(readable: dict, namespace):  # noqa: N802 - reads like a lookup table

@@ -18,8 +18,10 @@ functions the wrappers replaced are not in their closures but in the frame of a 
 (:func:`_keeper`), which reads who called a wrapper itself (a request sent to it by other
 code is judged as that code's) and lets no exception out, so no traceback leads into its
 frame: only an audited step (``gi_frame``, ``gc``) reaches it. A registration made through
-a library function that calls torch.library for the notebook is judged the library's
-(:func:`by_notebook`): torch registers lazily, from its own functions the notebook calls.
+a library function that names the call it makes is judged the library's
+(:func:`by_notebook`): torch registers lazily, from its own functions the notebook calls;
+one made by library code handed the call, or handed a function of the notebook's code to
+run, is the notebook's (``global_state._check_library``).
 
 So the dispatcher itself is read too: :func:`dispatcher_snapshot` (in the warm parent,
 after every import) keeps each operator's registrations as torch prints them, with the
@@ -76,7 +78,8 @@ def _ledger(finalizing=sys.is_finalizing):
 
 _RECORDING = _ledger()
 next(_RECORDING)
-# What :func:`watch` records, each ``(what, stack, owner)``: the stack from the registering
+# What :func:`watch` records, each ``(what, stack, owner, the callables it was handed)``: the
+# stack from the registering
 # call down, as (code, globals) pairs, until the import system's call that runs a module's
 # code; the owner, what take_back undoes (the Library, or the dispatcher's handle). The
 # ledger's ``send``: read it with :func:`records_since`.
@@ -122,7 +125,8 @@ _HANDLE_METHODS = (
     "impl_with_aoti_compile",
     "register_ad_inplace_or_view_fallback",
 )
-_STACK_DEPTH = 64
+_STACK_DEPTH = 512  # frames recorded; a stack cut there, with no frame of the notebook's,
+# is judged the notebook's (found by review: registered 70 frames down, under sched.run)
 # the names a frame calls torch's API by (the wrapped functions' own, and Library's)
 _API_NAMES = (
     *_HANDLE_METHODS,
@@ -183,7 +187,8 @@ def _keeper(originals: list, record, getframe, stack_of, wrapper=None):
                 detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
                 owner = result if label == _NEW_LIBRARY else (args[0] if args else None)
                 answer = (True, result)
-                record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+                what = f"{label} {detail.strip()[:60]}".strip()
+                record((what, stack, owner, _callables_in(args, kwargs)))
         except GeneratorExit:  # closed, it ends every registration, the notebook's own too
             raise
         except BaseException as error:  # noqa: BLE001 - a timer's, a throw(): handed on
@@ -295,7 +300,8 @@ def watch() -> None:
             result = function(*args, **kwargs)
             owner = args[0] if args else None
             detail = args[1] if len(args) > 1 and type(args[1]) is str else ""
-            record((f"{label} {detail.strip()[:60]}".strip(), stack, owner))
+            what = f"{label} {detail.strip()[:60]}".strip()
+            record((what, stack, owner, _callables_in(args, kwargs)))
             return result
 
         return registering
@@ -316,6 +322,12 @@ def watch() -> None:
             wrapper = through_the_keeper(len(originals) - 1, label)
         _WATCHERS.add(id(wrapper))
         setattr(owner, name, wrapper)
+
+
+def _callables_in(args: tuple, kwargs: dict) -> tuple:
+    """What a registration was handed to run (a kernel, a fake kernel, a dispatch rule's
+    class), past its ``self``: ``callable`` reads type slots in C, no method runs."""
+    return tuple(item for item in (*args[1:], *kwargs.values()) if callable(item))
 
 
 def _stack_of(frame) -> list:
@@ -340,7 +352,9 @@ def by_notebook(stack: list, provenance) -> bool:
     chose that call: a registration below it is the library's (torch's own, made lazily
     from its functions the notebook calls). In a thread with no frame of the notebook's,
     the thread's target is judged so, as handed by whoever made the thread
-    (``Thread(target=lib.impl, ...)``)."""
+    (``Thread(target=lib.impl, ...)``). A stack cut at :data:`_STACK_DEPTH` with no frame
+    of the notebook's in it is the notebook's. (A registration handed the notebook's code
+    to run is the notebook's whatever its stack: ``global_state._check_library``.)"""
     for index, (code, namespace, _) in enumerate(stack):
         name = code.co_name  # (exact str only: a subclass's __eq__ would be the notebook's)
         if type(name) is str and name == _IMPORTING and provenance.is_library(code):
@@ -348,6 +362,8 @@ def by_notebook(stack: list, provenance) -> bool:
         if provenance.is_library(code) and provenance.is_library_globals(namespace):
             continue
         return index == 0 or _handed_down(stack, index)
+    if len(stack) >= _STACK_DEPTH:  # (torch's own registrations run nowhere near as deep)
+        return True
     runs = [index for index, (code, *_) in enumerate(stack) if code in _THREAD_RUNS]
     return bool(runs) and _handed_down(stack, runs[-1])
 
@@ -398,7 +414,7 @@ def the_notebooks_own(owner, records: tuple, provenance) -> bool:
         and label.startswith(_NEW_LIBRARY)
         and made is handle
         and by_notebook(stack, provenance)
-        for label, stack, made in records
+        for label, stack, made, _ in records
     )
 
 
