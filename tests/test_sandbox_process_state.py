@@ -1130,6 +1130,19 @@ def test_putting_state_back_runs_none_of_the_notebooks_code(provenance):
         assert expected in said, said
 
 
+# torch.add registered as mul's kernel by sched.run, under 600 more calls of sched.run
+_UNDER_600_SCHEDULERS = (
+    "lib = torch.library.Library('aten', 'IMPL')\n"
+    "s = sched.scheduler()\n"
+    "s.enter(0, 0, lib.impl, ('mul.Tensor', torch.add, 'CPU'))\n"
+    "for _ in range(600):\n"
+    "    outer = sched.scheduler()\n"
+    "    outer.enter(0, 0, s.run)\n"
+    "    s = outer\n"
+    "s.run()\n"
+)
+
+
 def _three_times_three() -> float:
     return (torch.full((1,), 3.0) * torch.full((1,), 3.0)).item()
 
@@ -1211,17 +1224,8 @@ def _three_times_three() -> float:
             "                lambda a, b: a + b).result()\n",
             "DispatchModule.impl mul.Tensor",
         ),
-        (  # a library's function as the kernel, under more library frames than are read
-            "lib = torch.library.Library('aten', 'IMPL')\n"
-            "s = sched.scheduler()\n"
-            "s.enter(0, 0, lib.impl, ('mul.Tensor', torch.add, 'CPU'))\n"
-            "for _ in range(600):\n"
-            "    outer = sched.scheduler()\n"
-            "    outer.enter(0, 0, s.run)\n"
-            "    s = outer\n"
-            "s.run()\n",
-            "Library.impl mul.Tensor",
-        ),
+        # a library's function as the kernel, under more library frames than are read
+        (_UNDER_600_SCHEDULERS, "Library.impl mul.Tensor"),
     ],
 )
 def test_kernels_of_the_notebooks_are_named_and_taken_back(provenance, watched, source, named):
@@ -1398,24 +1402,27 @@ def test_a_registration_is_the_notebooks_when_library_code_was_handed_the_call(
     one that calls what it was handed does not (found by review)."""
     helpers = {"__name__": "a_library"}
     exec(compile(_HELPERS, "<library>", "exec"), helpers)  # noqa: S102 - the library's code
-    namespace = {"__name__": "__main__", "helpers": helpers}
-    lib = None
+    source = (
+        "import torch\n"
+        "lib = torch.library.Library('aten', 'IMPL')\n"
+        "add = lambda a, b: a + b\n" + source + "\n"
+    )
+    kernels = _kernel_stacks(source, {"__name__": "__main__", "helpers": helpers})
+    assert len(kernels) == 1, kernels
+    assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is notebooks
+
+
+def _kernel_stacks(source: str, namespace: dict) -> list:
+    """The stacks recorded for ``Library.impl`` as ``source`` ran as a cell (its ``lib``
+    reset after)."""
     try:
         _, seen = torch_registrations.records_since(torch_registrations.RECORD, 0)
-        cell(
-            "import torch\n"
-            "lib = torch.library.Library('aten', 'IMPL')\n"
-            "add = lambda a, b: a + b\n" + source + "\n",
-            namespace,
-        )
-        lib = namespace["lib"]
+        cell(source, namespace)
         records, _ = torch_registrations.records_since(torch_registrations.RECORD, seen)
     finally:
-        if lib is not None:
-            lib.m.reset()
-    kernels = [stack for what, stack, *_ in records if what.startswith("Library.impl")]
-    assert len(kernels) == 1, records
-    assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is notebooks
+        if namespace.get("lib") is not None:
+            namespace["lib"].m.reset()
+    return [stack for what, stack, *_ in records if what.startswith("Library.impl")]
 
 
 def test_a_registration_under_more_library_frames_than_are_read_is_the_notebooks(watched):
@@ -1424,28 +1431,9 @@ def test_a_registration_under_more_library_frames_than_are_read_is_the_notebooks
     notebook's (found by review: a notebook's registration 70 frames under nested
     ``sched.run`` calls was judged torch's). A library's own function as the kernel: only
     the stack can tell."""
-    namespace = {"__name__": "__main__"}
-    lib = None
-    try:
-        _, seen = torch_registrations.records_since(torch_registrations.RECORD, 0)
-        cell(
-            "import sched, torch\n"
-            "lib = torch.library.Library('aten', 'IMPL')\n"
-            "s = sched.scheduler()\n"
-            "s.enter(0, 0, lib.impl, ('mul.Tensor', torch.add, 'CPU'))\n"
-            "for _ in range(600):\n"
-            "    outer = sched.scheduler()\n"
-            "    outer.enter(0, 0, s.run)\n"
-            "    s = outer\n"
-            "s.run()\n",
-            namespace,
-        )
-        lib = namespace["lib"]
-        records, _ = torch_registrations.records_since(torch_registrations.RECORD, seen)
-    finally:
-        if lib is not None:
-            lib.m.reset()
-    kernels = [stack for what, stack, *_ in records if what.startswith("Library.impl")]
+    kernels = _kernel_stacks(
+        "import sched, torch\n" + _UNDER_600_SCHEDULERS, {"__name__": "__main__"}
+    )
     assert len(kernels) == 1 and len(kernels[0]) == torch_registrations._STACK_DEPTH
     assert torch_registrations.by_notebook(kernels[0], _CodeOf()) is True
 
