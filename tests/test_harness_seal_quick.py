@@ -420,3 +420,45 @@ def test_a_key_of_the_notebooks_in_a_classs_members_is_named_and_never_compared(
     assert any(where.endswith("Holder.run") for where in first), first
     assert second == first
     assert _names(seal) == set()
+
+
+def test_a_member_of_a_base_class_written_through_its_dict_is_named():
+    """Found by review: the bases of sealed classes were not sealed, an immutable type's
+    least of all, and ``vars(TensorBase) | obj`` hands ``obj.__ror__`` its dict:
+    ``Tensor.item`` replaced there changed every loss the harness reads, unnamed."""
+    import gc
+
+    import torch
+
+    held = []
+
+    class Grab:
+        def __ror__(self, other):
+            held.append(other)
+            return NotImplemented
+
+    with pytest.raises(TypeError):
+        vars(torch._C.TensorBase) | Grab()
+    members = held[0] if held else None
+    if type(members) is not dict:
+        pytest.skip("this Python hands a class's dict to no __ror__")
+    import os
+
+    from coursekit.grading.sandbox.provenance import Provenance
+
+    record = Provenance((os.path.dirname(os.path.dirname(torch.__file__)) + "/",))
+    record.seal()  # (torch's code is the libraries'; this file's is not)
+    seal = harness_seal.seal()
+    kept = members["item"]
+    try:
+        members["item"] = lambda self: 0.0
+        sys._clear_type_cache()
+        assert torch.tensor(3.5).item() == 0.0  # the interpreter runs it
+        found = harness_seal.changes(seal, record)
+    finally:
+        members["item"] = kept
+        sys._clear_type_cache()
+        gc.collect()
+    assert torch.tensor(3.5).item() == 3.5
+    assert "torch._C.TensorBase.item" in found, found
+    assert harness_seal.changes(seal, record) == []

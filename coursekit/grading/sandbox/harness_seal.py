@@ -603,9 +603,11 @@ def _readable(quick: _Quick, odd: list[int], odd_classes: list[int] = ()) -> dic
     return readable
 
 
-def _names_of(held: dict) -> dict:
-    """A copy of ``held``'s items whose keys are exactly ``str`` (no key's method runs)."""
-    return {k: v for k, v in list(dict.items(held)) if _TYPE(k) is str}
+def _names_of(held) -> dict:
+    """A copy of ``held``'s items (a dict, or a class's mapping proxy) whose keys are
+    exactly ``str`` (no key's method runs)."""
+    items = list(dict.items(held)) if _TYPE(held) is dict else list(held.items())
+    return {k: v for k, v in items if _TYPE(k) is str}
 
 
 def _READ(readable: dict, namespace):  # noqa: N802 - reads like a lookup table
@@ -734,7 +736,9 @@ def _library_addition(value, provenance, name, where, owner, sealed) -> bool:
     if owner is None:
         return library_value(value, provenance, name, _MISSING, where)
     for base in _MRO(owner)[1:]:
-        now = _PROXY_GET(_CLASS_DICT(base), name, _MISSING)
+        # read as items, exact str only: a base's dict can hold a key of the notebook's,
+        # which a lookup would compare with the name (found by review: in object's dict)
+        now = _names_of(_CLASS_DICT(base)).get(name, _MISSING)
         then = sealed.members.get((id(base), name), _MISSING)
         if now is not _MISSING or then is not _MISSING:
             return any(

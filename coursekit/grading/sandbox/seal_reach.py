@@ -174,8 +174,12 @@ def record(found: Seal) -> Seal:
             if key in namespace:
                 where = f"{module_name}.{key}"
                 found.entries.append((where, namespace, key, namespace[key], False))
+    _seal_bases(found, seen)
     _seal_functions(found)
     _seal_reads(found, seen)
+    start = len(found.entries)
+    _seal_bases(found, seen)  # (of the classes what the functions read led to)
+    _seal_functions(found, start)
     _seal_function_attributes(found)
     found.hooks = {"meta_path": tuple(sys.meta_path), "path_hooks": tuple(sys.path_hooks)}
     return found
@@ -254,12 +258,18 @@ def _torch_object(value) -> bool:
     return not isinstance(value, type) and str(type(value).__module__).startswith("torch")
 
 
-def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) -> None:
+def _seal_class(
+    found: Seal, where: str, cls: type, ours: bool, seen: set[int], base: bool = False
+) -> None:
     """Every member of a class: all of coursekit's; of a library's, every callable and
     descriptor, dunders included (``Tensor.__rsub__``, ``__deepcopy__``), and the objects of
-    torch's it holds (``Variable._execution_engine``)."""
-    if id(cls) in seen or cls.__flags__ & _IMMUTABLE_TYPE:
-        return  # an immutable type: a compiled one of torch's, say (Tensor's base)
+    torch's it holds (``Variable._execution_engine``). As a base of a sealed class
+    (``base``: :func:`_seal_bases`), an immutable type too (found by review: ``vars(
+    TensorBase) | obj`` hands ``obj.__ror__`` the dict of a type Python will not let code
+    set a member of, and ``Tensor.item`` was replaced there); an immutable type met only
+    as a module's member is left."""
+    if id(cls) in seen or (cls.__flags__ & _IMMUTABLE_TYPE and not base):
+        return
     seen.add(id(cls))
     members = vars(cls)
     found.names.append((where, members, frozenset(members), ours, cls))
@@ -272,6 +282,16 @@ def _seal_class(found: Seal, where: str, cls: type, ours: bool, seen: set[int]) 
         ):
             found.entries.append((f"{where}.{attribute}", members, attribute, member, ours))
             found.members[(id(cls), attribute)] = member
+
+
+def _seal_bases(found: Seal, seen: set[int]) -> None:
+    """The classes every sealed class inherits from, once the modules' own are sealed
+    under their names (see :func:`_seal_class`; read in the warm parent)."""
+    for *_, owner in list(found.names):
+        for inherited in owner.__mro__[1:] if owner is not None else ():
+            module = str(inherited.__module__)
+            mine = module == "coursekit" or module.startswith("coursekit.")
+            _seal_class(found, f"{module}.{inherited.__qualname__}", inherited, mine, seen, True)
 
 
 def _seal_functions(found: Seal, start: int = 0) -> None:

@@ -125,8 +125,10 @@ _HANDLE_METHODS = (
     "impl_with_aoti_compile",
     "register_ad_inplace_or_view_fallback",
 )
-_STACK_DEPTH = 512  # frames recorded; a stack cut there, with no frame of the notebook's,
-# is judged the notebook's (found by review: registered 70 frames down, under sched.run)
+# frames recorded, to the import system's call or the stack's end: all of them (found by
+# review: a registration 70 frames under nested sched.run calls lost the notebook's frame
+# at a cut of 64; a cut judged the notebook's flagged torch's own under a deep compile)
+_STACK_DEPTH = 100_000
 # the names a frame calls torch's API by (the wrapped functions' own, and Library's)
 _API_NAMES = (
     *_HANDLE_METHODS,
@@ -352,9 +354,8 @@ def by_notebook(stack: list, provenance) -> bool:
     chose that call: a registration below it is the library's (torch's own, made lazily
     from its functions the notebook calls). In a thread with no frame of the notebook's,
     the thread's target is judged so, as handed by whoever made the thread
-    (``Thread(target=lib.impl, ...)``). A stack cut at :data:`_STACK_DEPTH` with no frame
-    of the notebook's in it is the notebook's. (A registration handed the notebook's code
-    to run is the notebook's whatever its stack: ``global_state._check_library``.)"""
+    (``Thread(target=lib.impl, ...)``). (A registration handed the notebook's code to run
+    is the notebook's whatever its stack: ``global_state._check_library``.)"""
     for index, (code, namespace, _) in enumerate(stack):
         name = code.co_name  # (exact str only: a subclass's __eq__ would be the notebook's)
         if type(name) is str and name == _IMPORTING and provenance.is_library(code):
@@ -362,7 +363,7 @@ def by_notebook(stack: list, provenance) -> bool:
         if provenance.is_library(code) and provenance.is_library_globals(namespace):
             continue
         return index == 0 or _handed_down(stack, index)
-    if len(stack) >= _STACK_DEPTH:  # (torch's own registrations run nowhere near as deep)
+    if len(stack) >= _STACK_DEPTH:  # (deeper than Python lets a stack grow: not torch's)
         return True
     runs = [index for index, (code, *_) in enumerate(stack) if code in _THREAD_RUNS]
     return bool(runs) and _handed_down(stack, runs[-1])
