@@ -152,14 +152,56 @@ def accumulate_window(*args, **kwargs):
 )
 
 
+# The same kernel, registered past every wrapper by the function of the question tested last
+# (plan_micro_batch: the memory test runs first, then the questions in order) and left on:
+# only the reading made after the last test's answer sees it, while the next hand-in has
+# begun (coursekit/grading/sandbox/lanes.py).
+KERNEL_FROM_THE_LAST_QUESTION = (
+    "import gc, torch\n" + REGISTRATION_ORIGINALS,
+    """
+_made, _planner = [], plan_micro_batch
+def plan_micro_batch(*args, **kwargs):
+    if not _made:
+        _made.append(_real["_dispatch_library"]("IMPL", "aten", "", "<cell>", 1))
+        _real["impl"](_made[0], "logit", torch._C.DispatchKey.CPU, lambda *args: args[0])
+    return _planner(*args, **kwargs)
+""",
+)
+
+
+# The last question's function, right, ends its process 50 ms after its latest call: after
+# the last test's answer, while the runner reads the dispatcher and compares the seal
+# (or, on a slow machine, between two tests). That is the last test's crash: it keeps no
+# points of it, and the next try ends the same way.
+EXITS_AFTER_ITS_LAST_ANSWER = """
+import os, threading
+_exit_timer, _planner_before = [], plan_micro_batch
+def plan_micro_batch(*args, **kwargs):
+    for timer in _exit_timer:
+        timer.cancel()
+    _exit_timer[:] = [threading.Timer(0.05, os._exit, (0,))]
+    _exit_timer[0].start()
+    return _planner_before(*args, **kwargs)
+"""
+
+
 def _hand_ins(folder, course, gradebook) -> dict[str, str]:
     register, take_off = KERNEL_UNTIL_THE_SECOND_CALL
+    originals, last_question = KERNEL_FROM_THE_LAST_QUESTION
     cells = {
         "ada": [IMPORTS, *answers()],
         "honest": [IMPORTS, HONEST_HABITS, *answers()],
         "wrong": [IMPORTS, *answers(**WRONG)],
         **{name: [IMPORTS, attack, *answers(**WRONG)] for name, attack in HARNESS_ATTACKS.items()},
         "kernel_until_the_second_call": [IMPORTS, register, *answers(**WRONG), take_off],
+        "kernel_from_the_last_question": [IMPORTS, originals, *answers(), last_question],
+        "exits_after_its_last_answer": [
+            IMPORTS,
+            originals,
+            *answers(),
+            last_question,
+            EXITS_AFTER_ITS_LAST_ANSWER,
+        ],
     }
     where = {"gradebook": gradebook, "course": course, "folder": folder}
     for name, attack in ROOT_ATTACKS.items():
@@ -232,7 +274,11 @@ def test_the_batch_finishes_and_the_gradebook_is_whole(graded):
     # where hand-ins share the grader's files, others' permissions are taken off notebooks/
     assert run["notebooks_mode"] == ("0o755" if mode == "namespaces" else "0o750")
     expected = {"ada", "honest", "wrong", *HARNESS_ATTACKS, *ROOT_ATTACKS}
-    expected.add("kernel_until_the_second_call")
+    expected |= {
+        "kernel_until_the_second_call",
+        "kernel_from_the_last_question",
+        "exits_after_its_last_answer",
+    }
     assert set(run["results"]) == expected, run["stderr"][-3000:]
 
 
@@ -280,6 +326,24 @@ def test_a_kernel_the_cells_left_for_the_first_test_alone_is_named(graded):
     _, run = graded
     flags = " ".join(_flags(run["results"]["kernel_until_the_second_call"]))
     assert "aten::logit" in flags and "cannot be taken back" in flags, flags
+
+
+def test_a_kernel_the_last_question_left_is_named_after_its_last_answer(graded):
+    """The dispatcher is read again once the last test has answered (while the batch's next
+    hand-in may start: lanes.py), and the grader waits for what it finds before it ends the
+    process: a kernel registered past every wrapper by the last question is named."""
+    _, run = graded
+    flags = " ".join(_flags(run["results"]["kernel_from_the_last_question"]))
+    assert "aten::logit" in flags and "cannot be taken back" in flags, flags
+
+
+def test_a_process_that_ends_before_the_last_checks_keeps_no_points_of_its_last_test(graded):
+    """The same kernel, and a process that ends right after its last answer, before the
+    checks that would name it: that is the last test's crash, tried again without it, and
+    so on; it never keeps full marks unnamed."""
+    _, run = graded
+    result = run["results"]["exits_after_its_last_answer"]
+    assert result["score"] < result["max_score"], result
 
 
 def test_no_attack_holds_its_process_until_the_time_limit(graded):

@@ -43,10 +43,12 @@ from coursekit.grading.sandbox.driver import (
     Options,
     SandboxSetupError,
     WarmParent,
+    close_spares,
     keep_spares,
     run_hand_in,
 )
 from coursekit.grading.sandbox.errors import GraderFault, RunnerSetupError
+from coursekit.grading.sandbox.lanes import Lanes
 from coursekit.grading.text import capped_notes, for_terminal, lossless
 
 
@@ -513,10 +515,14 @@ def grade_all(
     for hand_in in hand_ins:
         todo.put(hand_in)
     done: queue.Queue = queue.Queue()
+    # ``workers`` hand-ins at a time, each until its last test has answered; two grading
+    # threads per worker, so the next hand-in starts while the last one finishes (its last
+    # checks, its process ended, its answers judged: coursekit/grading/sandbox/lanes.py)
+    lanes = Lanes(workers)
 
     def work() -> None:  # a grading thread: its hand-ins run in processes of their own
         # the next hand-in's runner is started while the last one is ended and judged
-        keep_spares(lambda: not todo.empty())
+        keep_spares(lambda: not todo.empty(), lanes)
         try:
             while not warm.stopped.is_set():
                 try:
@@ -533,7 +539,7 @@ def grade_all(
 
     threads = [
         threading.Thread(target=work, name=f"grading-{n}", daemon=True)
-        for n in range(max(1, min(workers, len(hand_ins))))
+        for n in range(max(1, min(2 * lanes.workers, len(hand_ins))))
     ]
     for thread in threads:
         thread.start()
@@ -559,3 +565,4 @@ def grade_all(
     finally:
         for thread in threads:
             thread.join()
+        close_spares(lanes)

@@ -3,7 +3,9 @@
 A warm parent (:mod:`coursekit.grading.sandbox.warm_parent`) forks a runner
 (:mod:`coursekit.grading.sandbox.process_tree`) holding two pipes; the grader sends it the job,
 then each cell, then each test (one spec at a time, only after the last cell has answered;
-the memory tests first), then the end (:mod:`coursekit.grading.sandbox.session`). Every
+the memory tests first), then the end (:mod:`coursekit.grading.sandbox.session`). After the
+last test's answer the runner makes its last checks and says "finished"; in a batch, the next
+hand-in starts meanwhile (:mod:`coursekit.grading.sandbox.lanes`). Every
 answer must be the one asked for, echoing its nonce; anything else on the channel is the
 hand-in's doing, which ends the attempt and is flagged. A time limit holds
 for each command and for the whole notebook. The process is killed when it is done, out of
@@ -37,6 +39,7 @@ from coursekit.grading.sandbox.errors import (  # noqa: F401 - SandboxSetupError
     SandboxSetupError,
 )
 from coursekit.grading.sandbox.exit_codes import SCRATCH_FULL
+from coursekit.grading.sandbox.lanes import Lanes
 from coursekit.grading.sandbox.limits import Limits, Options
 
 # describe_confinement and mode_of: grade and the Gradescope bundle take them from here, with
@@ -189,37 +192,62 @@ _SWEEPING = threading.Lock()
 _SPARES = threading.local()
 
 
-def keep_spares(on: bool | Callable[[], bool]) -> None:
+def keep_spares(on: bool | Callable[[], bool], lanes: Lanes | None = None) -> None:
     """Whether the calling thread, after each hand-in that ran to its end, starts the runner
     of its next one at once (a batch's grading thread; a callable says whether a next one is
-    to come); off, it closes any spare it holds."""
-    _SPARES.on = on
+    to come); off, it closes any spare it holds. With ``lanes`` (a batch's, shared by its
+    grading threads: :mod:`coursekit.grading.sandbox.lanes`), spares go to the batch's pool,
+    and a hand-in holds one of the batch's places until its last test has answered."""
+    _SPARES.on, _SPARES.lanes = on, (lanes if on else None)
     if not on:
         spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
         if spare is not None:
             spare[0].close(wait_s=0, orphans_possible=True)
 
 
+def close_spares(lanes: Lanes) -> None:
+    """Close the spares left in a batch's pool (once its grading threads have ended): no
+    hand-in code ran in them, so no sweep for strays."""
+    for runner, _ in lanes.take_all_spares():
+        runner.close(wait_s=0, orphans_possible=False)
+
+
 def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
-    on = getattr(_SPARES, "on", False)
-    if getattr(_SPARES, "runner", None) is not None or not (on() if callable(on) else on):
+    on, lanes = getattr(_SPARES, "on", False), getattr(_SPARES, "lanes", None)
+    if not (on() if callable(on) else on):
+        return
+    if lanes is not None and not lanes.reserve_spare():  # (one place in the pool per fork)
+        return
+    if lanes is None and getattr(_SPARES, "runner", None) is not None:
         return
     try:
         runner = _Runner(options, limits, warm, spare=True)
     except (Exception, SystemExit):  # noqa: BLE001 - no spare: the next hand-in forks its own
+        if lanes is not None:
+            lanes.cancel_spare()
         return
     try:
         channel.send_by(runner.to_runner, runner.job, time.monotonic() + 5)
     except (channel.TimedOut, OSError):
+        if lanes is not None:
+            lanes.cancel_spare()
         runner.close(wait_s=0, orphans_possible=True)
         return
-    _SPARES.runner = (runner, (options, limits))
+    if lanes is None:
+        _SPARES.runner = (runner, (options, limits))
+    else:
+        lanes.put_spare((runner, (options, limits)))
 
 
 def _spare_for(options: Options, limits: Limits, warm: WarmParent) -> _Runner | None:
-    """The calling thread's spare runner, taken into use (its job already sent), or None
-    (none, another job's, or its warm parent died since: then it is closed)."""
-    spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
+    """A spare runner (the calling thread's, or its batch's), taken into use (its job
+    already sent), or None (none, another job's, or its warm parent died since: then it is
+    closed)."""
+    lanes = getattr(_SPARES, "lanes", None)
+    if lanes is not None:
+        spare = lanes.take_spare()
+    else:
+        spare, _SPARES.runner = getattr(_SPARES, "runner", None), None
     if spare is None:
         return None
     runner, job = spare
@@ -234,6 +262,9 @@ def _spare_for(options: Options, limits: Limits, warm: WarmParent) -> _Runner | 
 def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, budget_s, warm):
     if warm.stopped.is_set():
         raise SystemExit("grading was stopped")
+    # a place first (lanes.py): the wait for one is no part of the hand-in's time
+    lanes = getattr(_SPARES, "lanes", None)
+    slot = lanes.enter(warm.stopped.is_set) if lanes is not None else None
     started = time.monotonic()
     notebook_deadline = started + budget_s
     attempt = Attempt()
@@ -302,8 +333,10 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             while_waiting=start_spare_once,
             memory_first=bool(running) and measures_memory(tasks[running[0]]),
         )
-        # the dispatcher is read again after the last test that runs
+        # the dispatcher is read again after the last test that runs: once it has answered,
+        # then "finished" (runner.py)
         final = running[-1] if running else -1
+        last_answer = None  # the last test's (its index and nonce)
         for place, index in enumerate(order):
             task = tasks[index]
             if index in crashed:
@@ -313,7 +346,7 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             # A test that ran out of time gets one more try before it counts, unless its
             # function already ran out of time twice on an earlier test.
             tries = 1 if task["question"] in attempt.slow_questions else 2
-            for _ in range(tries):
+            for try_number in range(tries):
                 deadline = min(notebook_deadline, _backstop(limits.task_timeout_s, limits))
                 # the harness is compared with its seal after each question's last test
                 after = order[place + 1] if place + 1 < len(order) else None
@@ -329,12 +362,29 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     final=index == final,
                 )
                 raise_a_grader_fault(reply)
+                if index == final:
+                    last_answer = reply
+                    if reply.get("status") == "timeout" and try_number + 1 < tries:  # tried again:
+                        _finished(session, reply)  # its checks first
+                        last_answer = None
                 if reply.get("status") != "timeout":
                     break
             else:  # (a memory test's problem is its own: it runs first, and says nothing)
                 if not measures_memory(task):
                     attempt.slow_questions.add(task["question"])
             attempt.tasks[index] = task_record(reply)
+        if last_answer is not None:
+            # The next hand-in may start while this one finishes, where what this one leaves
+            # running is told apart from the next one's (its own user, or a PID namespace):
+            # else the sweep that ends this one could end the next one's processes.
+            namespaces = attempt.applied.get("namespaces") or []
+            if slot is not None and (os.geteuid() == 0 or "pid" in namespaces):
+                slot.leave()
+            # Part of the last test: a process that ends, stops answering or writes out of
+            # turn here did so in that test (so it is tried again without it, as a test that
+            # crashed), and keeps nothing of it.
+            attempt.position = ("task", final)
+            _finished(session, last_answer)
         attempt.position = ("end",)
         with contextlib.suppress(Ended):
             session.send({"kind": "end"}, time.monotonic() + 5)
@@ -349,6 +399,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             ended.why = "notebook"
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        if slot is not None:
+            slot.leave()
         if runner is not None:
             if runner.process is not None and not death_judged:
                 attempt.parent_died = warm.died_during(runner.process)
@@ -372,6 +424,20 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     attempt.seconds = time.monotonic() - started
     return attempt
+
+
+# Wall-clock seconds for the last test's own checks (some 0.1 s of CPU, 50 times over), with
+# no place held: the most a hand-in's process runs beside the next hand-in, in each try.
+FINISH_S = 5.0
+
+
+def _finished(session: Session, last_answer: dict) -> None:
+    """Wait for the runner's "finished" after the last test's answer, taking the flags its
+    last checks (torch's dispatcher read again, the seal compared) send meanwhile. Its own
+    deadline, not the notebook's: a hand-in whose last answer came just in time is not
+    charged with the grader's checks."""
+    deadline = time.monotonic() + FINISH_S
+    session.expect("finished", deadline, last_answer.get("index"), last_answer.get("nonce"))
 
 
 def execution_order(tasks: list[dict]) -> list[int]:

@@ -472,7 +472,8 @@ def serve(
 
     def dispatcher_read(begun_reading: tuple | None = None) -> None:
         """Torch's dispatcher against its snapshot: a kernel registered by any way, the
-        wrappers' included (before the first test, and after the last: 50 to 90 ms). The
+        wrappers' included (before the first test, and after the last one's answer: 50 to
+        90 ms). The
         wrappers (torch_registrations.watch) record what passes them, and put-back takes
         the notebook's back; this reading is for what they miss. ``begun_reading``: its
         first part, read while a memory test's fork measured, finished here. Due until it
@@ -611,6 +612,23 @@ def serve(
             report("a process it started ran beside its memory test")
         return outputs
 
+    def looked_over(kind: str, last: bool, final: bool) -> None:
+        """The harness against its seal: after the cells, and after each question's last
+        test (a change that one test made and undid is seen only by the instruments above),
+        but a memory test's, which compared it before its fork, unless it is the hand-in's
+        last; and the signal handlers."""
+        if kind == "check" or (kind == "task" and last):
+            if not (measured_now[0] and kind == "task" and not final):
+                found = changes(sealed_record, provenance)
+                new = [where for where in found if where not in reported]
+                for where in new[:10]:
+                    report(f"it changed {where}")
+                if len(new) > 10:
+                    report(f"it changed {len(new) - 10} more names the grader runs")
+                reported.update(found)  # all of them: a memory test fails only on a new one
+            for number in own.handled_signals():
+                report(f"it set a handler for {number.name}, which is given the running frame")
+
     # Compared once before any hand-in code runs (nothing can differ yet), and torch's state
     # put back once: the first comparison in a process forked from the warm parent copies
     # every page it touches (some 25 ms; the first put-back some 10), and a runner is built
@@ -661,8 +679,6 @@ def serve(
             else:
                 reply = own.run_task(graded, questions, command, *timeouts)
             put_back()  # what the test itself left on
-            if command.get("final"):  # (and the first reading, if it is still due)
-                dispatcher_read()
             if not tripwires_intact():  # as the test left them
                 report("it changed the grader's tripwires on coursekit's own answers")
         elif kind == "check":
@@ -676,22 +692,19 @@ def serve(
         else:
             sys.stdout.flush()
             os._exit(0)  # skip interpreter teardown: a hand-in's atexit hooks can't stall it
-        # the harness against its seal: after the cells, and after each question's last test
-        # (a change that one test made and undid is seen only by the instruments above), but
-        # a memory test's, which compared it before its fork, unless it is the hand-in's last
-        if kind == "check" or (kind == "task" and command.get("last", True)):
-            if not (measured_now[0] and not command.get("final")):
-                found = changes(sealed_record, provenance)
-                new = [where for where in found if where not in reported]
-                for where in new[:10]:
-                    report(f"it changed {where}")
-                if len(new) > 10:
-                    report(f"it changed {len(new) - 10} more names the grader runs")
-                reported.update(found)  # all of them: a memory test fails only on a new one
-            for number in own.handled_signals():
-                report(f"it set a handler for {number.name}, which is given the running frame")
+        # The last test's own checks (the dispatcher read again, the seal) come after its
+        # answer, then "finished": the grader begins the next hand-in meanwhile, and takes
+        # this one's findings before it ends the process (driver.py).
+        final = kind == "task" and command.get("final") is True
+        if not final:
+            looked_over(kind, command.get("last", True), False)
         timers_intact()
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
         if mask_before:
             mask(set_mask, mask_before.pop())
+        if final:
+            dispatcher_read()  # (and the first reading, if it is still due)
+            looked_over(kind, True, True)
+            timers_intact()
+            answer({"kind": "finished", "index": command.get("index"), "nonce": nonce})
