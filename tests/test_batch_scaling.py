@@ -298,6 +298,7 @@ def test_each_known_mistake_is_named_by_the_public_check(hand_ins, question, var
     assert result.mistake == hand_ins.mistake_of(variant), result.render()
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.grading
 @pytest.mark.parametrize("question", QUESTIONS)
 def test_every_mutant_loses_points_and_every_correct_style_passes_on_20_seeds(hand_ins, question):

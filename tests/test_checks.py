@@ -38,6 +38,7 @@ def test_right_answers_pass_every_public_check(question, variant):
     assert result.passed == result.total == len(QUESTIONS[question].public_specs())
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize(("question", "mistake"), CASES)
 def test_each_known_mistake_is_named(question, mistake):
     result = evaluate(question, student_code.load(question, mistake))

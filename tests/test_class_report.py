@@ -84,6 +84,7 @@ def table_rows(page: str, heading: str) -> list[list[str]]:
     ]
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_each_mistake_is_counted_with_the_students_who_made_it(page):
     rows = table_rows(page, "The most common named mistakes")
     assert [row[:4] for row in rows] == [

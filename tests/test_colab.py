@@ -55,6 +55,7 @@ def test_the_frameworks_extra_keeps_colabs_accelerate_and_transformers():
             assert requirement.specifier.contains(colab[requirement.name])
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_every_widget_and_quiz_works_with_colabs_ipywidgets_7():
     if not (COLAB_IPYWIDGETS / "ipywidgets").is_dir():
         pytest.skip(

@@ -297,6 +297,7 @@ def test_grade_help_shows_an_example(capsys):
     assert "coursekit grade hand-ins/01 --assignment 01_accumulation" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_the_students_set_up_never_installs_a_system_package(tmp_path):
     """Only the test command (setup --browser) may install Chromium with apt-get."""
     log = tmp_path / "apt.log"

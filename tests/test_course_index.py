@@ -61,6 +61,7 @@ def test_progress_counts_passed_exercises_per_module(tmp_path):
     assert 'title="train_accumulated: failed"' in page and "#c62828" in page
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_the_landing_notebook_runs_and_shows_the_table(tmp_path):
     shutil.copytree(REPO / "exercises", tmp_path / "exercises")
     work = tmp_path / "my-work"

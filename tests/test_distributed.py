@@ -118,6 +118,7 @@ def test_only_real_store_folders_of_this_user_are_removed(tmp_path):
     assert len(os.listdir(tmp_path)) == 5 + (os.geteuid() == 0)
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank():
     right = run_workers("coursekit.workers.distributed.ddp_window_run", 2, accum_steps=4)
     wrong = run_workers(
@@ -153,6 +154,7 @@ def test_measured_communication_and_memory_follow_the_derivation():
         assert sent == pytest.approx(predicted, rel=0.03), setup
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_torchrun_runs_the_same_experiment_as_a_script():
     done = subprocess.run(
         [

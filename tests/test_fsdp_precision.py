@@ -18,6 +18,7 @@ def rows():
     return {(r["policy"], r["sync"], r["accum_steps"]): r for r in results[0]}
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_without_mixed_precision_fsdp2_accumulates_the_full_batch_gradient(rows):
     for sync in ("every", "last"):
         for n in (1, 256):

@@ -92,6 +92,7 @@ def test_a_run_s_first_error_and_its_skipped_parts_are_read(tmp_path):
     assert runner.first_error(tmp_path / "absent.ipynb") == ""
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_a_notebook_that_overruns_is_stopped_with_what_it_started(monkeypatch, tmp_path):
     """papermill starts a kernel, which may start workers: all of them are stopped."""
     child = tmp_path / "child.pid"

@@ -63,6 +63,7 @@ def _writer(path, prefix):
             book.record(result(f"{prefix}{i}", 5.0, f"{prefix}{i}"), None)
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_concurrent_writers_lose_nothing(tmp_path):
     path = tmp_path / "g.sqlite"
     Gradebook(path).close()

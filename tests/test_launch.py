@@ -184,6 +184,7 @@ def _fake_lab(tmp_path: Path, ignored: tuple = ()) -> Started:
     ],
     ids=["SIGINT", "SIGTERM", "SIGHUP", "coursekit-killed"],
 )
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_every_way_of_stopping_coursekit_stops_its_lab(tmp_path, how, status):
     # Killed, coursekit can ignore every other stop signal: the lab still stops (an ignored
     # signal survives exec, but the lab takes SIGTERM, coursekit's way of stopping it, afresh).

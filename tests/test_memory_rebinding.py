@@ -56,6 +56,7 @@ def graded(tmp_path_factory) -> dict:
     return {r["student"]: r for r in records}
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.grading
 @pytest.mark.module1
 @pytest.mark.parametrize("attack", sorted(ATTACKS))

@@ -309,6 +309,7 @@ def test_the_reference_itself_passes_and_a_stub_is_not_attempted():
     assert evaluate("noise_scale", stub).status is Status.NOT_ATTEMPTED
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.grading
 def test_mutation_on_seeds_0_to_9(monkeypatch):
     """What tests/test_mutation.py does, for this question alone: tests.helpers.mutation reads the

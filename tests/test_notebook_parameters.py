@@ -198,6 +198,7 @@ def test_a_solution_run_by_papermill_with_other_parameters_uses_them(name, tmp_p
     assert len(executed.cells) == cell_count + 1  # papermill's injected cell
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_cuda_asked_for_on_a_machine_without_one_stops_before_any_demonstration(tmp_path):
     import torch
 

@@ -22,6 +22,7 @@ def round_trip(value):
     return json.loads(json.dumps(value))
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("name", sorted(QUESTIONS))
 def test_the_reference_passes_public_and_hidden_specs_after_json(name, seed):

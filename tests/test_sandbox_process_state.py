@@ -2162,6 +2162,7 @@ _RUNS_ITS_CODE_IN_THE_SEAL = {
 }
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize("route", sorted(_RUNS_ITS_CODE_IN_THE_SEAL))
 def test_the_seal_lets_nothing_of_the_notebooks_run_inside_it(provenance, route):
     """The seal's comparison reads classes' names through their C slots and a class's own
@@ -2341,6 +2342,7 @@ class _FakeEngine:
         ("logging.Logger", "getEffectiveLevel", "what every logger asks"),
     ],
 )
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_the_seal_names_what_torch_reaches_through_more_than_one_step(
     provenance, owner, name, reached_by
 ):

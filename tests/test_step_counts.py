@@ -112,6 +112,7 @@ def two_process_runs() -> list[dict]:
     )
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 @pytest.mark.frameworks
 def test_accelerate_steps_a_prepared_scheduler_once_per_process_on_two_processes(
     two_process_runs,

@@ -60,6 +60,7 @@ def executed(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_the_last_cell_packs_its_own_notebook_as_saved_and_says_so(executed):
     cell = json.loads(executed.read_text())["cells"][-1]
     printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
@@ -401,6 +402,7 @@ def flags(graded, student) -> list[str]:
     return [n for n in graded["notes"][student] if n.startswith("Flagged for review")]
 
 
+@pytest.mark.slow  # over 4 s: out of the quick run (-m 'not slow')
 def test_packed_and_plain_hand_ins_are_graded_together_named_by_file(graded):
     results = graded["results"]
     assert set(results) == {"ada", "ben", "eve", "gus", "ivy"}  # lms-export.zip is no hand-in
