@@ -339,8 +339,9 @@ def test_a_kernel_the_last_question_left_is_named_after_its_last_answer(graded):
 
 def test_a_process_that_ends_before_the_last_checks_keeps_no_points_of_its_last_test(graded):
     """The same kernel, and a process that ends right after its last answer, before the
-    checks that would name it: that is the last test's crash, tried again without it, and
-    so on; it never keeps full marks unnamed."""
+    checks that would name it: that is the last test's crash, and each try without it ends
+    the same way until its tries run out; it never keeps full marks (with the answers kept
+    at the first such end, it had 10/10)."""
     _, run = graded
     result = run["results"]["exits_after_its_last_answer"]
     assert result["score"] < result["max_score"], result

@@ -83,3 +83,64 @@ def test_the_spares_threads_fork_at_once_never_overfill_the_pool():
     for thread in threads:
         thread.join(timeout=30)
     assert granted.count(True) == 1
+
+
+class _Parent:
+    """A warm parent's process, alive until ``dead`` is set."""
+
+    pid, dead = 1, False
+
+    def poll(self):
+        return 0 if self.dead else None
+
+
+def _accounting():
+    """A WarmParent's bookkeeping of runners in use alone: its process a stand-in."""
+    from coursekit.grading.sandbox.reaping import Child
+    from coursekit.grading.sandbox.warm_parent import WarmParent
+
+    warm = object.__new__(WarmParent)
+    warm._lock, warm._live, warm._in_use = threading.Lock(), {}, set()
+    warm._uses, warm._died_forking, warm.generation = 0, set(), 0
+    warm.process = _Parent()
+
+    def runner(pid):
+        child = object.__new__(Child)
+        child.pid, child._pidfd, child.generation = pid, None, 0
+        child.use, child.alone, child.sharing = 0, False, set()
+        warm._live[pid] = child
+        warm._put_in_use(child)
+        return child
+
+    return warm, runner
+
+
+def test_the_next_hand_in_is_charged_with_a_parents_death_only_once_the_last_one_is_closed():
+    """With the last hand-in finishing as the next one starts (lanes.py), a death of the
+    warm parent while both are alive is charged to neither (either could have caused it);
+    once the last one is closed, the next one runs alone, and a death is its own."""
+    warm, runner = _accounting()
+    finishing = runner(101)
+    starting = runner(102)
+    assert finishing.alone and not starting.alone
+    warm.forget(finishing)  # the last one closed, the parent alive
+    assert starting.alone
+    warm.process.dead = True
+    assert warm.died_during(starting)
+
+
+def test_a_death_while_both_are_alive_is_charged_to_neither():
+    warm, runner = _accounting()
+    finishing, starting = runner(101), runner(102)
+    warm.process.dead = True  # died before the last one was closed
+    warm.forget(finishing)
+    assert not starting.alone and not warm.died_during(starting)
+
+
+def test_a_runner_put_in_use_after_the_last_one_closed_shares_the_parent_again():
+    warm, runner = _accounting()
+    finishing, starting = runner(101), runner(102)
+    warm.forget(finishing)
+    runner(103)  # a third hand-in started: the death could be its doing too
+    warm.process.dead = True
+    assert not warm.died_during(starting)

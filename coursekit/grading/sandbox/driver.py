@@ -228,11 +228,13 @@ def _start_spare(options: Options, limits: Limits, warm: WarmParent) -> None:
         return
     try:
         channel.send_by(runner.to_runner, runner.job, time.monotonic() + 5)
-    except (channel.TimedOut, OSError):
+    except BaseException as error:
         if lanes is not None:
             lanes.cancel_spare()
         runner.close(wait_s=0, orphans_possible=True)
-        return
+        if isinstance(error, (channel.TimedOut, OSError)):
+            return
+        raise
     if lanes is None:
         _SPARES.runner = (runner, (options, limits))
     else:
@@ -378,12 +380,12 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             # running is told apart from the next one's (its own user, or a PID namespace):
             # else the sweep that ends this one could end the next one's processes.
             namespaces = attempt.applied.get("namespaces") or []
-            if slot is not None and (os.geteuid() == 0 or "pid" in namespaces):
+            if slot is not None and (attempt.applied.get("hand_in_user") or "pid" in namespaces):
                 slot.leave()
             # Part of the last test: a process that ends, stops answering or writes out of
             # turn here did so in that test (so it is tried again without it, as a test that
-            # crashed), and keeps nothing of it.
-            attempt.position = ("task", final)
+            # crashed), and keeps nothing of it (run_hand_in reads "finish" as "task").
+            attempt.position = ("finish", final)
             _finished(session, last_answer)
         attempt.position = ("end",)
         with contextlib.suppress(Ended):
@@ -395,12 +397,11 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stop)
     except Ended as ended:
         attempt.ended = ended
-        if ended.why == "timeout" and time.monotonic() >= notebook_deadline:
+        finishing = attempt.position[0] == "finish"  # (on a deadline of its own)
+        if ended.why == "timeout" and time.monotonic() >= notebook_deadline and not finishing:
             ended.why = "notebook"
     finally:
         signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-        if slot is not None:
-            slot.leave()
         if runner is not None:
             if runner.process is not None and not death_judged:
                 attempt.parent_died = warm.died_during(runner.process)
@@ -418,6 +419,8 @@ def _one_attempt(cells, skip, crashed, tasks, limits: Limits, options: Options, 
                     f"{', ...' if len(runner.squatted) > 3 else ''}), which the grader never "
                     "uses: its names are random"
                 )
+        if slot is not None:  # (after the close: see the last answer above)
+            slot.leave()
         if tail is not None:
             tail.drain()
             attempt.output = tail.text()
@@ -558,6 +561,8 @@ def run_hand_in(
             run.tasks = [attempt.tasks[i] for i in sorted(attempt.tasks)]
             return run
         where = attempt.position
+        if where[0] == "finish":  # the last test's own checks: a part of that test
+            where = ("task", where[1])
         if where[0] == "task":
             if where[1] in crashed:
                 break

@@ -179,6 +179,7 @@ class Child:
         self.generation = self.sequence = 0  # which parent forked it, as its fork number
         self.use = 0  # the parent's count of runners put in use, as this one was
         self.alone = False  # no other runner was in use when it was put in use
+        self.sharing: set[int] = set()  # the runners in use with it (until each is forgotten)
         self.lost = False  # someone else reaped it: the grader's fault, never the hand-in's
         try:
             self._pidfd = os.pidfd_open(pid)

@@ -701,10 +701,10 @@ def serve(
         timers_intact()
         reply.setdefault("question", command.get("question"))
         answer({"kind": kind, "index": command.get("index"), "nonce": nonce, **reply})
-        if mask_before:
-            mask(set_mask, mask_before.pop())
-        if final:
+        if final:  # (a memory test's mask still on: no handler of the notebook's runs here)
             dispatcher_read()  # (and the first reading, if it is still due)
             looked_over(kind, True, True)
             timers_intact()
             answer({"kind": "finished", "index": command.get("index"), "nonce": nonce})
+        if mask_before:
+            mask(set_mask, mask_before.pop())

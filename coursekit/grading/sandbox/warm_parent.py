@@ -269,7 +269,8 @@ class WarmParent:
         return child
 
     def _put_in_use(self, child: Child) -> None:
-        child.alone = not (self._in_use - {child.pid})
+        child.sharing = self._in_use - {child.pid}
+        child.alone = not child.sharing
         self._in_use.add(child.pid)
         self._uses += 1
         child.use = self._uses
@@ -287,9 +288,19 @@ class WarmParent:
             return True
 
     def forget(self, child: Child) -> None:
+        """``child`` is closed (its processes ended): no longer in use. A runner that shared
+        the parent only with it (the hand-in before, finishing its last checks while this
+        one started: lanes.py) is alone from now on, if the parent is still alive now, as if
+        put in use now (a death from here on only it was there to cause)."""
         with self._lock:
             self._live.pop(child.pid, None)
             self._in_use.discard(child.pid)
+            alive = self.process is not None and self.process.poll() is None
+            for other in self._live.values() if alive else ():
+                if other.pid in self._in_use and child.pid in other.sharing:
+                    other.sharing.discard(child.pid)
+                    if not other.sharing and other.generation == self.generation:
+                        other.alone, other.use = True, self._uses
         child.release()
 
     def strays(
