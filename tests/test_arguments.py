@@ -223,6 +223,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize(("function", "accepted", "argument", "kind"), CASES)
 def test_bad_input_is_refused_with_the_argument_named(function, accepted, argument, kind):
     function(**accepted)  # the row itself is valid

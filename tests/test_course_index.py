@@ -155,6 +155,7 @@ def test_the_kernel_stderr_filter_drops_only_the_shutdown_zmq_traceback():
     )
 
 
+@pytest.mark.slow  # over 2.5 s: out of the quick run (-m 'not slow')
 def test_a_cell_past_its_timeout_fails_with_its_own_traceback_and_no_zmq_noise(capfd):
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell("while True:\n    pass")]

@@ -110,6 +110,7 @@ def test_lr_scaling_runs_label_every_rule(task):
         lr_scaling_runs(task, base_batch=64, new_batch=64)
 
 
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_without_warmup_the_large_batch_diverges_and_warmup_fixes_it(seed):
     base, base_warm, large, large_warm = warmup_runs(seed).values()

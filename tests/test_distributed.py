@@ -129,6 +129,7 @@ def test_no_sync_gives_one_all_reduce_and_the_full_batch_gradient_on_every_rank(
     assert all(r["gap_to_full_batch"] < 1e-12 for r in right + wrong)
 
 
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 def test_measured_communication_and_memory_follow_the_derivation():
     accum_steps = 3
     (rank0, _) = run_workers(
@@ -261,6 +262,7 @@ def test_communication_formulas_read_as_the_notebook_writes_them():
         communication_per_step("zero4", 2)
 
 
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 def test_global_token_scale_on_two_processes_gives_the_full_batch_mean_per_token():
     """Real DDP on 2 gloo processes, short sequences on one rank and long on the other: the
     library's scale gives the full batch's gradient; each rank's own count (#34242) and a

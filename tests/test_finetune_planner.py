@@ -170,6 +170,7 @@ def test_the_widget_shows_the_plan_or_the_problem():
     assert view.value != before and "48 GB card" in view.value
 
 
+@pytest.mark.slow  # over 2.5 s: out of the quick run (-m 'not slow')
 @pytest.mark.frameworks  # transformers' find_executable_batch_size calls accelerate's
 def test_auto_find_batch_size_shrinks_the_effective_batch_and_the_tuner_does_not():
     comparison = auto_batch_comparison(

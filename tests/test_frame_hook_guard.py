@@ -159,6 +159,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # over 2.5 s: out of the quick run (-m 'not slow')
 def test_a_callback_that_sets_the_hook_again_holds_neither_the_grader_nor_the_guard():
     """Such a callback, on when the grader put the hook back through the guard, set it again
     from the guard's own frame and waited for ever on the guard's lock: the hand-in was held

@@ -425,6 +425,7 @@ def test_the_judge_takes_the_points_an_instrument_protects(question, source, mis
     "question",
     ["accumulate_window", "train_accumulated", "amp_window", "ddp_window", "grad_cache_step"],
 )
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 def test_right_answers_keep_their_points(question):
     assert _graded(question, student_code.BY_QUESTION[question]["correct"]) == [None, None]
 

@@ -201,6 +201,7 @@ def test_every_way_of_stopping_coursekit_stops_its_lab(tmp_path, how, status):
         started.clean_up()
 
 
+@pytest.mark.slow  # over 2.5 s: out of the quick run (-m 'not slow')
 def test_a_hangup_that_coursekit_was_told_to_ignore_stays_ignored(tmp_path):
     """`nohup coursekit start` survives a closed terminal, and so does its lab."""
     started = _fake_lab(tmp_path, ignored=("SIGHUP",))  # as nohup starts it

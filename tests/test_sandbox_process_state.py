@@ -2055,6 +2055,7 @@ _SEALED_DICTS = {
 }
 
 
+@pytest.mark.slow  # over 3 s: out of the quick run (-m 'not slow')
 @pytest.mark.parametrize("where", sorted(_SEALED_DICTS))
 def test_a_key_that_collides_with_a_name_the_seal_reads_never_answers(provenance, where):
     """The seal's entry replaced, and a key of the notebook's class put ahead of it in the
