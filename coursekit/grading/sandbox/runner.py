@@ -473,11 +473,11 @@ def serve(
     def dispatcher_read(begun_reading: tuple | None = None) -> None:
         """Torch's dispatcher against its snapshot: a kernel registered by any way, the
         wrappers' included (before the first test, and after the last one's answer: 50 to
-        90 ms). The
-        wrappers (torch_registrations.watch) record what passes them, and put-back takes
-        the notebook's back; this reading is for what they miss. ``begun_reading``: its
-        first part, read while a memory test's fork measured, finished here. Due until it
-        is done (a timer's exception in between leaves it due for the next test)."""
+        90 ms). The wrappers (torch_registrations.watch) record what passes them, and
+        put-back takes the notebook's back; this reading is for what they miss.
+        ``begun_reading``: its first part, read while a memory test's fork measured,
+        finished here. Due until it is done (a timer's exception in between leaves it due
+        for the next test)."""
         try:
             reading = dispatcher_reading(dispatcher, *(begun_reading or ()))
             found = dispatcher_changes(dispatcher, reading)
